@@ -17,7 +17,14 @@
 #include <sodium.h>
 
 #define RESCAN_INTERVAL_MS 1000
+#define RETRY_SOON_MS 20
 #define MAX_RESEAL_ATTEMPTS 16
+/* A file with a second link that is younger than this is taken to be mid-delivery by a
+ * link()-then-unlink() sender and is looked at again later, not rejected. */
+#define LINK_GRACE_SECONDS 2.0
+
+/* Marker returned by check_file for "not now": the file vanished or is mid-delivery. */
+static const char DEFER[] = "";
 
 volatile sig_atomic_t g_stop;
 static sigset_t g_wait_mask; /* mask used while waiting in ppoll: signals unblocked */
@@ -381,6 +388,24 @@ static int open_dir_at(int dirfd, const char *path)
     return openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Moves tmp/<fname> to inbox/<fname>, never replacing a file. renameat2(RENAME_NOREPLACE)
+ * is atomic, so a receiver never sees the file with two links; where the file system lacks
+ * it (or SPEED_C_NODE_DELIVERY=link), link() then unlink() of the temporary. 0 or errno. */
+static int move_no_replace(int tmpfd, int inboxfd, const char *fname)
+{
+    const char *mode = getenv("SPEED_C_NODE_DELIVERY");
+    if (!mode || strcmp(mode, "link") != 0) {
+        if (renameat2(tmpfd, fname, inboxfd, fname, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+            return errno;
+    }
+    if (linkat(tmpfd, fname, inboxfd, fname, 0) != 0)
+        return errno;
+    unlinkat(tmpfd, fname, 0);
+    return 0;
+}
+
 deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t flags,
                             const jval *payload, uint64_t *seq_out, char *err, size_t errlen)
 {
@@ -466,16 +491,15 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
             break;
         }
         /* 4. move into the inbox without ever replacing a file */
-        if (linkat(tmpfd, fname, inboxfd, fname, 0) != 0) {
-            int e = errno;
+        int e = move_no_replace(tmpfd, inboxfd, fname);
+        if (e) {
             unlinkat(tmpfd, fname, 0);
             if (e == EEXIST)
-                continue;
-            snprintf(err, errlen, "linking envelope into %s/inbox failed: %s", target,
+                continue; /* reseal with a new nonce */
+            snprintf(err, errlen, "moving envelope into %s/inbox failed: %s", target,
                      strerror(e));
             break;
         }
-        unlinkat(tmpfd, fname, 0);
         if (seq_out)
             *seq_out = h.sequence;
         link->next_seq++;
@@ -775,11 +799,17 @@ static const char *check_file(node_t *n, int dirfd, const char *fname, env_heade
     /* 2. open without following links; regular, one link, our uid, not too large */
     int fd = openat(dirfd, fname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT ? "" : "bad_file";
+        return errno == ENOENT ? DEFER : "bad_file";
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-        st.st_uid != geteuid()) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
         close(fd);
+        return "bad_file";
+    }
+    if (st.st_nlink != 1) {
+        double ctime_s = (double)st.st_ctim.tv_sec + (double)st.st_ctim.tv_nsec / 1e9;
+        close(fd);
+        if (st.st_nlink == 2 && now_wall() - ctime_s < LINK_GRACE_SECONDS)
+            return DEFER; /* a link()-then-unlink() delivery in progress */
         return "bad_file";
     }
     uint64_t max_file = ENV_OVERHEAD + n->max_payload;
@@ -849,6 +879,7 @@ void node_scan_inbox(node_t *n)
     DIR *d = opendir(n->inbox_path);
     if (!d)
         return;
+    n->retry_soon = 0;
     int dirfd_ = dirfd(d);
     char **names = NULL;
     size_t count = 0;
@@ -861,7 +892,12 @@ void node_scan_inbox(node_t *n)
     }
     /* file names sort by sender, sender id and zero-padded sequence: in order per sender */
     qsort(names, count, sizeof *names, cmp_names);
+    char deferred[ENV_FILENAME_MAX] = ""; /* "<sender>.<id8>." of a deferred file */
     for (size_t i = 0; i < count; i++) {
+        if (deferred[0] && strncmp(names[i], deferred, strlen(deferred)) == 0) {
+            free(names[i]); /* keep this sender in order: wait for the deferred file */
+            continue;
+        }
         struct stat st;
         if (fstatat(dirfd_, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
             free(names[i]); /* not a regular file and cannot be unlinked: ignored */
@@ -871,7 +907,13 @@ void node_scan_inbox(node_t *n)
         jval *payload = NULL;
         char sender[NAME_MAX_LEN + 1] = "";
         const char *reason = check_file(n, dirfd_, names[i], &h, &payload, sender);
-        if (reason && !reason[0]) { /* vanished meanwhile */
+        if (reason == DEFER) {
+            const char *seq_dot = strchr(names[i], '.');
+            seq_dot = seq_dot ? strchr(seq_dot + 1, '.') : NULL;
+            if (seq_dot && (size_t)(seq_dot - names[i]) + 2 < sizeof deferred)
+                snprintf(deferred, sizeof deferred, "%.*s", (int)(seq_dot - names[i] + 1),
+                         names[i]);
+            n->retry_soon = 1;
             free(names[i]);
             continue;
         }
@@ -904,6 +946,8 @@ void node_step(node_t *n, int wait_ms)
     int timeout = wait_ms;
     if (timeout > RESCAN_INTERVAL_MS)
         timeout = RESCAN_INTERVAL_MS;
+    if (n->retry_soon && timeout > RETRY_SOON_MS)
+        timeout = RETRY_SOON_MS;
     if (n->registered && until_hb < timeout)
         timeout = until_hb < 0 ? 0 : (int)until_hb;
     if (timeout < 0)

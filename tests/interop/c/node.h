@@ -62,6 +62,7 @@ typedef struct {
     /* inbox */
     char *inbox_path;
     int inotify_fd;
+    int retry_soon; /* a file was deferred: rescan shortly */
 
     /* protocol state */
     link_state *links;
