@@ -1,0 +1,262 @@
+"""The `speed` command: keygen, node, call, send, registry, reap.
+
+Exit codes (stable, for scripts): 0 success; 1 the remote side answered with an error (SPC error,
+message not confirmed); 2 usage or configuration error (bad key, directory, name, arguments);
+3 the target is unavailable or a grant is missing; 4 timeout; 5 the node lost its lease.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import Any, Sequence
+
+from . import __version__
+from .demo import DEMO_SERVICES
+from .errors import (AccessDeniedError, ConfigError, LeaseLostError, NameInUseError, NodeUnavailableError,
+                     SpcError, SpeedError)
+from .fsutil import BOOT_ID, boottime
+from .keyfile import generate_key_file, load_key
+from .lease import heartbeat_age, lease_state, remaining
+from .registry import Registry
+
+EXIT_OK, EXIT_REMOTE, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
+
+
+def default_dir() -> str:
+    if os.environ.get("SPEED_DIR"):
+        return os.environ["SPEED_DIR"]
+    if os.path.isdir("/dev/shm"):
+        return "/dev/shm/speed"
+    return os.path.join(os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/speed-{os.getuid()}", "speed")
+
+
+def _common(p: argparse.ArgumentParser, key: bool = True) -> None:
+    p.add_argument("--dir", default=default_dir(),
+                   help="communication directory (default: $SPEED_DIR, else /dev/shm/speed)")
+    if key:
+        p.add_argument("--key", default=os.environ.get("SPEED_KEY"),
+                       help="key file (default: $SPEED_KEY)")
+        p.add_argument("--insecure-key-permissions", action="store_true",
+                       help="accept a key file readable by group or others (not recommended)")
+
+
+def _key(args: argparse.Namespace):
+    if not args.key:
+        raise ConfigError("no key file given: pass --key PATH or set SPEED_KEY (create one with `speed keygen PATH`)")
+    return load_key(args.key, allow_insecure=args.insecure_key_permissions)
+
+
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{what} is not valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="speed", description="SPEED: encrypted process-to-process exchange "
+                                     "over the file system. Exit codes: 0 ok, 1 remote error, 2 usage/config, "
+                                     "3 unavailable/access denied, 4 timeout, 5 lease lost.")
+    parser.add_argument("--version", action="version", version=f"speed {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("keygen", help="create a new key file (mode 0600)")
+    p.add_argument("path", help="where to write the key file")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("node", help="run a headless node until SIGINT/SIGTERM")
+    _common(p)
+    p.add_argument("--name", required=True)
+    p.add_argument("--group", action="append", default=[], metavar="G", help="fabric (repeatable)")
+    p.add_argument("--allow", action="append", default=[], metavar="N", help="node that may write to us (repeatable)")
+    p.add_argument("--service", action="append", default=[], metavar="S", choices=sorted(DEMO_SERVICES),
+                   help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
+    p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
+    p.add_argument("--lease", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument("--reap", action="store_true", help="remove other nodes' stale entries")
+    p.add_argument("--echo-messages", action="store_true",
+                   help="print every received MESSAGE as a JSON line on stdout (this prints plaintext)")
+    p.set_defaults(func=cmd_node)
+
+    p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
+    _common(p)
+    p.add_argument("target")
+    p.add_argument("service")
+    p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
+    p.add_argument("--as", dest="name", default=None, help="caller node name (default: speed-cli-<random>)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_call)
+
+    p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
+    _common(p)
+    p.add_argument("target")
+    p.add_argument("data", help="JSON value")
+    p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
+    p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("registry", help="list registry entries with their lease state")
+    _common(p, key=False)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_registry)
+
+    p = sub.add_parser("reap", help="remove stale (or unreadable) registry entries")
+    _common(p, key=False)
+    p.add_argument("names", nargs="*", help="only these names (default: every stale entry)")
+    p.set_defaults(func=cmd_reap)
+    return parser
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key = generate_key_file(args.path, overwrite=args.force)
+    print(f"wrote {args.path} (mode 0600, fingerprint {key.fingerprint})")
+    return EXIT_OK
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from .node import Node
+
+    stop = threading.Event()
+    lost: list[LeaseLostError] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
+                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, reap_stale=args.reap)
+    for service in dict.fromkeys(args.service):
+        node.register(service, DEMO_SERVICES[service])
+    if args.echo_messages:
+        lock = threading.Lock()
+
+        def echo(msg) -> None:
+            data = msg.data if not isinstance(msg.data, bytes) else {"base64": base64.b64encode(msg.data).decode()}
+            with lock:
+                print(json.dumps({"from": msg.sender, "seq": msg.seq, "data": data}), flush=True)
+
+        node.on_message(echo)
+    else:
+        node.on_message(lambda msg: None)
+    node.on_lease_lost(lambda exc: (lost.append(exc), stop.set()))
+    with node:
+        print(f"ready {node.name} id={node.id} pid={os.getpid()}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    if lost:
+        print(f"speed: {lost[0]}; stopped", file=sys.stderr)
+        return EXIT_LEASE_LOST
+    return EXIT_OK
+
+
+def _temporary(args: argparse.Namespace):
+    from .node import Node
+
+    name = args.name or f"speed-cli-{uuid.uuid4().hex[:8]}"
+    return Node(args.dir, _key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10))
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    arguments = _json_arg(args.arguments, "the arguments")
+    if not isinstance(arguments, dict):
+        raise ConfigError("the arguments must be a JSON object, for example '{\"amount\": 100}'")
+    with _temporary(args) as node:
+        started = time.perf_counter()
+        result = node.call(args.target, args.service, arguments, timeout=args.timeout)
+        elapsed = (time.perf_counter() - started) * 1000
+    print(json.dumps(result, ensure_ascii=False))
+    print(f"{args.service} on {args.target}: SUCCESS in {elapsed:.1f} ms", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    data = _json_arg(args.data, "the message")
+    with _temporary(args) as node:
+        seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
+    print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    records = Registry(args.dir, create=False).scan()
+    now, bt = time.time(), boottime()
+    rows = []
+    for rec in records:
+        if rec.entry is None:
+            rows.append({"name": rec.name, "state": "unreadable", "error": rec.error})
+            continue
+        e = rec.entry
+        rows.append({"name": e.name, "state": lease_state(e, now, BOOT_ID, bt),
+                     "leaseLeft": round(remaining(e, now, BOOT_ID, bt), 1),
+                     "heartbeatAge": round(heartbeat_age(e, now, BOOT_ID, bt), 1), "pid": e.pid, "host": e.host,
+                     "runtime": e.runtime, "groups": list(e.groups), "allow": list(e.allow),
+                     "services": list(e.services), "id": e.id})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if not rows:
+        print(f"no registry entries in {args.dir}")
+        return EXIT_OK
+    header = ("NAME", "STATE", "LEASE", "BEAT", "PID", "HOST", "RUNTIME", "FABRICS", "ALLOW", "SERVICES")
+    table = [header]
+    for r in rows:
+        if r["state"] == "unreadable":
+            table.append((r["name"], "unreadable", "-", "-", "-", "-", r["error"][:40], "", "", ""))
+            continue
+        table.append((r["name"], r["state"], f"{r['leaseLeft']:.1f}s", f"{r['heartbeatAge']:.1f}s", str(r["pid"]),
+                      r["host"], r["runtime"], ",".join(r["groups"]) or "-", ",".join(r["allow"]) or "-",
+                      ",".join(r["services"]) or "-"))
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    registry = Registry(args.dir, create=False)
+    names = args.names or registry.names()
+    reaped = [name for name in names if registry.reap(name, time.time())]
+    for name in reaped:
+        print(f"reaped {name}")
+    kept = [n for n in args.names if n not in reaped]
+    for name in kept:
+        print(f"speed: {name} was not reaped: it is live or has no entry", file=sys.stderr)
+    if not reaped and not args.names:
+        print("no stale entries")
+    return EXIT_OK if not kept else EXIT_UNAVAILABLE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpcError as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        if isinstance(exc, AccessDeniedError):
+            return EXIT_UNAVAILABLE
+        return EXIT_TIMEOUT if exc.code == "TIMEOUT" else EXIT_REMOTE
+    except (NodeUnavailableError, NameInUseError) as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except LeaseLostError as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        return EXIT_LEASE_LOST
+    except ConfigError as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SpeedError as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        return EXIT_REMOTE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Envelope codec (wire contract §5). Pure: bytes in, bytes or EnvelopeError out.
+
+Check order is part of the contract as built (docs/PROTOCOL.md): size, version, header length,
+size limit, tag, type. Anything authenticated by the tag is judged only after the tag passes,
+so a tampered header reads as `bad_tag` unless it breaks the framing first.
+"""
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from dataclasses import dataclass
+
+from nacl import bindings as _sodium
+from nacl.exceptions import CryptoError
+
+from .errors import EnvelopeError
+from .keyfile import Key
+
+VERSION = 1
+HEADER_SIZE = 64
+NONCE_SIZE = 12
+TAG_SIZE = 16
+OVERHEAD = HEADER_SIZE + NONCE_SIZE + TAG_SIZE
+DEFAULT_MAX_PAYLOAD = 1 << 20
+FLAG_ACK_REQUESTED = 0x0001
+
+_HEADER = struct.Struct(">BBHIQQQ16s16s")
+assert _HEADER.size == HEADER_SIZE
+_U64_MAX = (1 << 64) - 1
+
+
+class EnvelopeType(enum.IntEnum):
+    MESSAGE = 1
+    SPC_REQUEST = 2
+    SPC_RESPONSE = 3
+    EVENT = 4
+    DISCOVERY = 5
+    HEARTBEAT = 6
+    ERROR = 7
+    ACK = 8
+
+
+def type_name(value: int) -> str:
+    try:
+        return EnvelopeType(value).name
+    except ValueError:
+        return f"UNKNOWN_{value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    type: int
+    sequence: int
+    timestamp_ms: int
+    payload_size: int
+    source_id: bytes
+    target_id: bytes
+    flags: int = 0
+    version: int = VERSION
+    header_length: int = HEADER_SIZE
+
+    def encode(self) -> bytes:
+        if len(self.source_id) != 16 or len(self.target_id) != 16:
+            raise ValueError("node IDs are 16 raw bytes")
+        return _HEADER.pack(
+            self.version, self.type, self.flags, self.header_length, self.sequence,
+            self.timestamp_ms, self.payload_size, self.source_id, self.target_id,
+        )
+
+    @property
+    def ack_requested(self) -> bool:
+        return bool(self.flags & FLAG_ACK_REQUESTED)
+
+
+def decode_header(data: bytes) -> Header:
+    """Decode the 64 header bytes without judging them."""
+    if len(data) < HEADER_SIZE:
+        raise EnvelopeError("bad_size", f"{len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    version, etype, flags, hlen, seq, ts, psize, src, dst = _HEADER.unpack_from(data, 0)
+    return Header(type=etype, sequence=seq, timestamp_ms=ts, payload_size=psize,
+                  source_id=src, target_id=dst, flags=flags, version=version, header_length=hlen)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedEnvelope:
+    header: Header
+    nonce: bytes
+    payload: bytes  # plaintext: handle with care, never log
+
+
+def seal(header: Header, payload: bytes, key: Key, nonce: bytes) -> bytes:
+    """Seal `payload` under `header` (payload_size is taken from the payload)."""
+    if len(nonce) != NONCE_SIZE:
+        raise ValueError("the nonce is 12 bytes")
+    if header.payload_size != len(payload):
+        header = Header(header.type, header.sequence, header.timestamp_ms, len(payload),
+                        header.source_id, header.target_id, header.flags, header.version,
+                        header.header_length)
+    ad = header.encode()
+    sealed = _sodium.crypto_aead_chacha20poly1305_ietf_encrypt(payload, ad, nonce, key.raw)
+    return b"".join((ad, nonce, sealed))
+
+
+def check_framing(data_len: int, header: Header, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
+    """Framing checks that need no key: size, version, header length, size limit."""
+    if header.version != VERSION:
+        raise EnvelopeError("bad_version", f"version {header.version}, expected {VERSION}")
+    if header.header_length != HEADER_SIZE:
+        raise EnvelopeError("bad_version", f"header length {header.header_length}, expected {HEADER_SIZE}")
+    if header.payload_size > max_payload:
+        raise EnvelopeError("too_large", f"payload of {header.payload_size} bytes exceeds the limit of {max_payload}")
+    if data_len != OVERHEAD + header.payload_size:
+        raise EnvelopeError("bad_size", f"file of {data_len} bytes does not match a payload of {header.payload_size}")
+
+
+def open_envelope(data: bytes, key: Key, max_payload: int = DEFAULT_MAX_PAYLOAD) -> OpenedEnvelope:
+    """Judge and decrypt one envelope file's bytes."""
+    if len(data) < OVERHEAD:
+        raise EnvelopeError("bad_size", f"{len(data)} bytes is shorter than the {OVERHEAD}-byte minimum")
+    if len(data) > OVERHEAD + max_payload:
+        raise EnvelopeError("too_large", f"{len(data)} bytes exceeds the envelope size limit")
+    header = decode_header(data)
+    check_framing(len(data), header, max_payload)
+    ad = bytes(data[:HEADER_SIZE])
+    nonce = bytes(data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE])
+    try:
+        payload = _sodium.crypto_aead_chacha20poly1305_ietf_decrypt(
+            bytes(data[HEADER_SIZE + NONCE_SIZE:]), ad, nonce, key.raw)
+    except CryptoError:
+        raise EnvelopeError("bad_tag", "authentication failed: wrong key or tampered envelope") from None
+    if header.type not in EnvelopeType._value2member_map_:
+        raise EnvelopeError("bad_payload", f"unknown envelope type {header.type}")
+    return OpenedEnvelope(header, nonce, payload)
+
+
+_FILENAME = re.compile(
+    r"(?P<sender>[A-Za-z0-9_][A-Za-z0-9_-]{0,63})\.(?P<id8>[0-9a-f]{8})\.(?P<seq>[0-9]{20})"
+    r"\.(?P<nonce8>[0-9a-f]{8})\.env"
+)
+
+
+def envelope_filename(sender: str, source_id: bytes, sequence: int, nonce: bytes) -> str:
+    return f"{sender}.{source_id.hex()[:8]}.{sequence:020d}.{nonce.hex()[:8]}.env"
+
+
+@dataclass(frozen=True, slots=True)
+class FileName:
+    sender: str
+    id8: str
+    sequence: int
+    nonce8: str
+
+
+def parse_filename(name: str) -> FileName | None:
+    """The parts of an inbox file name, or None if it is not an envelope name."""
+    match = _FILENAME.fullmatch(name)
+    if match is None:
+        return None
+    seq = int(match["seq"])
+    if seq > _U64_MAX:
+        return None
+    return FileName(match["sender"], match["id8"], seq, match["nonce8"])

@@ -1,0 +1,93 @@
+"""File-system safety (wire contract §1) and the host's clocks."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+
+from .errors import DirectoryError
+
+REGISTRY_DIR = "speed_registry"
+TRACES_DIR = "speed_traces"
+
+
+def check_private_dir(path: str, *, shared_group: bool = False, what: str = "directory") -> None:
+    """Refuse a symlink, a foreign owner or a directory writable by others (§1)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise DirectoryError(f"{what} {path} does not exist") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise DirectoryError(f"{what} {path} is a symbolic link; pass the real directory instead")
+    if not stat.S_ISDIR(st.st_mode):
+        raise DirectoryError(f"{what} {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise DirectoryError(f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
+                             "use a directory of your own")
+    loose = 0o002 if shared_group else 0o022
+    if st.st_mode & loose:
+        raise DirectoryError(f"{what} {path} is writable by {'others' if shared_group else 'group or others'} "
+                             f"(mode {stat.S_IMODE(st.st_mode):04o}); run `chmod 700 {path}`")
+
+
+def ensure_private_dir(path: str, *, shared_group: bool = False, what: str = "directory") -> str:
+    """Create `path` with mode 0700 if missing (never widening what exists), then check it."""
+    mode = 0o770 if shared_group else 0o700
+    try:
+        os.mkdir(path, mode)
+        os.chmod(path, mode)  # the umask must not decide our permissions
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        raise DirectoryError(f"cannot create {what} {path}: its parent does not exist") from None
+    except PermissionError:
+        raise DirectoryError(f"cannot create {what} {path}: permission denied") from None
+    check_private_dir(path, shared_group=shared_group, what=what)
+    return path
+
+
+def prepare_root(root: str, *, create: bool = True, shared_group: bool = False) -> str:
+    """Check (and create, with its parents) the communication directory and its registry."""
+    root = os.path.abspath(os.fspath(root))
+    if create and not os.path.lexists(root):
+        parent = os.path.dirname(root)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise DirectoryError(f"cannot create communication directory {root}: {exc.strerror}") from None
+    if create:
+        ensure_private_dir(root, shared_group=shared_group, what="communication directory")
+        ensure_private_dir(os.path.join(root, REGISTRY_DIR), shared_group=shared_group, what="registry directory")
+    else:
+        check_private_dir(root, shared_group=shared_group, what="communication directory")
+    return root
+
+
+def read_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read(64).decode("ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def boottime() -> float:
+    """CLOCK_BOOTTIME seconds: immune to wall-clock steps, counts suspend."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+HOSTNAME = socket.gethostname()
+BOOT_ID = read_boot_id()
+
+
+def pid_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,106 @@
+"""Trace journals (wire contract §8): an appending, rotating writer and a tolerant reader."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Iterator
+
+from .fsutil import TRACES_DIR, ensure_private_dir
+from .trace import EnvelopeTrace, LeaseTrace, parse_record
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_BACKUPS = 3
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+class JournalWriter:
+    """Buffers records and appends them on flush(); rotates at `max_bytes` (name.jsonl.1 …)."""
+
+    def __init__(self, root: str, node: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 backups: int = DEFAULT_BACKUPS, envelope_limit: int = 64 * 1024):
+        self.dir = ensure_private_dir(os.path.join(root, TRACES_DIR), what="trace directory")
+        self.path = os.path.join(self.dir, f"{node}.jsonl")
+        self.max_bytes, self.backups, self.envelope_limit = max_bytes, backups, envelope_limit
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self._fd = self._open()
+        self.records_written = 0
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+    def __call__(self, event: object) -> None:
+        """Observer entry point: queue one event's record (SpcTrace has no record of its own)."""
+        if isinstance(event, EnvelopeTrace):
+            include = event.envelope is not None and len(event.envelope) <= self.envelope_limit
+            line = json.dumps(event.to_record(include_envelope=include), separators=(",", ":"))
+        elif isinstance(event, LeaseTrace):
+            line = json.dumps(event.to_record(), separators=(",", ":"))
+        else:
+            return
+        with self._lock:
+            self._pending.append(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._pending or self._fd < 0:
+                return
+            data = ("\n".join(self._pending) + "\n").encode("utf-8")
+            count = len(self._pending)
+            self._pending.clear()
+            os.write(self._fd, data)
+            self.records_written += count
+            if os.fstat(self._fd).st_size >= self.max_bytes:
+                self._rotate()
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        for i in range(self.backups, 0, -1):
+            src = self.path if i == 1 else f"{self.path}.{i - 1}"
+            if os.path.exists(src):
+                os.replace(src, f"{self.path}.{i}")
+        self._fd = self._open()
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def iter_journal_lines(path: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """Complete lines from `offset`; a torn last line (no newline yet) is left for later."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        pos = offset
+        for line in f:
+            if not line.endswith(b"\n"):
+                return
+            pos += len(line)
+            yield pos, line
+
+
+def parse_line(line: bytes) -> EnvelopeTrace | LeaseTrace | None:
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        return parse_record(json.loads(line))
+    except (ValueError, RecursionError):
+        return None
+
+
+def read_journal(path: str) -> tuple[list[EnvelopeTrace | LeaseTrace], int]:
+    """Every valid record of one journal, and how many lines were not valid records."""
+    events, bad = [], 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            event = parse_line(line)
+            if event is None:
+                bad += 1
+            else:
+                events.append(event)
+    return events, bad

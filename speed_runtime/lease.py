@@ -1,0 +1,158 @@
+"""Registry entries and lease arithmetic (wire contract §4). Pure: time is an argument."""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import SpeedError
+from .names import is_valid_name
+
+PROTOCOL = 1
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_HEARTBEAT_SECONDS = 5.0
+MAX_ENTRY_BYTES = 64 * 1024
+
+_KNOWN = ("name", "id", "pid", "host", "status", "startupTimestamp", "lastHeartbeat", "leaseSeconds",
+          "heartbeatSeconds", "protocol", "groups", "allow", "services", "runtime", "bootId",
+          "bootTimeHeartbeat")
+
+
+class BadEntryError(SpeedError):
+    """A registry entry cannot be parsed; readers treat it as stale and report it."""
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    name: str
+    id: str
+    last_heartbeat: float
+    pid: int = 0
+    host: str = ""
+    status: str = "online"
+    startup_timestamp: float = 0.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    protocol: int = PROTOCOL
+    groups: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+    runtime: str = ""
+    boot_id: str | None = None
+    boot_time_heartbeat: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def id_bytes(self) -> bytes:
+        return uuid.UUID(self.id).bytes
+
+    def renewed(self, now: float, boottime: float | None) -> "RegistryEntry":
+        return replace(self, last_heartbeat=now, boot_time_heartbeat=boottime)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        out.update({
+            "name": self.name, "id": self.id, "pid": self.pid, "host": self.host, "status": self.status,
+            "startupTimestamp": self.startup_timestamp, "lastHeartbeat": self.last_heartbeat,
+            "leaseSeconds": self.lease_seconds, "heartbeatSeconds": self.heartbeat_seconds,
+            "protocol": self.protocol, "groups": list(self.groups), "allow": list(self.allow),
+            "services": list(self.services), "runtime": self.runtime,
+        })
+        if self.boot_id is not None:
+            out["bootId"] = self.boot_id
+        if self.boot_time_heartbeat is not None:
+            out["bootTimeHeartbeat"] = self.boot_time_heartbeat
+        return out
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1, allow_nan=False).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "RegistryEntry":
+        if len(data) > MAX_ENTRY_BYTES:
+            raise BadEntryError(f"registry entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise BadEntryError("registry entry is not UTF-8 JSON") from None
+        return cls.from_dict(obj)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> "RegistryEntry":
+        if not isinstance(obj, dict):
+            raise BadEntryError("registry entry is not a JSON object")
+        name, ident, beat = obj.get("name"), obj.get("id"), obj.get("lastHeartbeat")
+        if not is_valid_name(name):
+            raise BadEntryError("registry entry lacks a valid 'name'")
+        try:
+            ident = str(uuid.UUID(str(ident)))
+        except ValueError:
+            raise BadEntryError(f"registry entry {name} lacks a valid 'id'") from None
+        if not _finite(beat):
+            raise BadEntryError(f"registry entry {name} lacks a numeric 'lastHeartbeat'")
+        return cls(
+            name=name, id=ident, last_heartbeat=float(beat),
+            pid=_int(obj.get("pid"), 0), host=_str(obj.get("host"), ""),
+            status=_str(obj.get("status"), "online"),
+            startup_timestamp=_num(obj.get("startupTimestamp"), 0.0),
+            lease_seconds=_num(obj.get("leaseSeconds"), DEFAULT_LEASE_SECONDS),
+            heartbeat_seconds=_num(obj.get("heartbeatSeconds"), DEFAULT_HEARTBEAT_SECONDS),
+            protocol=_int(obj.get("protocol"), PROTOCOL),
+            groups=_names(obj.get("groups")), allow=_names(obj.get("allow")),
+            services=_names(obj.get("services")), runtime=_str(obj.get("runtime"), ""),
+            boot_id=obj.get("bootId") if isinstance(obj.get("bootId"), str) else None,
+            boot_time_heartbeat=float(obj["bootTimeHeartbeat"]) if _finite(obj.get("bootTimeHeartbeat")) else None,
+            extra={k: v for k, v in obj.items() if k not in _KNOWN},
+        )
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _num(v: Any, default: float) -> float:
+    return float(v) if _finite(v) else default
+
+
+def _int(v: Any, default: int) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _str(v: Any, default: str) -> str:
+    return v if isinstance(v, str) else default
+
+
+def _names(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        return ()
+    return tuple(x for x in v if isinstance(x, str))
+
+
+def heartbeat_age(entry: RegistryEntry, now: float, boot_id: str | None = None,
+                  boottime_now: float | None = None) -> float:
+    """Seconds since the last renewal; on the same boot, measured on CLOCK_BOOTTIME (§4.1)."""
+    if (boot_id is not None and entry.boot_id == boot_id and entry.boot_time_heartbeat is not None
+            and boottime_now is not None):
+        return boottime_now - entry.boot_time_heartbeat
+    return now - entry.last_heartbeat
+
+
+def remaining(entry: RegistryEntry, now: float, boot_id: str | None = None,
+              boottime_now: float | None = None) -> float:
+    """Seconds of lease left (negative once stale)."""
+    return entry.lease_seconds - heartbeat_age(entry, now, boot_id, boottime_now)
+
+
+def is_stale(entry: RegistryEntry, now: float, boot_id: str | None = None,
+             boottime_now: float | None = None) -> bool:
+    return remaining(entry, now, boot_id, boottime_now) < 0
+
+
+def lease_state(entry: RegistryEntry, now: float, boot_id: str | None = None,
+                boottime_now: float | None = None) -> str:
+    """"online", "leaving" or "stale"."""
+    if is_stale(entry, now, boot_id, boottime_now):
+        return "stale"
+    return "leaving" if entry.status == "leaving" else "online"

@@ -1,0 +1,14 @@
+"""What an application receives."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    sender: str
+    data: Any          # JSON value, or bytes when the sender sent raw bytes
+    seq: int
+    timestamp_ms: int  # when the sender sealed it
+    size: int          # envelope file size in bytes

@@ -1,0 +1,93 @@
+"""JSON payloads of every envelope type (wire contract §5.2). Pure."""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from .envelope import EnvelopeType
+from .errors import SPC_ERROR_CODES, EnvelopeError
+
+_REQUIRED: dict[int, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    EnvelopeType.MESSAGE: (("data", object),),
+    EnvelopeType.SPC_REQUEST: (("requestId", str), ("service", str), ("arguments", object), ("callerNode", str)),
+    EnvelopeType.SPC_RESPONSE: (("requestId", str), ("status", str)),
+    EnvelopeType.EVENT: (("event", str),),
+    EnvelopeType.HEARTBEAT: (("reply", bool),),
+    EnvelopeType.ERROR: (("errorCode", str), ("errorMessage", str)),
+    EnvelopeType.ACK: (("ackSeq", int),),
+    EnvelopeType.DISCOVERY: (),
+}
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def decode_payload(data: bytes, etype: int) -> dict[str, Any]:
+    """Parse and validate a payload; anything wrong raises EnvelopeError('bad_payload')."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise EnvelopeError("bad_payload", "the payload is not UTF-8 JSON") from None
+    if not isinstance(obj, dict):
+        raise EnvelopeError("bad_payload", "the payload is not a JSON object")
+    for field in ("from", "to"):
+        if not isinstance(obj.get(field), str):
+            raise EnvelopeError("bad_payload", f"the payload lacks a string {field!r}")
+    for field, kind in _REQUIRED.get(etype, ()):
+        if field not in obj or (kind is not object and not _is(obj[field], kind)):
+            raise EnvelopeError("bad_payload", f"a {EnvelopeType(etype).name} payload needs {field!r}")
+    if etype == EnvelopeType.SPC_RESPONSE:
+        status = obj["status"]
+        if status == "ERROR":
+            if obj.get("errorCode") not in SPC_ERROR_CODES or not isinstance(obj.get("errorMessage", ""), str):
+                raise EnvelopeError("bad_payload", "an ERROR response needs a standard errorCode")
+        elif status != "SUCCESS" or "result" not in obj:
+            raise EnvelopeError("bad_payload", "a response is SUCCESS with a result or ERROR with a code")
+    if etype == EnvelopeType.SPC_REQUEST and obj["callerNode"] != obj["from"]:
+        raise EnvelopeError("bad_payload", "callerNode differs from the sender")
+    return obj
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, kind)
+
+
+def message(sender: str, target: str, data: Any) -> dict[str, Any]:
+    if isinstance(data, (bytes, bytearray)):
+        return {"from": sender, "to": target, "data": base64.b64encode(bytes(data)).decode("ascii"),
+                "encoding": "base64"}
+    return {"from": sender, "to": target, "data": data}
+
+
+def spc_request(sender: str, target: str, request_id: str, service: str, arguments: Any,
+                timeout_ms: int | None) -> dict[str, Any]:
+    payload = {"from": sender, "to": target, "requestId": request_id, "service": service,
+               "arguments": arguments, "callerNode": sender}
+    if timeout_ms is not None:
+        payload["timeoutMs"] = timeout_ms
+    return payload
+
+
+def spc_success(sender: str, target: str, request_id: str, result: Any) -> dict[str, Any]:
+    return {"from": sender, "to": target, "requestId": request_id, "status": "SUCCESS", "result": result}
+
+
+def spc_failure(sender: str, target: str, request_id: str, code: str, text: str) -> dict[str, Any]:
+    return {"from": sender, "to": target, "requestId": request_id, "status": "ERROR",
+            "errorCode": code, "errorMessage": text}
+
+
+def ack(sender: str, target: str, seq: int) -> dict[str, Any]:
+    return {"from": sender, "to": target, "ackSeq": seq}
+
+
+def event(sender: str, target: str, name: str) -> dict[str, Any]:
+    return {"from": sender, "to": target, "event": name}
+
+
+def heartbeat(sender: str, target: str, reply: bool) -> dict[str, Any]:
+    return {"from": sender, "to": target, "reply": reply}
