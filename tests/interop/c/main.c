@@ -7,6 +7,9 @@
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
  *                     [--timeout-ms N]
  *   speed_c_node kat VECTORFILE
+ *
+ * The node command also reads commands on stdin (send, send-confirm, call, probe; see
+ * run_command) so that tests can drive a long-running C node.
  */
 #define _GNU_SOURCE
 #include "json.h"
@@ -14,9 +17,11 @@
 #include "node.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -144,6 +149,118 @@ static int start_node(node_t *n, const options *o, FILE *events)
     return node_register(n);
 }
 
+/* ---------- stdin commands of the node command ----------
+ * One command per line; JSON is the rest of the line:
+ *   send TARGET JSON            MESSAGE          -> {"event":"sent","to":T,"seq":N}
+ *   send-confirm TARGET JSON    MESSAGE with ACK -> sent, later {"event":"ack",...}
+ *   call TAG TARGET SERVICE JSON                 -> later {"event":"result","id":TAG,...}
+ *                                                   or {"event":"call_error","id":TAG,...}
+ *   probe TARGET                HEARTBEAT probe  -> later {"event":"heartbeat_reply",...}
+ * Errors of a command are reported as {"event":"command_error","error":"..."}. */
+
+static char stdin_buf[4u << 20];
+static size_t stdin_len;
+
+static void command_error(node_t *n, const char *fmt, const char *arg)
+{
+    char *msg = xasprintf(fmt, arg);
+    jval *l = json_obj();
+    json_set(l, "event", json_str("command_error"));
+    json_set(l, "error", json_str(msg));
+    node_emit(n->events, l);
+    free(msg);
+}
+
+/* Splits the next space-separated word off *line. */
+static char *next_word(char **line)
+{
+    char *w = *line;
+    if (!w || !*w)
+        return NULL;
+    char *sp = strchr(w, ' ');
+    if (sp) {
+        *sp = '\0';
+        *line = sp + 1;
+    } else {
+        *line = w + strlen(w);
+    }
+    return w;
+}
+
+static void run_command(node_t *n, char *line)
+{
+    char *rest = line;
+    char *cmd = next_word(&rest);
+    if (!cmd)
+        return;
+    if (strcmp(cmd, "send") == 0 || strcmp(cmd, "send-confirm") == 0 ||
+        strcmp(cmd, "probe") == 0) {
+        char *target = next_word(&rest);
+        int probe = strcmp(cmd, "probe") == 0;
+        jval *data = probe ? json_bool(0) : json_parse(rest, strlen(rest), NULL, 0);
+        if (!target || !data) {
+            command_error(n, "usage: %s TARGET JSON", cmd);
+            json_free(data);
+            return;
+        }
+        jval *p = json_obj();
+        json_set(p, "from", json_str(n->name));
+        json_set(p, "to", json_str(target));
+        json_set(p, probe ? "reply" : "data", data);
+        char err[512] = "";
+        uint64_t seq = 0;
+        int ack = strcmp(cmd, "send-confirm") == 0;
+        deliver_result r = node_deliver(n, target, probe ? ENV_HEARTBEAT : ENV_MESSAGE,
+                                        ack ? ENV_FLAG_ACK : 0, p, &seq, err, sizeof err);
+        json_free(p);
+        jval *l = json_obj();
+        if (r == DELIVER_OK) {
+            json_set(l, "event", json_str("sent"));
+            json_set(l, "to", json_str(target));
+            json_set(l, "seq", json_int((int64_t)seq));
+        } else {
+            json_set(l, "event", json_str("send_error"));
+            json_set(l, "to", json_str(target));
+            json_set(l, "errorCode", json_str(r == DELIVER_ACCESS_DENIED ? "ACCESS_DENIED"
+                                              : r == DELIVER_UNAVAILABLE ? "UNAVAILABLE"
+                                                                          : "DELIVERY_FAILED"));
+            json_set(l, "errorMessage", json_str(err));
+        }
+        node_emit(n->events, l);
+    } else if (strcmp(cmd, "call") == 0) {
+        char *tag = next_word(&rest), *target = next_word(&rest), *service = next_word(&rest);
+        jval *args = rest ? json_parse(rest, strlen(rest), NULL, 0) : NULL;
+        if (!tag || !target || !service || !args)
+            command_error(n, "usage: %s TAG TARGET SERVICE JSON", cmd);
+        else
+            node_call_async(n, tag, target, service, args, 10000);
+        json_free(args);
+    } else {
+        command_error(n, "unknown command '%s'", cmd);
+    }
+}
+
+static void on_stdin(node_t *n)
+{
+    ssize_t r = read(n->extra_fd, stdin_buf + stdin_len, sizeof stdin_buf - 1 - stdin_len);
+    if (r <= 0) {
+        if (r == 0 || (errno != EINTR && errno != EAGAIN))
+            n->extra_fd = -1; /* EOF: keep running until a signal */
+        return;
+    }
+    stdin_len += (size_t)r;
+    char *start = stdin_buf, *nl;
+    while ((nl = memchr(start, '\n', stdin_len - (size_t)(start - stdin_buf))) != NULL) {
+        *nl = '\0';
+        run_command(n, start);
+        start = nl + 1;
+    }
+    stdin_len -= (size_t)(start - stdin_buf);
+    memmove(stdin_buf, start, stdin_len);
+    if (stdin_len == sizeof stdin_buf - 1) /* an over-long line: drop it */
+        stdin_len = 0;
+}
+
 static int cmd_node(const options *o)
 {
     node_t n;
@@ -151,6 +268,8 @@ static int cmd_node(const options *o)
         node_free(&n);
         return 1;
     }
+    n.extra_fd = STDIN_FILENO;
+    n.on_extra = on_stdin;
     printf("ready %s id=%s\n", n.name, n.id);
     fflush(stdout);
     while (!g_stop && !n.lost)

@@ -117,6 +117,7 @@ int node_init(node_t *n, const char *root, const char *keyfile, const char *name
 {
     memset(n, 0, sizeof *n);
     n->inotify_fd = -1;
+    n->extra_fd = -1;
     n->lease_seconds = 30;
     n->heartbeat_seconds = 5;
     n->max_payload = ENV_DEFAULT_MAX_PAYLOAD;
@@ -197,6 +198,9 @@ void node_free(node_t *n)
     free(n->peers);
     free(n->nonces);
     free(n->ids);
+    for (size_t i = 0; i < n->ncalls; i++)
+        free(n->calls[i].tag);
+    free(n->calls);
     free(n->root);
     free(n->name);
     free(n->inbox_path);
@@ -523,7 +527,7 @@ out:
 
 /* ---------- reception (section 5.5) ---------- */
 
-static void emit(FILE *f, jval *line)
+void node_emit(FILE *f, jval *line)
 {
     char *text = json_dump(line, NULL);
     fprintf(f, "%s\n", text);
@@ -538,11 +542,11 @@ static void report_rejected(node_t *n, const char *file, const char *reason)
     json_set(l, "event", json_str("rejected"));
     json_set(l, "file", json_str(file));
     json_set(l, "reason", json_str(reason));
-    emit(n->events, l);
+    node_emit(n->events, l);
 }
 
 /* Diagnostics that are not part of the stdout contract go to stderr as JSON lines. */
-static void report_info(jval *line) { emit(stderr, line); }
+static void report_info(jval *line) { node_emit(stderr, line); }
 
 /* 1 if src is the id of from's registry entry (cached; re-read when the cache disagrees). */
 static int sender_id_matches(node_t *n, const char *from, const uint8_t src[16])
@@ -719,6 +723,73 @@ static void handle_spc_request(node_t *n, const char *from, const jval *p)
     json_free(resp);
 }
 
+/* ---------- asynchronous calls ---------- */
+
+static void call_finished(node_t *n, size_t i, const jval *resp, const char *code,
+                          const char *msg)
+{
+    jval *l = json_obj();
+    const char *status = resp ? json_get_str(resp, "status") : NULL;
+    if (status && strcmp(status, "SUCCESS") == 0) {
+        const jval *result = json_get(resp, "result");
+        json_set(l, "event", json_str("result"));
+        json_set(l, "id", json_str(n->calls[i].tag));
+        json_set(l, "result", result ? json_clone(result) : json_null());
+    } else {
+        if (resp) {
+            code = json_get_str(resp, "errorCode");
+            msg = json_get_str(resp, "errorMessage");
+        }
+        json_set(l, "event", json_str("call_error"));
+        json_set(l, "id", json_str(n->calls[i].tag));
+        json_set(l, "errorCode", json_str(code ? code : "INTERNAL_ERROR"));
+        json_set(l, "errorMessage", json_str(msg ? msg : ""));
+    }
+    node_emit(n->events, l);
+    free(n->calls[i].tag);
+    n->calls[i] = n->calls[--n->ncalls];
+}
+
+void node_call_async(node_t *n, const char *tag, const char *target, const char *service,
+                     const jval *args, long timeout_ms)
+{
+    n->calls = xrealloc(n->calls, (n->ncalls + 1) * sizeof *n->calls);
+    pending_call *c = &n->calls[n->ncalls++];
+    uuid_v4(c->request_id);
+    c->tag = xstrdup(tag);
+    c->deadline_ms = now_mono_ms() + timeout_ms;
+    jval *req = base_payload(n, target);
+    json_set(req, "requestId", json_str(c->request_id));
+    json_set(req, "service", json_str(service));
+    json_set(req, "arguments", json_clone(args));
+    json_set(req, "callerNode", json_str(n->name));
+    json_set(req, "timeoutMs", json_int(timeout_ms));
+    char err[512] = "";
+    deliver_result r;
+    if (!node_allows(n, target)) { /* the response could never come back */
+        r = DELIVER_ACCESS_DENIED;
+        snprintf(err, sizeof err, "ACCESS_DENIED: %s does not allow %s, so the response "
+                 "could not be delivered; grant it first", n->name, target);
+    } else {
+        r = node_deliver(n, target, ENV_SPC_REQUEST, 0, req, NULL, err, sizeof err);
+    }
+    json_free(req);
+    if (r != DELIVER_OK)
+        call_finished(n, n->ncalls - 1, NULL,
+                      r == DELIVER_ACCESS_DENIED ? "ACCESS_DENIED"
+                      : r == DELIVER_UNAVAILABLE ? "UNAVAILABLE"
+                                                 : "DELIVERY_FAILED",
+                      err);
+}
+
+static void expire_calls(node_t *n)
+{
+    int64_t now = now_mono_ms();
+    for (size_t i = n->ncalls; i-- > 0;)
+        if (now >= n->calls[i].deadline_ms)
+            call_finished(n, i, NULL, "TIMEOUT", "no response within the timeout");
+}
+
 /* ---------- dispatch ---------- */
 
 static void dispatch(node_t *n, const env_header *h, const char *from, jval *p)
@@ -734,7 +805,7 @@ static void dispatch(node_t *n, const env_header *h, const char *from, jval *p)
         const char *enc = json_get_str(p, "encoding");
         if (enc)
             json_set(l, "encoding", json_str(enc));
-        emit(n->events, l);
+        node_emit(n->events, l);
         if (h->flags & ENV_FLAG_ACK) {
             jval *ack = base_payload(n, from);
             json_set(ack, "ackSeq", json_int((int64_t)h->sequence));
@@ -748,8 +819,13 @@ static void dispatch(node_t *n, const env_header *h, const char *from, jval *p)
         break;
     case ENV_SPC_RESPONSE: {
         const char *rid = json_get_str(p, "requestId");
+        size_t i = 0;
+        while (i < n->ncalls && strcmp(n->calls[i].request_id, rid) != 0)
+            i++;
         if (n->wait_request_id && !n->response && strcmp(rid, n->wait_request_id) == 0) {
             n->response = json_clone(p);
+        } else if (i < n->ncalls) {
+            call_finished(n, i, p, NULL, NULL);
         } else {
             jval *l = json_obj();
             json_set(l, "event", json_str("late_response"));
@@ -764,6 +840,11 @@ static void dispatch(node_t *n, const env_header *h, const char *from, jval *p)
         json_get_u64(p, "ackSeq", &ack);
         if (n->wait_ack_from && strcmp(from, n->wait_ack_from) == 0 && ack == n->wait_ack_seq)
             n->got_ack = 1;
+        jval *l = json_obj();
+        json_set(l, "event", json_str("ack"));
+        json_set(l, "from", json_str(from));
+        json_set(l, "ackSeq", json_int((int64_t)ack));
+        node_emit(n->events, l);
         break;
     }
     case ENV_HEARTBEAT: {
@@ -773,6 +854,11 @@ static void dispatch(node_t *n, const env_header *h, const char *from, jval *p)
             json_set(r, "reply", json_bool(1));
             node_deliver(n, from, ENV_HEARTBEAT, 0, r, NULL, err, sizeof err);
             json_free(r);
+        } else {
+            jval *l = json_obj();
+            json_set(l, "event", json_str("heartbeat_reply"));
+            json_set(l, "from", json_str(from));
+            node_emit(n->events, l);
         }
         break;
     }
@@ -952,17 +1038,19 @@ void node_step(node_t *n, int wait_ms)
         timeout = until_hb < 0 ? 0 : (int)until_hb;
     if (timeout < 0)
         timeout = 0;
-    struct pollfd pfd = {n->inotify_fd, POLLIN, 0};
+    struct pollfd pfd[2] = {{n->inotify_fd, POLLIN, 0}, {n->extra_fd, POLLIN, 0}};
     struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
     if (!g_stop) {
-        int r = ppoll(n->inotify_fd >= 0 ? &pfd : NULL, n->inotify_fd >= 0 ? 1 : 0, &ts,
-                      &g_wait_mask);
-        if (r > 0 && (pfd.revents & POLLIN)) {
+        int r = ppoll(pfd, 2, &ts, &g_wait_mask); /* negative fds are ignored */
+        if (r > 0 && (pfd[0].revents & POLLIN)) {
             char buf[8192]; /* events are only hints: drain them, then rescan */
             while (read(n->inotify_fd, buf, sizeof buf) > 0) {
             }
         }
+        if (r > 0 && pfd[1].revents && n->on_extra)
+            n->on_extra(n);
     }
+    expire_calls(n);
     if (n->registered && now_mono_ms() >= n->next_heartbeat_ms)
         node_renew(n);
     node_scan_inbox(n);

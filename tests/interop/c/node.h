@@ -39,6 +39,14 @@ typedef struct {
 } id_cache_entry;
 
 typedef struct {
+    char request_id[UUID_TEXT_LEN + 1];
+    char *tag; /* the caller's label, echoed in the result line */
+    int64_t deadline_ms;
+} pending_call;
+
+typedef struct node node_t;
+
+struct node {
     /* configuration */
     char *root, *name;
     uint8_t key[ENV_KEY_LEN];
@@ -80,7 +88,15 @@ typedef struct {
     const char *wait_ack_from;
     uint64_t wait_ack_seq;
     int got_ack;
-} node_t;
+
+    /* asynchronous calls of the interactive node command */
+    pending_call *calls;
+    size_t ncalls;
+
+    /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
+    int extra_fd;
+    void (*on_extra)(node_t *n);
+};
 
 typedef enum {
     DELIVER_OK = 0,
@@ -107,6 +123,14 @@ void node_free(node_t *n);
 /* Delivers payload (a JSON object that already holds from/to) to target. */
 deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t flags,
                             const jval *payload, uint64_t *seq_out, char *err, size_t errlen);
+
+/* Sends an SPC_REQUEST and returns at once; the outcome is printed later on n->events as
+ * {"event":"result","id":TAG,"result":...} or {"event":"call_error","id":TAG,
+ * "errorCode":...,"errorMessage":...} (TIMEOUT after timeout_ms). */
+void node_call_async(node_t *n, const char *tag, const char *target, const char *service,
+                     const jval *args, long timeout_ms);
+/* Prints one JSON line on f and frees it. */
+void node_emit(FILE *f, jval *line);
 
 /* Waits up to wait_ms for inbox activity (or a signal), renews the lease when due, and
  * processes every file in the inbox. */
