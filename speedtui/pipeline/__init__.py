@@ -1,0 +1,15 @@
+"""Trace analytics for SPEED journals: Spark job, pure-Python reference, simulator, CLI.
+
+Public API (pyspark is imported lazily, only when the Spark job runs)::
+
+    from speedtui.pipeline import run_pipeline, PipelineError, JavaMissingError
+    summary = run_pipeline(["/dev/shm/speed/speed_traces"], "./speed-report",
+                           since=None, until=None, progress=lambda frac, text: ...)
+
+See docs/ANALYTICS.md.
+"""
+from .job import (JavaMissingError, PipelineError, SUMMARY_SCHEMA, TABLES, check_java,
+                  format_summary, parse_time, run_pipeline)
+
+__all__ = ["run_pipeline", "PipelineError", "JavaMissingError", "SUMMARY_SCHEMA", "TABLES",
+           "check_java", "format_summary", "parse_time"]

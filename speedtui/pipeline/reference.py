@@ -1,0 +1,408 @@
+"""Single-process pure-Python version of the trace analytics (exact percentiles).
+
+It gives the same tables and summary as the Spark job (job.py) for local files; the benchmark
+times both on the same journals and the tests cross-check them. Line validity follows what
+Spark's from_json does with the job's schema and options (see docs/ANALYTICS.md), so that both
+count the same malformed lines.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from typing import Any, Iterable
+
+from .job import (BURST_THRESHOLD, ERROR_CODES, GRACEFUL_EVENTS, MAX_TS, PERCENTILE_ACCURACY,
+                  SELF_EVENTS, SUMMARY_TOP, TERMINAL_EVENTS, PipelineError, build_summary,
+                  choose_bucket, parse_time, reason_label)
+
+_STR = ("kind", "node", "dir", "peer", "type", "outcome", "reason", "requestId", "service",
+        "status", "errorCode", "subject", "event")
+_LONG = ("seq", "size")
+_DBL = ("ts", "latencyMs")
+_WS = " \t\r\n"
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"non-numeric number {name}")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _as_str(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _as_long(v: Any) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63):
+        return v
+    return None
+
+
+def _as_double(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def parse_line(line: str) -> dict | None:
+    """The record of one journal line (all known fields, None when absent), or None if the line
+    is malformed. kind defaults to "envelope"."""
+    s = line.lstrip(_WS)
+    try:
+        obj, _ = _DECODER.raw_decode(s)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    g = obj.get
+    ts = _as_double(g("ts"))
+    node = _as_str(g("node"))
+    if ts is None or node is None or not (0 <= ts < MAX_TS):
+        return None
+    kind = _as_str(g("kind"))
+    rec = {"ts": ts, "node": node}
+    if kind is None or kind == "envelope":
+        rec["kind"] = "envelope"
+        for k in ("dir", "peer", "type", "outcome"):
+            v = _as_str(g(k))
+            if v is None:
+                return None
+            rec[k] = v
+        for k in ("reason", "requestId", "service", "status", "errorCode"):
+            rec[k] = _as_str(g(k))
+        rec["seq"] = _as_long(g("seq"))
+        rec["size"] = _as_long(g("size"))
+        rec["latencyMs"] = _as_double(g("latencyMs"))
+        return rec
+    if kind == "lease":
+        rec["kind"] = "lease"
+        subject, event = _as_str(g("subject")), _as_str(g("event"))
+        if subject is None or event is None:
+            return None
+        rec["subject"], rec["event"] = subject, event
+        return rec
+    return None
+
+
+def iter_files(inputs: Iterable[str]) -> list[str]:
+    files = []
+    for p in inputs:
+        p = p[len("file://"):] if p.startswith("file://") else p
+        if os.path.isdir(p):
+            for name in sorted(os.listdir(p)):
+                full = os.path.join(p, name)
+                if not name.startswith((".", "_")) and os.path.isfile(full):
+                    files.append(full)
+        elif os.path.exists(p):
+            files.append(p)
+        else:
+            raise PipelineError(f"trace path {os.path.abspath(p)} does not exist.")
+    return files
+
+
+def _open(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, "r", encoding="utf-8", errors="replace", buffering=1 << 20)
+
+
+def _pct(sorted_vals: list[float], p: float) -> float | None:
+    n = len(sorted_vals)
+    if not n:
+        return None
+    return sorted_vals[max(0, math.ceil(p * n) - 1)]
+
+
+def analyze(inputs: list[str], since: float | None = None, until: float | None = None, *,
+            burst_threshold: int = BURST_THRESHOLD) -> dict:
+    """Returns {"summary": dict, "tables": {name: [row dicts]}} like the Spark job's output."""
+    since, until = parse_time(since), parse_time(until)
+    files = iter_files(inputs)
+    lines = malformed = valid = 0
+    recs_in = env_recs = lease_recs = sent_n = sent_bytes = accepted = rejected = 0
+    first_ts = last_ts = None
+    nodes: set[str] = set()
+    traffic: dict[tuple, list] = defaultdict(lambda: [0, 0])
+    top: dict[tuple, list] = {}
+    calls: dict[tuple, list] = {}
+    security: dict[tuple, list] = {}
+    lease_events: dict[str, list] = defaultdict(list)
+    noid = 0
+    parse = parse_line
+    for path in files:
+        with _open(path) as fh:
+            for line in fh:
+                lines += 1
+                rec = parse(line.rstrip("\r\n"))
+                if rec is None:
+                    malformed += 1
+                    continue
+                valid += 1
+                ts = rec["ts"]
+                if (since is not None and ts < since) or (until is not None and ts >= until):
+                    continue
+                recs_in += 1
+                if first_ts is None or ts < first_ts:
+                    first_ts = ts
+                if last_ts is None or ts > last_ts:
+                    last_ts = ts
+                node = rec["node"]
+                nodes.add(node)
+                if rec["kind"] == "lease":
+                    lease_recs += 1
+                    ev = rec["event"]
+                    prio = 0 if ev in TERMINAL_EVENTS else (
+                        2 if ev in ("registered", "reclaimed", "observed_join") else 1)
+                    lease_events[rec["subject"]].append((ts, prio, node, ev))
+                    continue
+                env_recs += 1
+                d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
+                minute = int(math.floor(ts / 60)) * 60
+                if d == "out" and outcome == "sent":
+                    size = rec["size"] or 0
+                    sent_n += 1
+                    sent_bytes += size
+                    t = traffic[(node, peer, typ, minute)]
+                    t[0] += 1
+                    t[1] += size
+                    tt = top.get((node, peer))
+                    if tt is None:
+                        tt = top[(node, peer)] = [0, 0, 0, 0, ts, ts]
+                    tt[0] += 1
+                    tt[1] += size
+                    if typ == "MESSAGE":
+                        tt[2] += 1
+                    elif typ == "SPC_REQUEST":
+                        tt[3] += 1
+                    if ts < tt[4]:
+                        tt[4] = ts
+                    if ts > tt[5]:
+                        tt[5] = ts
+                    if typ == "SPC_REQUEST":
+                        rid = rec["requestId"]
+                        if rid is None:
+                            noid += 1
+                            rid = ("\0row", noid)
+                        c = calls.get((node, peer, rid))
+                        if c is None:
+                            c = calls[(node, peer, rid)] = [None, None, 0, 0, None]
+                        svc = rec["service"]
+                        if svc is not None and (c[0] is None or svc > c[0]):
+                            c[0] = svc
+                        c[2] = 1
+                elif d == "in" and outcome == "accepted":
+                    accepted += 1
+                    if typ == "SPC_RESPONSE":
+                        rid = rec["requestId"]
+                        if rid is None:
+                            noid += 1
+                            rid = ("\0row", noid)
+                        c = calls.get((node, peer, rid))
+                        if c is None:
+                            c = calls[(node, peer, rid)] = [None, None, 0, 0, None]
+                        svc = rec["service"]
+                        if svc is not None and (c[1] is None or svc > c[1]):
+                            c[1] = svc
+                        c[3] = 1
+                        if c[4] is None or ts < c[4][0]:
+                            c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
+                elif d == "in" and outcome == "rejected":
+                    rejected += 1
+                    reason = rec["reason"] if rec["reason"] is not None else "unknown"
+                    s = security.get((node, reason, minute))
+                    if s is None:
+                        s = security[(node, reason, minute)] = [0, set(), ts, ts]
+                    s[0] += 1
+                    s[1].add(peer)
+                    if ts < s[2]:
+                        s[2] = ts
+                    if ts > s[3]:
+                        s[3] = ts
+
+    win_start = since if since is not None else first_ts
+    win_end = until if until is not None else last_ts
+    tables: dict[str, list] = {}
+    tables["traffic"] = [{"source": k[0], "target": k[1], "type": k[2], "minute": k[3],
+                          "envelopes": v[0], "bytes": v[1]}
+                         for k, v in sorted(traffic.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2]))]
+    tops = sorted(top.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0][0], kv[0][1]))
+    tables["top_talkers"] = [{"source": k[0], "target": k[1], "envelopes": v[0], "bytes": v[1],
+                              "messages": v[2], "spc_requests": v[3], "first_ts": v[4], "last_ts": v[5],
+                              "rank": i + 1} for i, (k, v) in enumerate(tops)]
+    # spc
+    groups: dict[tuple, dict] = {}
+    for (caller, target, _rid), (rs, ps, _has_req, answered, resp) in calls.items():
+        service = rs if rs is not None else (ps if ps is not None else "(unknown)")
+        g = groups.get((target, service))
+        if g is None:
+            g = groups[(target, service)] = {"calls": 0, "answered": 0, "successes": 0, "errors": 0,
+                                             "no_response": 0, "codes": defaultdict(int), "lat": []}
+        g["calls"] += 1
+        if answered:
+            g["answered"] += 1
+            _, status, code, lat = resp
+            if status == "SUCCESS":
+                g["successes"] += 1
+            else:
+                g["errors"] += 1
+                code = code if code is not None else "UNKNOWN"
+                g["codes"][code if code in ERROR_CODES else "OTHER"] += 1
+            if lat is not None:
+                g["lat"].append(lat)
+        else:
+            g["no_response"] += 1
+    spc = []
+    for (target, service), g in sorted(groups.items()):
+        lat = sorted(g["lat"])
+        row = {"target": target, "service": service, "calls": g["calls"], "answered": g["answered"],
+               "successes": g["successes"], "errors": g["errors"], "no_response": g["no_response"]}
+        for ec in ERROR_CODES + ("OTHER",):
+            row[f"err_{ec}"] = g["codes"].get(ec, 0)
+        row.update({"latency_count": len(lat),
+                    "latency_mean_ms": (sum(lat) / len(lat)) if lat else None,
+                    "latency_max_ms": lat[-1] if lat else None,
+                    "success_rate": g["successes"] / g["calls"],
+                    "latency_p50_ms": _pct(lat, 0.5), "latency_p95_ms": _pct(lat, 0.95),
+                    "latency_p99_ms": _pct(lat, 0.99)})
+        spc.append(row)
+    tables["spc"] = spc
+    tables["security"] = [{"node": k[0], "reason": k[1], "minute": k[2], "rejections": v[0],
+                           "peers": len(v[1]), "peers_sample": sorted(v[1])[:5],
+                           "first_ts": v[2], "last_ts": v[3], "burst": v[0] >= burst_threshold,
+                           "label": reason_label(None if k[1] == "unknown" else k[1])}
+                          for k, v in sorted(security.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1]))]
+    tables["availability"] = availability(lease_events, win_start, win_end)
+
+    totals = {"lines": lines, "malformed": malformed, "valid": valid, "records": recs_in,
+              "envelope_records": env_recs, "lease_records": lease_recs, "envelopes_sent": sent_n,
+              "bytes_sent": sent_bytes, "accepted": accepted, "rejected": rejected, "nodes": len(nodes),
+              "filtered_out": valid - recs_in}
+    bucket = choose_bucket(win_start, win_end)
+    tb: dict[int, list] = defaultdict(lambda: [0, 0])
+    for r in tables["traffic"]:
+        b = tb[(r["minute"] // bucket) * bucket]
+        b[0] += r["envelopes"]
+        b[1] += r["bytes"]
+    rb: dict[tuple, int] = defaultdict(int)
+    by_reason: dict[str, int] = defaultdict(int)
+    for r in tables["security"]:
+        rb[((r["minute"] // bucket) * bucket, r["reason"])] += r["rejections"]
+        by_reason[r["reason"]] += r["rejections"]
+    bursts = sorted((r for r in tables["security"] if r["burst"]),
+                    key=lambda r: (-r["rejections"], r["minute"], r["node"], r["reason"]))[:20]
+    summary = build_summary(
+        inputs=[os.path.abspath(p) for p in inputs], out_dir=None, since=since, until=until,
+        totals=totals, first_ts=first_ts, last_ts=last_ts, bucket=bucket,
+        traffic_buckets=[(t, v[0], v[1]) for t, v in sorted(tb.items())],
+        rejection_buckets=[(k[0], k[1], v) for k, v in sorted(rb.items())],
+        bursts=bursts, by_reason=dict(by_reason), spc=spc, top=tables["top_talkers"][:SUMMARY_TOP],
+        availability=tables["availability"], burst_threshold=burst_threshold,
+        accuracy=PERCENTILE_ACCURACY, engine="reference")
+    return {"summary": summary, "tables": tables}
+
+
+def availability(lease_events: dict[str, list], win_start: float | None,
+                 win_end: float | None) -> list[dict]:
+    """Per-node availability from lease events {subject: [(ts, prio, writer, event)]}; the same
+    session rules as the Spark job (docs/ANALYTICS.md, "availability")."""
+    out = []
+    window = (win_end - win_start) if (win_start is not None and win_end is not None) else None
+    for subject in sorted(lease_events):
+        evs = sorted(lease_events[subject])
+        has_self = any(w == subject and e in SELF_EVENTS for _, _, w, e in evs)
+        sessions: dict[int, dict] = {}
+        sid = 0
+        prev = None
+        for ts, prio, writer, ev in evs:
+            is_self = writer == subject
+            if has_self:
+                start = is_self and ev in ("registered", "reclaimed")
+            else:
+                start = ev == "observed_join" and (prev is None or prev in TERMINAL_EVENTS)
+            prev = ev
+            if start:
+                sid += 1
+            s = sessions.get(sid)
+            if s is None:
+                s = sessions[sid] = {"start": None, "term": None, "self_evt": False, "lost": 0,
+                                     "late": 0, "first": ts, "last": ts}
+            if start and s["start"] is None:
+                s["start"] = ts
+            if ev in TERMINAL_EVENTS:
+                key = (ts, prio, writer, ev)
+                if s["term"] is None or key < s["term"]:
+                    s["term"] = key
+            if is_self and ev in ("renewed_late", "lost"):
+                s["self_evt"] = True
+            if is_self and ev == "lost":
+                s["lost"] += 1
+            if is_self and ev == "renewed_late":
+                s["late"] += 1
+            s["first"] = min(s["first"], ts)
+            s["last"] = max(s["last"], ts)
+        ids = sorted(sessions)
+        n = online = crashes = graceful = lost = late = 0
+        last_kind = None
+        for i, k in enumerate(ids):
+            s = sessions[k]
+            lost += s["lost"]
+            late += s["late"]
+            nxt = sessions[ids[i + 1]]["start"] if i + 1 < len(ids) else None
+            exists = k > 0 or s["term"] is not None or s["self_evt"]
+            if not exists:
+                continue
+            start = s["start"] if s["start"] is not None else win_start
+            if s["term"] is not None:
+                end, kind = s["term"][0], ("graceful" if s["term"][3] in GRACEFUL_EVENTS else "crash")
+            elif nxt is not None:
+                end, kind = nxt, "crash"
+            else:
+                end, kind = win_end, "open"
+            n += 1
+            online += max(0.0, end - start)
+            crashes += kind == "crash"
+            graceful += kind == "graceful"
+            last_kind = kind
+        out.append({"node": subject, "online_seconds": float(online), "window_seconds": window,
+                    "availability": (min(1.0, online / window) if window else None),
+                    "sessions": n, "restarts": max(n - 1, 0), "crashes": crashes,
+                    "graceful_departures": graceful, "lost_leases": lost, "late_renewals": late,
+                    "online_at_end": last_kind == "open",
+                    "first_ts": evs[0][0], "last_ts": max(e[0] for e in evs)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience
+    import argparse
+    ap = argparse.ArgumentParser(description="pure-Python trace analytics (reference)")
+    ap.add_argument("--traces", nargs="+", required=True)
+    ap.add_argument("--since")
+    ap.add_argument("--until")
+    a = ap.parse_args(argv)
+    t = time.time()
+    res = analyze(a.traces, a.since, a.until)
+    print(json.dumps(res["summary"], indent=1))
+    print(f"{time.time() - t:.2f}s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
