@@ -548,29 +548,54 @@ static void report_rejected(node_t *n, const char *file, const char *reason)
 /* Diagnostics that are not part of the stdout contract go to stderr as JSON lines. */
 static void report_info(jval *line) { node_emit(stderr, line); }
 
-/* 1 if src is the id of from's registry entry (cached; re-read when the cache disagrees). */
-static int sender_id_matches(node_t *n, const char *from, const uint8_t src[16])
+static id_cache_entry *id_cache_find(node_t *n, const char *name)
 {
-    id_cache_entry *c = NULL;
     for (size_t i = 0; i < n->nids; i++)
-        if (strcmp(n->ids[i].name, from) == 0)
-            c = &n->ids[i];
-    if (c && memcmp(c->id, src, 16) == 0)
-        return 1;
+        if (strcmp(n->ids[i].name, name) == 0)
+            return &n->ids[i];
+    return NULL;
+}
+
+/* Reads name's registry entry into the id cache; a missing entry leaves the cache as is,
+ * so that a peer's last envelopes (its leave EVENT) still verify after it deregistered. */
+static id_cache_entry *id_cache_refresh(node_t *n, const char *name)
+{
     int exists = 0;
-    jval *e = registry_read(n->root, from, &exists);
+    jval *e = registry_read(n->root, name, &exists);
     uint8_t id[16];
     int ok = e && uuid_parse(json_get_str(e, "id"), id) == 0;
     json_free(e);
     if (!ok)
-        return 0;
+        return NULL;
+    id_cache_entry *c = id_cache_find(n, name);
     if (!c) {
         n->ids = xrealloc(n->ids, (n->nids + 1) * sizeof *n->ids);
         c = &n->ids[n->nids++];
-        snprintf(c->name, sizeof c->name, "%s", from);
+        snprintf(c->name, sizeof c->name, "%s", name);
     }
     memcpy(c->id, id, 16);
-    return memcmp(id, src, 16) == 0;
+    return c;
+}
+
+/* Called about once a second: learn the current ids of the peers we accept files from. */
+static void refresh_peer_ids(node_t *n)
+{
+    int64_t now = now_mono_ms();
+    if (now < n->next_id_refresh_ms)
+        return;
+    n->next_id_refresh_ms = now + RESCAN_INTERVAL_MS;
+    for (size_t i = 0; i < n->nallow; i++)
+        id_cache_refresh(n, n->allow[i]);
+}
+
+/* 1 if src is the id of from's registry entry (cached; re-read when the cache disagrees). */
+static int sender_id_matches(node_t *n, const char *from, const uint8_t src[16])
+{
+    id_cache_entry *c = id_cache_find(n, from);
+    if (c && memcmp(c->id, src, 16) == 0)
+        return 1;
+    c = id_cache_refresh(n, from);
+    return c && memcmp(c->id, src, 16) == 0;
 }
 
 static peer_state *peer_for(node_t *n, const uint8_t id[16], int create)
@@ -1051,6 +1076,7 @@ void node_step(node_t *n, int wait_ms)
             n->on_extra(n);
     }
     expire_calls(n);
+    refresh_peer_ids(n);
     if (n->registered && now_mono_ms() >= n->next_heartbeat_ms)
         node_renew(n);
     node_scan_inbox(n);

@@ -71,6 +71,7 @@ struct node {
     char *inbox_path;
     int inotify_fd;
     int retry_soon; /* a file was deferred: rescan shortly */
+    int64_t next_id_refresh_ms;
 
     /* protocol state */
     link_state *links;
