@@ -51,6 +51,7 @@ class _Link:
     next_seq: int = 1
     dirs: TargetDirs | None = None
     dirs_for: str | None = None  # target instance id the descriptors were opened for
+    last_file: str | None = None  # newest envelope delivered on this link
 
 
 class Node:
@@ -63,7 +64,8 @@ class Node:
                  trace: bool = False, journal_max_bytes: int = 64 * 1024 * 1024,
                  max_payload: int = DEFAULT_MAX_PAYLOAD, replay_window: float = 60.0,
                  rescan_seconds: float = 1.0, orphan_seconds: float = 30.0, reap_stale: bool = False,
-                 trusted_uids: Iterable[int] | None = None, lane_workers: int = 4, spc_workers: int = 8):
+                 trusted_uids: Iterable[int] | None = None, lane_workers: int = 4, spc_workers: int = 8,
+                 linger_seconds: float = 10.0):
         self.name = validate_name(name)
         self.key = key if isinstance(key, Key) else load_key(key)
         if not 0 < heartbeat_seconds < lease_seconds:
@@ -73,6 +75,7 @@ class Node:
         self.lease_seconds, self.heartbeat_seconds = float(lease_seconds), float(heartbeat_seconds)
         self.max_payload = max_payload
         self.rescan_seconds, self.orphan_seconds, self.reap_stale = rescan_seconds, orphan_seconds, reap_stale
+        self.linger_seconds = linger_seconds
         self.trusted_uids = frozenset(trusted_uids if trusted_uids is not None else {os.geteuid()})
         self.id = str(uuid.uuid4())
         self._id_bytes = uuid.UUID(self.id).bytes
@@ -164,6 +167,7 @@ class Node:
             self._state = "closing"
         if not was_lost:
             self._say_goodbye()
+            self._linger()
         self._stopping.set()
         self._watch.wake()
         self._registry_wake.set()
@@ -197,6 +201,24 @@ class Node:
                     self._send(name, EnvelopeType.EVENT, payloads.event(self.name, name, "leave"))
                 except Exception:  # best effort: a peer that went away cannot be told
                     pass
+
+    def _linger(self) -> None:
+        """Wait (bounded) until live receivers have taken in what we delivered: they check each
+        envelope's source against our registry entry, which is about to disappear (§5.5 step 4).
+        One file per link is enough, as every receiver reads a link in sequence order."""
+        deadline = time.monotonic() + self.linger_seconds
+        with self._links_lock:
+            links = [(target, link) for target, link in self._links.items() if link.last_file and link.dirs]
+        for target, link in links:
+            while time.monotonic() < deadline:
+                try:
+                    os.stat(link.last_file, dir_fd=link.dirs.inbox_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    break
+                entry = self._monitor.get(target)
+                if entry is None or entry.id != link.dirs_for or lease_state(entry, time.time()) == "stale":
+                    break  # nobody live will read it; it stays for the operator to see
+                time.sleep(0.002)
 
     def _release_fds(self) -> None:
         if getattr(self, "_watch", None) is not None:
@@ -407,19 +429,20 @@ class Node:
                                 entry.id_bytes, flags)
                 data = seal(header, body, self.key, nonce)
                 self._count("sealed")
+                filename = envelope_filename(self.name, self._id_bytes, seq, nonce)
                 try:
-                    deliver(link.dirs, envelope_filename(self.name, self._id_bytes, seq, nonce), data)
+                    deliver(link.dirs, filename, data)
                     break
                 except NameTaken:
                     continue
             else:
                 raise DeliveryError(f"could not find a free file name in {target}'s inbox")
-            link.next_seq = seq + 1
+            link.next_seq, link.last_file = seq + 1, filename
         self._count("sent")
         if self._observers:
             extra = trace_extra or {}
             self._emit(EnvelopeTrace(time.time(), self.name, "out", target, etype.name, seq, len(data), "sent",
-                                     envelope=data, **extra))
+                                     envelope=data, file=filename, **extra))
         return seq
 
     def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:

@@ -1,0 +1,163 @@
+"""Pure core: replay window, lease arithmetic, registry entries, payloads, names, access."""
+import json
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from speed_runtime import payloads
+from speed_runtime.access import AccessRegistry, explain_call, policy_allows
+from speed_runtime.envelope import EnvelopeType
+from speed_runtime.errors import EnvelopeError, InvalidNameError
+from speed_runtime.lease import BadEntryError, RegistryEntry, heartbeat_age, is_stale, lease_state, remaining
+from speed_runtime.names import validate_name
+from speed_runtime.replay import ReplayGuard
+
+SRC = b"\x01" * 16
+
+
+# ---------------------------------------------------------------- replay
+def test_replay_rules():
+    g = ReplayGuard(window_ms=60_000)
+    now = 1_000_000
+    assert g.check(SRC, "a", 1, b"n1", now, now) == 0
+    with pytest.raises(EnvelopeError, match="replayed_nonce"):
+        g.check(SRC, "a", 2, b"n1", now, now)
+    with pytest.raises(EnvelopeError, match="replayed_sequence"):
+        g.check(SRC, "a", 1, b"n2", now, now)
+    assert g.check(SRC, "a", 5, b"n3", now, now) == 3  # a gap is accepted and recorded
+    assert g.senders[SRC].gaps == 1 and g.senders[SRC].missing == 3
+    with pytest.raises(EnvelopeError, match="stale_timestamp"):
+        g.check(SRC, "a", 6, b"n4", now - 60_001, now)
+    with pytest.raises(EnvelopeError, match="stale_timestamp"):
+        g.check(SRC, "a", 6, b"n4", now + 60_001, now)
+    assert g.check(b"\x02" * 16, "a", 1, b"n5", now, now) == 0  # a new instance starts at 1
+
+
+def test_replay_nonce_memory_is_bounded_by_the_window():
+    g = ReplayGuard(window_ms=1000)
+    for i in range(10_000):
+        g.check(SRC, "a", i + 1, i.to_bytes(12, "big"), i, i)
+    assert g.remembered_nonces <= 2002
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(0, 20)), max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_replay_accepts_exactly_the_increasing_fresh_envelopes(steps):
+    g = ReplayGuard(window_ms=1000)
+    last, seen = 0, set()
+    for i, (seq, nonce_id) in enumerate(steps):
+        nonce = nonce_id.to_bytes(12, "big")
+        should = seq > last and nonce not in seen
+        try:
+            g.check(SRC, "a", seq, nonce, 500, 500)
+            accepted = True
+        except EnvelopeError:
+            accepted = False
+        assert accepted == should
+        if accepted:
+            last = seq
+            seen.add(nonce)
+
+
+# ---------------------------------------------------------------- lease
+def entry(**kw):
+    base = dict(name="n", id=str(uuid.uuid4()), last_heartbeat=1000.0, lease_seconds=30.0)
+    base.update(kw)
+    return RegistryEntry(**base)
+
+
+def test_staleness_by_wall_clock():
+    e = entry()
+    assert lease_state(e, 1030.0) == "online" and not is_stale(e, 1030.0)
+    assert lease_state(e, 1030.01) == "stale"
+    assert remaining(e, 1010.0) == pytest.approx(20.0)
+    assert lease_state(entry(status="leaving"), 1001.0) == "leaving"
+
+
+def test_same_boot_uses_boot_time_so_clock_steps_do_not_matter():
+    e = entry(boot_id="B", boot_time_heartbeat=500.0)
+    # the wall clock jumped an hour forward: still alive on the boot clock
+    assert lease_state(e, 1000.0 + 3600, boot_id="B", boottime_now=510.0) == "online"
+    # the wall clock jumped back: a dead node is not revived
+    assert lease_state(e, 990.0, boot_id="B", boottime_now=531.0) == "stale"
+    # another boot (or host): wall clock decides
+    assert lease_state(e, 1000.0 + 3600, boot_id="C", boottime_now=510.0) == "stale"
+    assert heartbeat_age(e, 2000.0, "B", 520.0) == pytest.approx(20.0)
+
+
+def test_entry_round_trip_keeps_unknown_fields():
+    e = entry(groups=("g",), allow=("x",), services=("echo",), boot_id="B", boot_time_heartbeat=1.5,
+              extra={"counters": {"sent": 3}})
+    back = RegistryEntry.from_json(e.to_json())
+    assert back == e and back.extra == {"counters": {"sent": 3}}
+    assert json.loads(e.to_json())["lastHeartbeat"] == 1000.0
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b"{", b'{"name":"n","id":"x","lastHeartbeat":1}',
+                                  b'{"name":"n.x","id":"' + str(uuid.uuid4()).encode() + b'","lastHeartbeat":1}',
+                                  b'{"name":"n","id":"' + str(uuid.uuid4()).encode() + b'"}',
+                                  b'{"name":"n","id":"' + str(uuid.uuid4()).encode() + b'","lastHeartbeat":true}',
+                                  b"\xff\xfe", b"[" * 100000, b" " * 70000])
+def test_bad_entries_raise_bad_entry_error(data):
+    with pytest.raises(BadEntryError):
+        RegistryEntry.from_json(data)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=10) | st.integers(),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=6),
+                    max_leaves=30))
+@settings(max_examples=300, deadline=None)
+def test_entry_reader_only_raises_its_own_error(obj):
+    try:
+        RegistryEntry.from_json(json.dumps(obj).encode())
+    except BadEntryError:
+        pass
+
+
+# ---------------------------------------------------------------- payloads
+def test_payload_validation():
+    ok = payloads.encode_payload(payloads.spc_request("a", "b", "r1", "echo", {"x": 1}, 500))
+    assert payloads.decode_payload(ok, EnvelopeType.SPC_REQUEST)["timeoutMs"] == 500
+    for bad, etype in [(b"[]", 1), (b"{}", 1), (b'{"from":"a","to":"b"}', 1), (b"\xff", 1),
+                       (b'{"from":"a","to":"b","requestId":"r","status":"ERROR","errorCode":"NOPE"}', 3),
+                       (b'{"from":"a","to":"b","requestId":"r","status":"SUCCESS"}', 3),
+                       (b'{"from":"a","to":"b","ackSeq":-1}', 8),
+                       (b'{"from":"a","to":"b","requestId":"r","service":"s","arguments":{},"callerNode":"z"}', 2)]:
+        with pytest.raises(EnvelopeError, match="bad_payload"):
+            payloads.decode_payload(bad, etype)
+
+
+def test_bytes_messages_are_base64():
+    p = payloads.message("a", "b", b"\x00\xff")
+    assert p["encoding"] == "base64" and p["data"] == "AP8="
+
+
+# ---------------------------------------------------------------- names and access
+@pytest.mark.parametrize("name", ["a", "A_b-c", "_x", "9" * 64])
+def test_valid_names(name):
+    assert validate_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-a", "a.b", "a/b", "x" * 65, "speed_registry", "speed_traces", "é", None])
+def test_invalid_names_quote_the_rule(name):
+    with pytest.raises(InvalidNameError, match="must match|reserved"):
+        validate_name(name)
+
+
+def test_access_registry_and_policies():
+    acl = AccessRegistry(["a"])
+    assert "a" in acl and "b" not in acl
+    assert acl.allow("b") and not acl.allow("b")
+    assert acl.revoke("a") and not acl.revoke("a")
+    assert acl.names() == ["b"]
+    assert policy_allows(None, "x") and policy_allows({"x"}, "x") and not policy_allows({"y"}, "x")
+    assert policy_allows(lambda c: c.startswith("x"), "xy") and not policy_allows(lambda c: False, "x")
+
+
+def test_explain_call_names_each_missing_grant():
+    assert explain_call("a", ["b"], "b", ["a"], ["echo"], "echo") == []
+    problems = explain_call("a", [], "b", [], ["echo"], "nope")
+    assert len(problems) == 3 and "allow a" in problems[0] and "allow b" in problems[1] and "nope" in problems[2]
+    assert explain_call("a", [], "b", None, None, "echo") == ["node b is not online"]

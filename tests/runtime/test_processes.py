@@ -1,0 +1,145 @@
+"""Real separate processes through `speed node`, `speed call`, `speed send`."""
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from speed_runtime import Node
+from speed_runtime.journal import read_journal
+from speed_runtime.lease import lease_state
+from speed_runtime.registry import Registry
+from speed_runtime.transport import inject
+
+from ..helpers.wait import wait_until
+
+
+def args(procs, *rest):
+    return [*rest, "--dir", procs.root, "--key", procs.key_path]
+
+
+def test_two_processes_exchange_messages_and_calls(procs):
+    svc = procs.start("svc", allow=["cli"], services=["calculateTax", "echo"], echo=True)
+    done = procs.run(*args(procs, "call", "svc", "calculateTax", '{"amount": 200}', "--as", "cli"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"tax": 36.0} and "SUCCESS" in done.stderr
+    sent = procs.run(*args(procs, "send", "svc", '{"hello": "world"}', "--as", "cli", "--confirm"))
+    assert sent.returncode == 0, sent.stderr
+    assert svc.messages(1) == [{"from": "cli", "seq": 1, "data": {"hello": "world"}}]
+    failed = procs.run(*args(procs, "call", "svc", "calculateTax", '{"amount": "x"}', "--as", "cli"))
+    assert failed.returncode == 1 and "INVALID_ARGUMENTS" in failed.stderr
+
+
+def test_duplicate_name_is_refused(procs):
+    first = procs.start("unique")
+    second = procs.start("unique", wait_ready=False)
+    assert second.proc.wait(30) == 3
+    assert f"in use by a live node (pid {first.proc.pid}" in "".join(second.stderr)
+    assert first.proc.poll() is None
+
+
+def test_killed_node_goes_stale_and_its_name_is_reclaimed(procs, key):
+    victim = procs.start("victim", lease=1.5, heartbeat=0.3)
+    victim.proc.kill()
+    victim.proc.wait()
+    registry = Registry(procs.root)
+    assert registry.read("victim").id == victim.id  # a crash leaves the entry behind ...
+    wait_until(lambda: lease_state(registry.read("victim"), time.time()) == "stale", what="the lease to expire")
+    events = []
+    node = Node(procs.root, key, "victim")
+    node.add_observer(events.append)
+    with node:  # ... and the name can be reclaimed
+        assert registry.read("victim").id == node.id
+    assert [e.event for e in events if getattr(e, "subject", None) == "victim"][:1] in (["reclaimed"], [])
+
+
+def test_paused_owner_loses_its_lease_and_stops(procs, key):
+    paused = procs.start("paused", lease=1.0, heartbeat=0.2)
+    paused.signal(signal.SIGSTOP)
+    registry = Registry(procs.root)
+    try:
+        wait_until(lambda: lease_state(registry.read("paused"), time.time()) == "stale", what="the lease to expire")
+        with Node(procs.root, key, "paused") as usurper:
+            paused.signal(signal.SIGCONT)
+            assert paused.proc.wait(30) == 5
+            assert "lost its lease" in "".join(paused.stderr)
+            assert registry.read("paused").id == usurper.id  # the old owner did not remove the new entry
+    finally:
+        paused.signal(signal.SIGCONT)
+
+
+def test_unauthorized_sender_writes_nothing(procs):
+    procs.start("guarded", allow=["friend"])
+    result = procs.run(*args(procs, "send", "guarded", '"hi"', "--as", "stranger"))
+    assert result.returncode == 3 and "does not allow stranger" in result.stderr
+    home = os.path.join(procs.root, "guarded")
+    assert os.listdir(os.path.join(home, "inbox")) == [] and os.listdir(os.path.join(home, "tmp")) == []
+
+
+def test_replayed_envelope_is_rejected_across_processes(procs):
+    procs.start("target", allow=["cli"], services=["echo"], trace=True)
+    assert procs.run(*args(procs, "call", "target", "echo", '{"a": 1}', "--as", "cli")).returncode == 0
+    journal = os.path.join(procs.root, "speed_traces", "target.jsonl")
+
+    def accepted_request():
+        records, _ = read_journal(journal) if os.path.exists(journal) else ([], 0)
+        return next((r for r in records if getattr(r, "outcome", "") == "accepted" and r.type == "SPC_REQUEST"), None)
+    original = wait_until(accepted_request, what="the journal to show the request")
+    # the caller is gone; replay the exact bytes under a fresh file name of the same sender
+    inject(procs.root, "target", "cli.00000000.00000000000000000001.00000000.env", original.envelope)
+
+    def rejection():
+        records, _ = read_journal(journal)
+        return [r for r in records if getattr(r, "outcome", "") == "rejected"]
+    rejected = wait_until(rejection, what="the replay's rejection")
+    assert rejected[0].reason in ("unknown_sender", "replayed_nonce", "replayed_sequence")
+    assert os.listdir(os.path.join(procs.root, "target", "inbox")) == []
+
+
+def test_replay_while_the_sender_lives_is_rejected_as_replay(procs, key):
+    target = procs.start("target2", allow=["live"], trace=True, echo=True)
+    with Node(procs.root, key, "live", allow=["target2"]) as live:
+        sent = []
+        live.add_observer(lambda e: sent.append(e) if getattr(e, "outcome", "") == "sent" else None)
+        live.send("target2", "original", confirm=True)
+        inject(procs.root, "target2", sent[0].file, sent[0].envelope)
+        journal = os.path.join(procs.root, "speed_traces", "target2.jsonl")
+        rejected = wait_until(lambda: [r for r in read_journal(journal)[0] if getattr(r, "outcome", "") == "rejected"],
+                              what="the replay's rejection")
+        assert rejected[0].reason in ("replayed_nonce", "replayed_sequence")
+        assert target.messages(1)[0]["data"] == "original"
+        assert target.lines.empty()
+
+
+def test_ten_thousand_messages_from_four_senders_arrive_complete_and_in_order(procs):
+    receiver = procs.start("sink", allow=[f"s{i}" for i in range(4)], echo=True)
+    senders = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        for i in range(4):
+            p = subprocess.Popen([sys.executable, "-m", "tests.helpers.sender", procs.root, procs.key_path, f"s{i}",
+                                  "sink", "2500"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env, cwd=repo)
+            senders.append(p)
+        for p in senders:
+            assert p.stdout.readline().strip() == "ready"
+        for p in senders:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        got = receiver.messages(10_000, timeout=120)
+        for p in senders:
+            assert p.stdout.readline().strip() == "done 2500"
+            assert p.wait(60) == 0
+    finally:
+        for p in senders:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    by_sender = {}
+    for m in got:
+        by_sender.setdefault(m["from"], []).append(m["data"]["n"])
+    assert {k: len(v) for k, v in by_sender.items()} == {f"s{i}": 2500 for i in range(4)}
+    assert all(v == list(range(2500)) for v in by_sender.values())
