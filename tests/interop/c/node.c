@@ -1002,7 +1002,8 @@ void node_scan_inbox(node_t *n)
         names[count++] = xstrdup(de->d_name);
     }
     /* file names sort by sender, sender id and zero-padded sequence: in order per sender */
-    qsort(names, count, sizeof *names, cmp_names);
+    if (count > 1)
+        qsort(names, count, sizeof *names, cmp_names);
     char deferred[ENV_FILENAME_MAX] = ""; /* "<sender>.<id8>." of a deferred file */
     for (size_t i = 0; i < count; i++) {
         if (deferred[0] && strncmp(names[i], deferred, strlen(deferred)) == 0) {
