@@ -330,6 +330,50 @@ def test_c_registry_entry(procs, env):
     assert env.entry("alpha") is None
 
 
+def test_c_node_reclaims_a_stale_entry(procs, env):
+    os.makedirs(os.path.join(env.root, "speed_registry"), mode=0o700, exist_ok=True)
+    stale = {"name": "alpha", "id": str(uuid.uuid4()), "pid": 999999, "host": "elsewhere",
+             "status": "online", "startupTimestamp": time.time() - 100, "lastHeartbeat": time.time() - 100,
+             "leaseSeconds": 30, "heartbeatSeconds": 5, "protocol": 1, "groups": [], "allow": [],
+             "services": [], "runtime": "test"}
+    with open(os.path.join(env.root, "speed_registry", "alpha.node"), "w") as f:
+        json.dump(stale, f)
+    node = procs.c_node("alpha")
+    assert env.entry("alpha")["id"] == node.id != stale["id"]
+    assert any("reclaimed" in l for l in node.errors)
+
+
+def test_c_node_stops_when_its_lease_is_taken(procs, env):
+    node = procs.c_node("alpha", allow=["beta"], heartbeat=0.2)
+    path = os.path.join(env.root, "speed_registry", "alpha.node")
+    taken = {**env.entry("alpha"), "id": str(uuid.uuid4()), "pid": 1}
+    with open(path + ".tmp", "w") as f:
+        json.dump(taken, f)
+    os.rename(path + ".tmp", path)
+    assert node.proc.wait(10) == 3
+    assert any("lease lost" in l for l in node.errors)
+    assert env.entry("alpha")["id"] == taken["id"]  # the new owner's entry is left alone
+
+
+def test_c_node_refuses_unsafe_setup(procs, env):
+    bad_key = env.key_path + ".open"
+    shutil.copy(env.key_path, bad_key)
+    os.chmod(bad_key, 0o644)
+    r = subprocess.run([procs.c_bin, "send", "--dir", env.root, "--key", bad_key, "--name", "a", "b", "1"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "chmod 600" in r.stderr
+    assert gen.base64.b64encode(env.key).decode() not in r.stderr
+    os.chmod(env.root, 0o777)
+    try:
+        r = procs.c_run("send", "--name", "a", "b", "1")
+        assert r.returncode == 1 and "writable by group or others" in r.stderr
+    finally:
+        os.chmod(env.root, 0o700)
+    for name in ("speed_registry", "a.b", "-x", "x" * 65, "a/b"):
+        r = procs.c_run("send", "--name", name, "b", "1")
+        assert r.returncode == 1 and "must match" in r.stderr, name
+
+
 def test_c_to_c_call(procs, env):
     procs.c_node("alpha", allow=["beta"], services=["echo", "calculateTax"])
     r = procs.c_run("call", "--name", "beta", "alpha", "calculateTax", '{"amount": 100}')
@@ -452,6 +496,18 @@ def test_c_receiver_checks_forged_envelopes(procs, env):
     env.inject("alpha", name, data)
     assert a.wait_event(event="message", seq=30)["data"] == "fine"
     assert not a.find(event="message", seq=10)
+    # after 30 was accepted, an older sequence with a fresh nonce is a replay
+    name, data = env.forge("MESSAGE", ok, sender="beta", source_id=b.id, target_id=a.id, seq=29)
+    env.inject("alpha", name, data)
+    assert a.wait_event(event="rejected", file=name)["reason"] == "replayed_sequence"
+    # larger than 1 MiB of payload: rejected before reading
+    name = gen.filename("beta", b.id, 31, os.urandom(12))
+    env.inject("alpha", name, b"\0" * (1024 * 1024 + 64 + 12 + 16 + 1))
+    assert a.wait_event(event="rejected", file=name)["reason"] == "too_large"
+    # a name that is no envelope name
+    env.inject("alpha", "garbage.txt", b"x")
+    assert a.wait_event(event="rejected", file="garbage.txt")["reason"] == "unauthorized"
+    assert env.inbox_files("alpha") == []
 
 
 def test_unauthorized_c_sender_refused(procs, env):
