@@ -109,7 +109,12 @@ class RegistryEntry:
 
 
 def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # a JSON integer too large for a float
+        return False
 
 
 def _num(v: Any, default: float) -> float:
