@@ -86,7 +86,7 @@ def pid_exists(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no process can have such a pid
         return False
     except PermissionError:
         return True
