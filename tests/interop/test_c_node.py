@@ -340,7 +340,7 @@ def test_c_node_reclaims_a_stale_entry(procs, env):
         json.dump(stale, f)
     node = procs.c_node("alpha")
     assert env.entry("alpha")["id"] == node.id != stale["id"]
-    assert any("reclaimed" in l for l in node.errors)
+    wait_for(lambda: any("reclaimed" in l for l in node.errors), 5, "the reclaim notice on stderr")
 
 
 def test_c_node_stops_when_its_lease_is_taken(procs, env):
@@ -351,7 +351,7 @@ def test_c_node_stops_when_its_lease_is_taken(procs, env):
         json.dump(taken, f)
     os.rename(path + ".tmp", path)
     assert node.proc.wait(10) == 3
-    assert any("lease lost" in l for l in node.errors)
+    wait_for(lambda: any("lease lost" in l for l in node.errors), 5, "the lease-lost report")
     assert env.entry("alpha")["id"] == taken["id"]  # the new owner's entry is left alone
 
 
