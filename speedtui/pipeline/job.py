@@ -331,11 +331,16 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
     else:
         out_uri = out_dir
 
-    own_spark = spark is None
-    if own_spark:
-        if progress:
-            progress(0.0, "starting Spark")
-        spark = make_spark(master, shuffle_partitions)
+    own_spark = False
+    if spark is None:
+        check_java()
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+        if spark is None:  # otherwise reuse the caller's session (and leave it running)
+            if progress:
+                progress(0.0, "starting Spark")
+            spark = make_spark(master, shuffle_partitions)
+            own_spark = True
     steps = ["read", "traffic", "top_talkers", "spc", "security", "availability", "summary"]
     try:
         with _Progress(spark, progress, steps) as prog:
@@ -365,6 +370,8 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
     from pyspark.sql import Window
 
     prog.step("read")
+    # one bad field nulls only that field (as reference.py reads it), not the whole record
+    spark.conf.set("spark.sql.json.enablePartialResults", "true")
     if read_paths:
         raw = spark.read.text(read_paths)
     else:
@@ -417,7 +424,7 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
     traffic = (sent.groupBy(F.col("node").alias("source"), F.col("peer").alias("target"),
                             F.col("type"), minute)
                .agg(F.count(F.lit(1)).alias("envelopes"), F.sum(size).alias("bytes"))
-               .orderBy("minute", "source", "target", "type"))
+               .sortWithinPartitions("minute", "source", "target", "type"))
     traffic.write.mode("overwrite").parquet(f"{out_uri}/traffic")
 
     # ---- top talkers
@@ -428,8 +435,7 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
                 c(F.col("type") == "MESSAGE").alias("messages"),
                 c(F.col("type") == "SPC_REQUEST").alias("spc_requests"),
                 F.min(ts).alias("first_ts"), F.max(ts).alias("last_ts"))
-           .withColumn("rank", F.row_number().over(w_rank))
-           .orderBy("rank"))
+           .withColumn("rank", F.row_number().over(w_rank)))
     top.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/top_talkers")
 
     # ---- spc
@@ -475,7 +481,7 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
            .withColumn("latency_p50_ms", F.col("pct")[0])
            .withColumn("latency_p95_ms", F.col("pct")[1])
            .withColumn("latency_p99_ms", F.col("pct")[2])
-           .drop("pct").orderBy("target", "service"))
+           .drop("pct"))
     spc.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
 
     # ---- security
@@ -495,8 +501,7 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
                      F.slice(F.sort_array(F.collect_set("peer")), 1, 5).alias("peers_sample"),
                      F.min(ts).alias("first_ts"), F.max(ts).alias("last_ts"))
                 .withColumn("burst", F.col("rejections") >= F.lit(int(burst_threshold)))
-                .withColumn("label", lab)
-                .orderBy("minute", "node", "reason"))
+                .withColumn("label", lab))
     security.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
 
     # ---- availability
@@ -517,7 +522,9 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
                 .orderBy("t", "reason").collect())
     burst_rows = (sec.filter("burst").orderBy(F.desc("rejections"), "minute", "node", "reason")
                   .limit(20).collect())
-    by_reason_rows = sec.groupBy("reason").agg(F.sum("rejections").alias("n")).collect()
+    by_reason: dict[str, int] = {}
+    for r in sec_rows:
+        by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + int(r["n"])
     spc_rows = rd("spc").orderBy("target", "service").collect()
     top_rows = rd("top_talkers").orderBy("rank").limit(SUMMARY_TOP).collect()
     av_rows = rd("availability").orderBy("node").collect()
@@ -528,7 +535,7 @@ def _run(spark, read_paths, shown_inputs, out_uri, out_shown, since, until, prog
         traffic_buckets=[(r["t"], r["envelopes"], r["bytes"]) for r in traffic_rows],
         rejection_buckets=[(r["t"], r["reason"], r["n"]) for r in sec_rows],
         bursts=[r.asDict() for r in burst_rows],
-        by_reason={r["reason"]: int(r["n"]) for r in by_reason_rows},
+        by_reason=by_reason,
         spc=[r.asDict() for r in spc_rows],
         top=[r.asDict() for r in top_rows],
         availability=[r.asDict() for r in av_rows],
@@ -599,8 +606,7 @@ def _availability(good, win_start, win_end):
                              F.least(F.lit(1.0), F.col("online_seconds") / F.col("window_seconds"))))
           .select("node", "online_seconds", "window_seconds", "availability", "sessions", "restarts",
                   "crashes", "graceful_departures", "lost_leases", "late_renewals", "online_at_end",
-                  "first_ts", "last_ts")
-          .orderBy("node"))
+                  "first_ts", "last_ts"))
     return av
 
 

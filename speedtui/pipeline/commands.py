@@ -1,0 +1,140 @@
+"""argparse subcommands of the trace analytics: ``analyze`` and ``simulate-traces``.
+
+    from speedtui.pipeline.commands import add_subcommands
+    add_subcommands(subparsers)      # each sets func=fn, fn(args) -> int exit code
+
+User errors print one sentence on stderr (``error: ...``) and return 2; no tracebacks.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+DEFAULT_ROOT = "/dev/shm/speed"
+DEFAULT_OUT = "./speed-report"
+
+
+def default_root() -> str:
+    return os.environ.get("SPEED_DIR") or DEFAULT_ROOT
+
+
+def add_subcommands(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze", help="analyse trace journals with Spark and write a report",
+        description="Analyse SPEED trace journals with Spark: Parquet tables + summary.json.")
+    p.add_argument("--traces", nargs="+", action="extend", metavar="PATH", default=None,
+                   help="journal files or directories, any URI Spark reads "
+                        "(default: ROOT/speed_traces)")
+    p.add_argument("--dir", metavar="ROOT", default=None,
+                   help=f"communication directory (default: $SPEED_DIR or {DEFAULT_ROOT})")
+    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
+                   help=f"report directory (default: {DEFAULT_OUT})")
+    p.add_argument("--master", metavar="URL", default=None,
+                   help="Spark master URL (default: local[*])")
+    p.add_argument("--since", metavar="TIME", default=None,
+                   help="only records at or after TIME (ISO 8601 or epoch seconds)")
+    p.add_argument("--until", metavar="TIME", default=None,
+                   help="only records before TIME (ISO 8601 or epoch seconds)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_analyze)
+
+    s = subparsers.add_parser(
+        "simulate-traces", help="write realistic simulated trace journals",
+        description="Write seeded, realistic SPEED trace journals (one <node>.jsonl per node).")
+    s.add_argument("--out", metavar="DIR", required=True, help="directory for the journals")
+    s.add_argument("--nodes", type=int, default=8, metavar="N")
+    s.add_argument("--records", type=int, default=100_000, metavar="M")
+    s.add_argument("--seed", type=int, default=0, metavar="S")
+    s.add_argument("--minutes", type=float, default=60.0, help="simulated duration (default 60)")
+    s.add_argument("--start", default=None, metavar="TIME",
+                   help="start time (ISO 8601 or epoch seconds; default 2025-06-15T15:06:40Z)")
+    s.add_argument("--malformed", type=float, default=0.0, metavar="FRACTION",
+                   help="add this fraction of torn/invalid lines (e.g. 0.001)")
+    s.set_defaults(func=cmd_simulate)
+
+
+def _err(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+class _StderrProgress:
+    def __init__(self) -> None:
+        self.last_text = None
+        self.last_time = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, frac: float, text: str) -> None:
+        now = time.monotonic()
+        if text == self.last_text or (now - self.last_time < 1.0 and frac < 1.0 and not self.tty):
+            return
+        self.last_text, self.last_time = text, now
+        line = f"[{frac * 100:5.1f}%] {text}"
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + line + ("\n" if frac >= 1.0 else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def cmd_analyze(args) -> int:
+    from .job import PipelineError, check_java, format_summary, parse_time, run_pipeline
+    try:
+        since, until = parse_time(args.since), parse_time(args.until)
+        traces = args.traces or [os.path.join(args.dir or default_root(), "speed_traces")]
+        for t in traces:
+            if "://" not in t and not os.path.exists(t):
+                return _err(f"trace path {os.path.abspath(t)} does not exist "
+                            f"(give --traces PATH or --dir ROOT).")
+        check_java()
+        progress = None if args.quiet else _StderrProgress()
+        summary = run_pipeline(traces, args.out, master=args.master, since=since, until=until,
+                               progress=progress)
+    except PipelineError as exc:
+        return _err(str(exc))
+    except KeyboardInterrupt:
+        _err("interrupted.")
+        return 130
+    print(format_summary(summary))
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from .job import PipelineError, parse_time
+    from .simulate import simulate
+    if args.nodes < 2:
+        return _err("--nodes must be at least 2.")
+    if args.records < 0:
+        return _err("--records must not be negative.")
+    if not (0.0 <= args.malformed < 0.5):
+        return _err("--malformed must be a fraction between 0 and 0.5, e.g. 0.001.")
+    if args.minutes <= 0:
+        return _err("--minutes must be positive.")
+    try:
+        start = parse_time(args.start)
+        os.makedirs(args.out, exist_ok=True)
+        stats = simulate(args.out, nodes=args.nodes, records=args.records, seed=args.seed,
+                         start_ts=start, minutes=args.minutes, malformed=args.malformed)
+    except PipelineError as exc:
+        return _err(str(exc))
+    except OSError as exc:
+        return _err(f"cannot write journals in {args.out}: {exc.strerror or exc}.")
+    print(f"wrote {stats['records']:,} records (+{stats['malformed']:,} malformed lines) for "
+          f"{stats['files']} nodes, {stats['bytes'] / 1e6:,.1f} MB, in {stats['out_dir']} "
+          f"({stats['seconds']:.1f}s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone driver (`python -m speedtui.pipeline.commands analyze ...`)."""
+    ap = argparse.ArgumentParser(prog="speedtui")
+    sub = ap.add_subparsers(dest="command", required=True)
+    add_subcommands(sub)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Pure-Python parts: line parsing rules, the simulator's journals (no Spark)."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+from hypothesis import given, settings, strategies as st
+
+from speedtui.pipeline.job import choose_bucket, parse_time, reason_label
+from speedtui.pipeline.reference import analyze, parse_line
+from speedtui.pipeline.simulate import simulate
+
+from pipeline_journals import MALFORMED
+
+
+def test_malformed_lines_are_rejected():
+    for line in MALFORMED:
+        assert parse_line(line) is None, line
+    assert parse_line('{"ts": NaN, "node": "a", "kind": "lease", "subject": "a", "event": "x"}') is None
+    assert parse_line("{'ts': 1, 'node': 'a'}") is None
+
+
+def test_valid_lines():
+    rec = parse_line('{"ts": 5, "node": "a", "dir": "in", "peer": "b", "type": "ACK", "outcome": "accepted"}')
+    assert rec["kind"] == "envelope" and rec["ts"] == 5.0 and rec["seq"] is None
+    rec = parse_line('  {"kind":"lease","ts":1.5,"node":"a","subject":"b","event":"observed_join","extra":[1]}')
+    assert rec["event"] == "observed_join"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_parse_line_never_raises(text):
+    parse_line(text)
+
+
+def test_labels_and_helpers():
+    assert reason_label("bad_tag") == "wrong key or tampering"
+    assert reason_label("replayed_nonce") == reason_label("replayed_sequence") == "replay"
+    assert reason_label("unauthorized") == "missing grant or probing"
+    assert parse_time("1700000000") == 1_700_000_000.0
+    assert parse_time("2023-11-14T22:13:20Z") == 1_700_000_000.0
+    assert choose_bucket(0, 3600) == 60 and choose_bucket(0, 86400) == 900
+
+
+def test_simulator_deterministic_and_consistent(tmp_path):
+    a = simulate(str(tmp_path / "a"), nodes=4, records=5000, seed=11, minutes=30)
+    b = simulate(str(tmp_path / "b"), nodes=4, records=5000, seed=11, minutes=30, workers=1)
+    for name in os.listdir(tmp_path / "a"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert abs(a["records"] - 5000) < 50
+    recs = []
+    for name in sorted(os.listdir(tmp_path / "a")):
+        for line in open(tmp_path / "a" / name):
+            rec = parse_line(line)
+            assert rec is not None, line
+            assert "envelope" not in json.loads(line)      # optional field omitted
+            recs.append(rec)
+    env = [r for r in recs if r["kind"] == "envelope"]
+    kinds = Counter((r["type"], r["dir"], r["outcome"]) for r in env)
+    # both sides journal every SPC envelope
+    assert kinds[("SPC_REQUEST", "out", "sent")] == kinds[("SPC_REQUEST", "in", "accepted")]
+    assert kinds[("SPC_RESPONSE", "out", "sent")] == kinds[("SPC_RESPONSE", "in", "accepted")]
+    resp = [r for r in env if r["type"] == "SPC_RESPONSE" and r["dir"] == "in"]
+    assert all(r["latencyMs"] is not None and r["requestId"] and r["status"] for r in resp)
+    assert any(r["status"] == "ERROR" and r["errorCode"] for r in resp)
+    reasons = Counter(r["reason"] for r in env if r["outcome"] == "rejected")
+    assert reasons["bad_tag"] and reasons["unauthorized"] and (reasons["replayed_nonce"] + reasons["replayed_sequence"])
+    events = Counter(r["event"] for r in recs if r["kind"] == "lease")
+    assert events["registered"] >= 4 and events["observed_join"]
+
+
+def test_simulator_malformed_fraction(tmp_path):
+    st_ = simulate(str(tmp_path), nodes=3, records=20000, seed=2, malformed=0.01)
+    ref = analyze([str(tmp_path)])["summary"]
+    assert ref["malformed_lines"] == st_["malformed"]
+    assert 100 <= st_["malformed"] <= 300
+    assert ref["totals"]["records"] == st_["records"]
