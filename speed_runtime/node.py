@@ -43,6 +43,12 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESEAL_ATTEMPTS = 8
 
 
+def _stale(entry: RegistryEntry) -> bool:
+    """Lease judgement of contract §4.1: on CLOCK_BOOTTIME for entries of this boot, so that a step
+    of the wall clock neither expires live peers nor revives dead ones."""
+    return lease_state(entry, time.time(), BOOT_ID, boottime()) == "stale"
+
+
 @dataclass
 class _Link:
     """Outbound state per target name: the sequence counter and open target directories."""
@@ -196,7 +202,7 @@ class Node:
         except LeaseLostError:
             return
         for name, entry in self._monitor.entries().items():
-            if name != self.name and self.name in entry.allow and lease_state(entry, time.time()) != "stale":
+            if name != self.name and self.name in entry.allow and not _stale(entry):
                 try:
                     self._send(name, EnvelopeType.EVENT, payloads.event(self.name, name, "leave"))
                 except Exception:  # best effort: a peer that went away cannot be told
@@ -216,7 +222,7 @@ class Node:
                 except FileNotFoundError:
                     break
                 entry = self._monitor.get(target)
-                if entry is None or entry.id != link.dirs_for or lease_state(entry, time.time()) == "stale":
+                if entry is None or entry.id != link.dirs_for or _stale(entry):
                     break  # nobody live will read it; it stays for the operator to see
                 time.sleep(0.002)
 
@@ -381,18 +387,18 @@ class Node:
     def _reap_dead(self) -> None:
         now = time.time()
         for name, entry in self._monitor.entries().items():
-            if name != self.name and lease_state(entry, now) == "stale" and self._registry.reap(name, now):
+            if name != self.name and _stale(entry) and self._registry.reap(name, now):
                 self._lease_event("reaped", name)
                 self._monitor.refresh(name)
 
     def _peer(self, target: str) -> RegistryEntry:
         """The target's live entry: from the cache, or read afresh when the cache has none."""
         entry = self._monitor.get(target)
-        if entry is None or lease_state(entry, time.time()) == "stale":
+        if entry is None or _stale(entry):
             entry = self._monitor.refresh(target)
         if entry is None:
             raise NodeUnavailableError(target)
-        if lease_state(entry, time.time()) == "stale":
+        if _stale(entry):
             raise NodeUnavailableError(target, "its lease has expired")
         return entry
 
