@@ -1,6 +1,7 @@
 """Trace journals (wire contract §8): an appending, rotating writer and a tolerant reader."""
 from __future__ import annotations
 
+import binascii
 import json
 import os
 import threading
@@ -23,7 +24,7 @@ class JournalWriter:
         self.path = os.path.join(self.dir, f"{node}.jsonl")
         self.max_bytes, self.backups, self.envelope_limit = max_bytes, backups, envelope_limit
         self._lock = threading.Lock()
-        self._pending: list[str] = []
+        self._pending: list[EnvelopeTrace | LeaseTrace] = []
         self._fd = self._open()
         self.records_written = 0
 
@@ -31,26 +32,19 @@ class JournalWriter:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
     def __call__(self, event: object) -> None:
-        """Observer entry point: queue one event's record (SpcTrace has no record of its own)."""
-        if isinstance(event, EnvelopeTrace):
-            include = event.envelope is not None and len(event.envelope) <= self.envelope_limit
-            line = json.dumps(event.to_record(include_envelope=include), separators=(",", ":"))
-        elif isinstance(event, LeaseTrace):
-            line = json.dumps(event.to_record(), separators=(",", ":"))
-        else:
-            return
-        with self._lock:
-            self._pending.append(line)
+        """Observer entry point: keep the event; encoding waits for flush(), off the hot path."""
+        if isinstance(event, (EnvelopeTrace, LeaseTrace)):
+            with self._lock:
+                self._pending.append(event)
 
     def flush(self) -> None:
         with self._lock:
             if not self._pending or self._fd < 0:
                 return
-            data = ("\n".join(self._pending) + "\n").encode("utf-8")
-            count = len(self._pending)
-            self._pending.clear()
+            events, self._pending = self._pending, []
+            data = "".join(encode_line(e, self.envelope_limit) for e in events).encode("utf-8")
             os.write(self._fd, data)
-            self.records_written += count
+            self.records_written += len(events)
             if os.fstat(self._fd).st_size >= self.max_bytes:
                 self._rotate()
 
@@ -68,6 +62,36 @@ class JournalWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+_dump = json.dumps
+
+
+def encode_line(event: EnvelopeTrace | LeaseTrace, envelope_limit: int) -> str:
+    """One journal line; the same record as event.to_record(), built without a dict per record.
+    Node names, types, outcomes and reasons are the runtime's own tokens; every string that can
+    come from a peer goes through json.dumps."""
+    if isinstance(event, LeaseTrace):
+        return (f'{{"kind":"lease","ts":{event.ts!r},"node":{_dump(event.node)},"subject":{_dump(event.subject)},'
+                f'"event":{_dump(event.event)}}}\n')
+    e = event
+    line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":"{e.dir}","peer":{_dump(e.peer)},'
+            f'"type":{_dump(e.type)},"seq":{e.seq},"size":{e.size},"outcome":"{e.outcome}"')
+    if e.reason is not None:
+        line += f',"reason":{_dump(e.reason)}'
+    if e.request_id is not None:
+        line += f',"requestId":{_dump(e.request_id)}'
+    if e.service is not None:
+        line += f',"service":{_dump(e.service)}'
+    if e.status is not None:
+        line += f',"status":{_dump(e.status)}'
+    if e.error_code is not None:
+        line += f',"errorCode":{_dump(e.error_code)}'
+    if e.latency_ms is not None:
+        line += f',"latencyMs":{e.latency_ms!r}'
+    if e.envelope is not None and len(e.envelope) <= envelope_limit:
+        line += ',"envelope":"' + binascii.b2a_base64(e.envelope, newline=False).decode("ascii") + '"'
+    return line + "}\n"
 
 
 def iter_journal_lines(path: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:

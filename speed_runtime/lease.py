@@ -5,6 +5,7 @@ import json
 import math
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from .errors import SpeedError
@@ -44,7 +45,7 @@ class RegistryEntry:
     boot_time_heartbeat: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
+    @cached_property
     def id_bytes(self) -> bytes:
         return uuid.UUID(self.id).bytes
 

@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (FileClosedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
+                             FileSystemEvent, FileSystemEventHandler)
 from watchdog.observers import Observer
 
 from .fsutil import BOOT_ID, boottime
@@ -20,6 +21,11 @@ from .registry import SUFFIX, Registry
 class Seen:
     id: str
     state: str  # online | leaving | stale
+
+
+# Opens and closes without writing are left out on purpose: every node reads every entry, and a
+# hint per read would make the nodes' watches feed each other without end.
+_CHANGES = [FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent]
 
 
 class _Hints(FileSystemEventHandler):
@@ -51,7 +57,7 @@ class RegistryMonitor:
 
     def start(self) -> None:
         self._observer = Observer()
-        self._observer.schedule(_Hints(self), self._registry.dir, recursive=False)
+        self._observer.schedule(_Hints(self), self._registry.dir, recursive=False, event_filter=_CHANGES)
         self._observer.start()
         self.rescan()
 

@@ -20,8 +20,11 @@ _REQUIRED: dict[int, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
 }
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # one, not one per call
+
+
 def encode_payload(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(payload).encode("utf-8")
 
 
 def decode_payload(data: bytes, etype: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import heapq
 import inspect
 import itertools
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -122,35 +123,44 @@ class PendingCalls:
 
 
 class Deadlines:
-    """One thread runs callbacks at deadlines (time.monotonic seconds)."""
+    """One thread runs callbacks at deadlines (time.monotonic seconds), at most `resolution`
+    seconds late. Wake-ups are coalesced: a call that completes early costs no wake-up at all,
+    its stale entry is skipped when its time comes."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, resolution: float = 0.05):
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = itertools.count()
         self._stopped = False
+        self._resolution = resolution
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def at(self, when: float, callback: Callable[[], None]) -> None:
         with self._cond:
+            earliest = not self._heap or when < self._heap[0][0]
             heapq.heappush(self._heap, (when, next(self._counter), callback))
-            self._cond.notify()
+            if earliest:
+                self._cond.notify()
 
     def _run(self) -> None:
-        import time
-
         while True:
             with self._cond:
-                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
                 if self._stopped:
                     return
-                _, _, callback = heapq.heappop(self._heap)
-            try:
-                callback()
-            except Exception:  # a deadline callback must never kill the thread
-                pass
+                now = time.monotonic()
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
+                if not due:
+                    wait = None if not self._heap else max(self._heap[0][0] - now, self._resolution)
+                    self._cond.wait(wait)
+                    continue
+            for callback in due:
+                try:
+                    callback()
+                except Exception:  # a deadline callback must never kill the thread
+                    pass
 
     def stop(self) -> None:
         with self._cond:

@@ -35,6 +35,10 @@ class NameTaken(Exception):
     """The inbox already has a file of this name: reseal with a new nonce and try again."""
 
 
+class DirectoryGone(DeliveryError):
+    """The target's tmp/ or inbox/ behind our descriptor was removed: reopen and try again."""
+
+
 class NotReady(Exception):
     """A file with extra links that may be a sender between link() and unlink(): look again soon."""
 
@@ -73,10 +77,6 @@ class TargetDirs:
             os.close(self.tmp_fd)
             raise DeliveryError(f"node {target} has no usable inbox/ directory: {exc.strerror}") from None
 
-    def still_linked(self) -> bool:
-        """False once either directory was removed (a descriptor would then write into the void)."""
-        return os.fstat(self.inbox_fd).st_nlink > 0 and os.fstat(self.tmp_fd).st_nlink > 0
-
     def close(self) -> None:
         for fd in (self.tmp_fd, self.inbox_fd):
             try:
@@ -91,6 +91,8 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
         fd = os.open(filename, _CREATE, 0o600, dir_fd=dirs.tmp_fd)
     except FileExistsError:
         raise NameTaken(filename) from None
+    except FileNotFoundError:  # creating in a removed directory fails: nothing is lost
+        raise DirectoryGone(f"the target's tmp/ directory was removed") from None
     except OSError as exc:
         raise DeliveryError(f"cannot create {filename} in the target's tmp/: {exc.strerror}") from None
     try:
@@ -103,6 +105,8 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
         _move_noreplace(filename, dirs.tmp_fd, dirs.inbox_fd)
     except FileExistsError:
         raise NameTaken(filename) from None
+    except FileNotFoundError:
+        raise DirectoryGone(f"the target's inbox/ directory was removed") from None
     except OSError as exc:
         raise DeliveryError(f"delivery of {filename} failed, nothing was delivered: {exc.strerror}") from None
     finally:

@@ -161,3 +161,21 @@ def test_explain_call_names_each_missing_grant():
     problems = explain_call("a", [], "b", [], ["echo"], "nope")
     assert len(problems) == 3 and "allow a" in problems[0] and "allow b" in problems[1] and "nope" in problems[2]
     assert explain_call("a", [], "b", None, None, "echo") == ["node b is not online"]
+
+
+# ---------------------------------------------------------------- journal lines
+@given(st.builds(
+    __import__("speed_runtime.trace", fromlist=["EnvelopeTrace"]).EnvelopeTrace,
+    ts=st.floats(0, 2e9), node=st.just("n"), dir=st.sampled_from(["in", "out"]), peer=st.text(max_size=20),
+    type=st.sampled_from(["MESSAGE", "SPC_REQUEST"]), seq=st.integers(0, 2**64 - 1), size=st.integers(0, 10**6),
+    outcome=st.sampled_from(["sent", "accepted", "rejected"]), reason=st.none() | st.just("bad_tag"),
+    request_id=st.none() | st.text(max_size=20), service=st.none() | st.text(max_size=20),
+    status=st.none() | st.just("ERROR"), error_code=st.none() | st.text(max_size=10),
+    latency_ms=st.none() | st.floats(0, 1e6), envelope=st.none() | st.binary(max_size=200)))
+@settings(max_examples=200, deadline=None)
+def test_journal_line_encoder_writes_exactly_the_record(event):
+    from speed_runtime.journal import encode_line, parse_line
+    line = encode_line(event, 64 * 1024)
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert json.loads(line) == event.to_record()
+    assert parse_line(line.encode()) is not None
