@@ -1,7 +1,7 @@
 """Envelope codec (wire contract §5). Pure: bytes in, bytes or EnvelopeError out.
 
-Check order is part of the contract as built (docs/PROTOCOL.md): size, version, header length,
-size limit, tag, type. Anything authenticated by the tag is judged only after the tag passes,
+Check order is part of the contract as built (docs/PROTOCOL.md): size limit, size, version,
+header length, tag, type. Anything authenticated by the tag is judged only after the tag passes,
 so a tampered header reads as `bad_tag` unless it breaks the framing first.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ import enum
 import re
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from nacl import bindings as _sodium
 from nacl.exceptions import CryptoError
@@ -41,15 +42,16 @@ class EnvelopeType(enum.IntEnum):
     ACK = 8
 
 
+_TYPE_NAMES = {t.value: t.name for t in EnvelopeType}
+
+
 def type_name(value: int) -> str:
-    try:
-        return EnvelopeType(value).name
-    except ValueError:
-        return f"UNKNOWN_{value}"
+    return _TYPE_NAMES.get(value) or f"UNKNOWN_{value}"
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
+    """The 64 header bytes as fields (a tuple: cheap to build on every send)."""
+
     type: int
     sequence: int
     timestamp_ms: int
@@ -78,12 +80,10 @@ def decode_header(data: bytes) -> Header:
     if len(data) < HEADER_SIZE:
         raise EnvelopeError("bad_size", f"{len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
     version, etype, flags, hlen, seq, ts, psize, src, dst = _HEADER.unpack_from(data, 0)
-    return Header(type=etype, sequence=seq, timestamp_ms=ts, payload_size=psize,
-                  source_id=src, target_id=dst, flags=flags, version=version, header_length=hlen)
+    return Header(etype, seq, ts, psize, src, dst, flags, version, hlen)
 
 
-@dataclass(frozen=True, slots=True)
-class OpenedEnvelope:
+class OpenedEnvelope(NamedTuple):
     header: Header
     nonce: bytes
     payload: bytes  # plaintext: handle with care, never log
@@ -94,24 +94,23 @@ def seal(header: Header, payload: bytes, key: Key, nonce: bytes) -> bytes:
     if len(nonce) != NONCE_SIZE:
         raise ValueError("the nonce is 12 bytes")
     if header.payload_size != len(payload):
-        header = Header(header.type, header.sequence, header.timestamp_ms, len(payload),
-                        header.source_id, header.target_id, header.flags, header.version,
-                        header.header_length)
+        header = header._replace(payload_size=len(payload))
     ad = header.encode()
     sealed = _sodium.crypto_aead_chacha20poly1305_ietf_encrypt(payload, ad, nonce, key.raw)
     return b"".join((ad, nonce, sealed))
 
 
 def check_framing(data_len: int, header: Header, max_payload: int = DEFAULT_MAX_PAYLOAD) -> None:
-    """Framing checks that need no key: size, version, header length, size limit."""
-    if header.version != VERSION:
-        raise EnvelopeError("bad_version", f"version {header.version}, expected {VERSION}")
-    if header.header_length != HEADER_SIZE:
-        raise EnvelopeError("bad_version", f"header length {header.header_length}, expected {HEADER_SIZE}")
+    """Framing checks that need no key, in the contract's order (§5.5 step 3: size, version,
+    header length), the size limit first of all because it decides how much is read."""
     if header.payload_size > max_payload:
         raise EnvelopeError("too_large", f"payload of {header.payload_size} bytes exceeds the limit of {max_payload}")
     if data_len != OVERHEAD + header.payload_size:
         raise EnvelopeError("bad_size", f"file of {data_len} bytes does not match a payload of {header.payload_size}")
+    if header.version != VERSION:
+        raise EnvelopeError("bad_version", f"version {header.version}, expected {VERSION}")
+    if header.header_length != HEADER_SIZE:
+        raise EnvelopeError("bad_version", f"header length {header.header_length}, expected {HEADER_SIZE}")
 
 
 def open_envelope(data: bytes, key: Key, max_payload: int = DEFAULT_MAX_PAYLOAD) -> OpenedEnvelope:
@@ -129,14 +128,14 @@ def open_envelope(data: bytes, key: Key, max_payload: int = DEFAULT_MAX_PAYLOAD)
             bytes(data[HEADER_SIZE + NONCE_SIZE:]), ad, nonce, key.raw)
     except CryptoError:
         raise EnvelopeError("bad_tag", "authentication failed: wrong key or tampered envelope") from None
-    if header.type not in EnvelopeType._value2member_map_:
+    if header.type not in _TYPE_NAMES:
         raise EnvelopeError("bad_payload", f"unknown envelope type {header.type}")
     return OpenedEnvelope(header, nonce, payload)
 
 
 _FILENAME = re.compile(
-    r"(?P<sender>[A-Za-z0-9_][A-Za-z0-9_-]{0,63})\.(?P<id8>[0-9a-f]{8})\.(?P<seq>[0-9]{20})"
-    r"\.(?P<nonce8>[0-9a-f]{8})\.env"
+    r"(?P<sender>[A-Za-z0-9_][A-Za-z0-9_-]{0,63})\.(?P<id8>[0-9a-fA-F]{8})\.(?P<seq>[0-9]{20})"
+    r"\.(?P<nonce8>[0-9a-fA-F]{8})\.env"
 )
 
 
@@ -160,4 +159,4 @@ def parse_filename(name: str) -> FileName | None:
     seq = int(match["seq"])
     if seq > _U64_MAX:
         return None
-    return FileName(match["sender"], match["id8"], seq, match["nonce8"])
+    return FileName(match["sender"], match["id8"].lower(), seq, match["nonce8"].lower())

@@ -35,10 +35,14 @@ from .replay import ReplayGuard
 from .inotify import DirectoryWatch
 from .spc import Deadlines, PendingCall, PendingCalls, Service, ServiceTable, as_registered, precheck
 from .trace import EnvelopeTrace, LeaseTrace, SpcTrace
-from .transport import (NameTaken, NotReady, TargetDirs, deliver, prepare_home, read_inbox_file, remove_entry,
+from .transport import (DirectoryGone, NameTaken, NotReady, TargetDirs, deliver, prepare_home, read_inbox_file, remove_entry,
                         sweep_orphans)
 
 RUNTIME = "speed_runtime-python/0.1"
+# plain ints for the per-envelope comparisons (an IntEnum attribute lookup costs more)
+_MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
+                                                                EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
+_NO_EXTRA: dict[str, Any] = {}
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESEAL_ATTEMPTS = 8
 
@@ -85,6 +89,7 @@ class Node:
         self.trusted_uids = frozenset(trusted_uids if trusted_uids is not None else {os.geteuid()})
         self.id = str(uuid.uuid4())
         self._id_bytes = uuid.UUID(self.id).bytes
+        self._file_prefix = envelope_filename(self.name, self._id_bytes, 0, b"\0" * 4).rsplit(".", 3)[0] + "."
         self._access = AccessRegistry(allow)
         self._services = ServiceTable()
         self._replay = ReplayGuard(int(replay_window * 1000))
@@ -412,44 +417,58 @@ class Node:
     def _send(self, target: str, etype: EnvelopeType, payload: dict, flags: int = 0,
               before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None) -> int:
         self._check_running()
-        entry = self._peer(target)
+        entry = self._monitor.get(target)
+        if entry is None or _stale(entry):
+            entry = self._peer(target)  # not cached, or stale in the cache: read afresh
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")
         body = payloads.encode_payload(payload)
         if len(body) > self.max_payload:
             raise ConfigError(f"payload of {len(body)} bytes exceeds the limit of {self.max_payload}")
-        with self._links_lock:
-            link = self._links.setdefault(target, _Link())
+        link = self._links.get(target)
+        if link is None:
+            with self._links_lock:
+                link = self._links.setdefault(target, _Link())
         with link.lock:
-            if link.dirs is None or link.dirs_for != entry.id or not link.dirs.still_linked():
-                if link.dirs is not None:
-                    link.dirs.close()
-                link.dirs, link.dirs_for = TargetDirs(self.root, target), entry.id
             seq = link.next_seq
             if before_deliver is not None:
                 before_deliver(seq)
-            for _ in range(_RESEAL_ATTEMPTS):
-                nonce = os.urandom(12)
-                header = Header(etype, seq, int(time.time() * 1000), len(body), self._id_bytes,
-                                entry.id_bytes, flags)
-                data = seal(header, body, self.key, nonce)
-                self._count("sealed")
-                filename = envelope_filename(self.name, self._id_bytes, seq, nonce)
-                try:
-                    deliver(link.dirs, filename, data)
-                    break
-                except NameTaken:
-                    continue
-            else:
-                raise DeliveryError(f"could not find a free file name in {target}'s inbox")
+            data, filename = self._seal_and_deliver(link, target, entry, etype, seq, flags, body)
             link.next_seq, link.last_file = seq + 1, filename
-        self._count("sent")
+        with self._counters_lock:
+            self._counters["sent"] += 1
         if self._observers:
             extra = trace_extra or {}
             self._emit(EnvelopeTrace(time.time(), self.name, "out", target, etype.name, seq, len(data), "sent",
                                      envelope=data, file=filename, **extra))
         return seq
+
+    def _seal_and_deliver(self, link: _Link, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
+                          body: bytes) -> tuple[bytes, str]:
+        """Seal and deliver under the link's lock; reseal on a name clash, reopen a removed directory once."""
+        reopened = False
+        for _ in range(_RESEAL_ATTEMPTS):
+            if link.dirs is None or link.dirs_for != entry.id:
+                if link.dirs is not None:
+                    link.dirs.close()
+                link.dirs, link.dirs_for = TargetDirs(self.root, target), entry.id
+            nonce = os.urandom(12)
+            data = seal(Header(etype, seq, int(time.time() * 1000), len(body), self._id_bytes, entry.id_bytes, flags),
+                        body, self.key, nonce)
+            with self._counters_lock:
+                self._counters["sealed"] += 1
+            filename = f"{self._file_prefix}{seq:020d}.{nonce[:4].hex()}.env"
+            try:
+                deliver(link.dirs, filename, data)
+                return data, filename
+            except NameTaken:
+                continue
+            except DirectoryGone:
+                if reopened:
+                    raise
+                reopened, link.dirs = True, None
+        raise DeliveryError(f"could not find a free file name in {target}'s inbox")
 
     def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:
         """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran."""
@@ -544,24 +563,35 @@ class Node:
                 return
 
     def _receive_batch(self, names: list[str]) -> list[str]:
-        """Receive files in sequence order per sender; returns the names to look at again."""
+        """Receive files in sequence order per sender; returns the names to look at again.
+        Application work of one batch goes to each sender's lane as one task."""
         batch = []
         for name in set(names):
             parsed = parse_filename(name)
-            if parsed is None:
-                self._reject_unread(name, "?", 0, "bad_file")
+            if parsed is None:  # no sender to find in the Access Registry (§5.5 step 1)
+                self._reject_unread(name, "?", 0, "unauthorized")
             else:
                 batch.append((parsed.sender, parsed.id8, parsed.sequence, name))
         batch.sort()
         deferred: list[str] = []
         waiting: set[str] = set()
+        lanes: dict[str, list[Callable[[], None]]] = {}
         for sender, _, seq, name in batch:
             if self._state == "lost":
                 break
-            if sender in waiting or not self._receive_one(name, sender, seq):
+            if sender in waiting or not self._receive_one(name, sender, seq, lanes):
                 waiting.add(sender)  # keep this sender's later files behind the one not ready
                 deferred.append(name)
+        for sender, tasks in lanes.items():
+            self._lanes.submit(sender, tasks[0] if len(tasks) == 1 else lambda tasks=tasks: self._run_all(tasks))
         return deferred
+
+    def _run_all(self, tasks: list[Callable[[], None]]) -> None:
+        for task in tasks:
+            try:
+                task()
+            except Exception as exc:  # one bad task must not stop the sender's later ones
+                self._handler_failed(exc)
 
     def _reject_unread(self, name: str, sender: str, seq: int, reason: str, size: int = 0,
                        etype: str = "UNKNOWN", data: bytes | None = None) -> None:
@@ -572,7 +602,8 @@ class Node:
         self._emit(EnvelopeTrace(time.time(), self.name, "in", sender, etype, seq, size, "rejected",
                                  reason=reason, envelope=data, file=name))
 
-    def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
+    def _receive_one(self, name: str, sender: str, file_seq: int,
+                     lanes: dict[str, list[Callable[[], None]]]) -> bool:
         """Judge and dispatch one inbox file; False if it is not ready to be read yet."""
         if sender not in self._access:
             self._reject_unread(name, sender, file_seq, "unauthorized")
@@ -608,7 +639,7 @@ class Node:
         self._count("received")
         if gap:
             self._count("gaps")
-        self._dispatch(header, payload, sender, data, name)
+        self._dispatch(header, payload, sender, data, name, lanes)
         return True
 
     def _name_taken(self) -> bool:
@@ -628,28 +659,29 @@ class Node:
         if entry is None or entry.id_bytes != source_id:
             raise EnvelopeError("unknown_sender", f"the source ID is not that of {sender}'s current entry")
 
-    def _dispatch(self, header: Header, payload: dict, sender: str, data: bytes, name: str) -> None:
+    def _dispatch(self, header: Header, payload: dict, sender: str, data: bytes, name: str,
+                  lanes: dict[str, list[Callable[[], None]]]) -> None:
         etype = header.type
-        extra: dict[str, Any] = {}
-        if etype == EnvelopeType.SPC_REQUEST:
+        extra: dict[str, Any] = _NO_EXTRA
+        if etype == _SPC_REQUEST:
             extra = {"request_id": payload["requestId"], "service": payload["service"]}
-        elif etype == EnvelopeType.SPC_RESPONSE:
+        elif etype == _SPC_RESPONSE:
             extra = self._resolve_call(payload)
         if self._observers:
             self._emit(EnvelopeTrace(time.time(), self.name, "in", sender, type_name(etype), header.sequence,
                                      len(data), "accepted", envelope=data, file=name, **extra))
-        if etype == EnvelopeType.MESSAGE:
-            self._lanes.submit(sender, lambda: self._deliver_message(header, payload, sender, len(data)))
-        elif etype == EnvelopeType.SPC_REQUEST:
-            self._lanes.submit(sender, lambda: self._serve(payload, sender))
-        elif etype == EnvelopeType.ACK:
+        if etype == _MESSAGE:
+            lanes.setdefault(sender, []).append(lambda: self._deliver_message(header, payload, sender, len(data)))
+        elif etype == _SPC_REQUEST:
+            self._serve(payload, sender)
+        elif etype == _ACK:
             self._settle_ack(sender, payload["ackSeq"], None)
         elif etype == EnvelopeType.ERROR and isinstance(payload.get("refSeq"), int):
             self._settle_ack(sender, payload["refSeq"],
                              DeliveryError(f"{sender} failed to handle message {payload['refSeq']}: "
                                            f"{payload['errorCode']}: {payload['errorMessage']}"))
         elif etype == EnvelopeType.HEARTBEAT and payload["reply"] is False:
-            self._lanes.submit(sender, lambda: self._answer_probe(sender))
+            self._answer_probe(sender)
         elif etype == EnvelopeType.EVENT and payload["event"] == "leave":
             self._monitor.hint(sender)
 
@@ -716,7 +748,7 @@ class Node:
         return extra
 
     def _serve(self, payload: dict, caller: str) -> None:
-        """Run one SPC request (on the caller's lane: checks only; the service runs in the pool)."""
+        """Check one SPC request on the protocol thread; the service itself runs in the SPC pool."""
         request_id, name, arguments = payload["requestId"], payload["service"], payload["arguments"]
         answered = threading.Lock()
 

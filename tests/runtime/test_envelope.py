@@ -91,6 +91,14 @@ def test_unknown_type_is_bad_payload_only_after_the_tag_passes():
     assert info.value.reason == "bad_payload"
 
 
+def test_size_is_judged_before_version():
+    env = bytearray(make())
+    env[0] = 2
+    with pytest.raises(EnvelopeError) as info:
+        open_envelope(bytes(env[:-1]), KEY)  # wrong size and wrong version: size comes first (§5.5 step 3)
+    assert info.value.reason == "bad_size"
+
+
 def test_header_decode_short_input():
     with pytest.raises(EnvelopeError):
         decode_header(b"\x01" * (HEADER_SIZE - 1))
@@ -102,8 +110,9 @@ def test_filename_round_trip_and_rejects():
     assert name == f"billing.{SRC.hex()[:8]}.{42:020d}.deadbeef.env"
     parsed = parse_filename(name)
     assert (parsed.sender, parsed.sequence, parsed.nonce8) == ("billing", 42, "deadbeef")
+    assert parse_filename(name.upper().replace("BILLING", "billing").replace(".ENV", ".env")).id8 == SRC.hex()[:8]
     for bad in ("x.env", ".billing.00000000.00000000000000000001.deadbeef.env", "../a.00000000.00000000000000000001.deadbeef.env",
-                "a.00000000.99999999999999999999.deadbeef.env", "a.0000000g.00000000000000000001.deadbeef.env"):
+                "a.00000000.99999999999999999999.deadbeef.env", "a.0000000g.00000000000000000001.deadbeef.env", "a.00000000.00000000000000000001.deadbeef.ENV"):
         assert parse_filename(bad) is None
 
 
