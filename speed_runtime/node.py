@@ -417,9 +417,7 @@ class Node:
     def _send(self, target: str, etype: EnvelopeType, payload: dict, flags: int = 0,
               before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None) -> int:
         self._check_running()
-        entry = self._monitor.get(target)
-        if entry is None or _stale(entry):
-            entry = self._peer(target)  # not cached, or stale in the cache: read afresh
+        entry = self._peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")
