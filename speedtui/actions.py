@@ -1,0 +1,407 @@
+"""Operator actions (launch/stop nodes, grant/revoke, call, send, replay, reap).
+
+Plain Python, thread-safe, no Textual: the app runs these in thread workers and gets results
+back as return values; every action is written to the audit log with the equivalent `speed`
+command.  Observer events of the console's own nodes go to the Bridge.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import rt
+from .bridge import Bridge
+from .clock import Clock, SystemClock
+from .models.history import (AuditEntry, AuditLog, CallHistory, CallRecord, q, speed_call_command,
+                             speed_node_command)
+from .models.traces import TraceRecord, parse_record
+
+DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
+
+
+class ActionError(Exception):
+    """An action that could not be done; the message is shown to the operator."""
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    groups: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    services: tuple[str, ...] = ()
+    trace: bool = True
+    in_process: bool = True
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+
+
+@dataclass
+class OwnNode:
+    spec: NodeSpec
+    node: Any = None  # speed_runtime.Node
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    unsubscribe: Any = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "in-process" if self.node is not None else "process"
+
+    @property
+    def alive(self) -> bool:
+        if self.node is not None:
+            return getattr(self.node, "state", "running") == "running"
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    sender: str
+    receiver: str
+    type: str
+    seq: int
+    filename: str
+
+
+def speed_command() -> list[str]:
+    """How to start the runtime's `speed` CLI from this interpreter."""
+    return [sys.executable, "-m", "speed_runtime"]
+
+
+class ActionService:
+    def __init__(self, root: Path, key: rt.KeyInfo, bridge: Bridge, audit: AuditLog, calls: CallHistory,
+                 clock: Clock | None = None, readonly: bool = False) -> None:
+        self.root = Path(root)
+        self.key = key
+        self.bridge = bridge
+        self.audit = audit
+        self.calls = calls
+        self.clock = clock or SystemClock()
+        self.readonly = readonly
+        self.own: dict[str, OwnNode] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ helpers
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise ActionError("the console runs with --readonly: actions are disabled")
+
+    def _record(self, action: str, detail: str, command: str, ok: bool = True, result: str = "") -> None:
+        self.audit.record(AuditEntry(ts=time.time(), action=action, detail=detail, command=command, ok=ok,
+                                     result=result))
+
+    def _runtime(self):
+        if not rt.runtime_available():
+            raise ActionError("speed_runtime is not available in this Python environment")
+        import speed_runtime
+
+        return speed_runtime
+
+    def _observer(self, name: str):
+        bridge = self.bridge
+
+        def observe(event: Any) -> None:
+            to_record = getattr(event, "to_record", None)
+            if to_record is None:
+                return
+            try:
+                rec = parse_record(to_record(), source="observer")
+            except Exception:  # noqa: BLE001 - never break the runtime's thread
+                return
+            if rec is not None:
+                bridge.push_records([rec])
+
+        return observe
+
+    def own_in_process(self) -> list[str]:
+        with self._lock:
+            return sorted(n for n, o in self.own.items() if o.node is not None and o.alive)
+
+    def own_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self.own)
+
+    def get_node(self, name: str):
+        with self._lock:
+            o = self.own.get(name)
+        if o is None or o.node is None:
+            raise ActionError(f"{name} is not one of this console's in-process nodes")
+        if not o.alive:
+            raise ActionError(f"{name} is not running")
+        return o.node
+
+    # ------------------------------------------------------------------ launch / stop
+    def node_command(self, spec: NodeSpec) -> str:
+        return speed_node_command(self.root, self.key.path, spec.name, spec.groups, spec.allow, spec.services,
+                                  spec.trace)
+
+    def launch(self, spec: NodeSpec, ready_timeout: float = 15.0) -> OwnNode:
+        self._check_writable()
+        cmd = self.node_command(spec)
+        where = "in-process" if spec.in_process else "process"
+        try:
+            with self._lock:
+                if spec.name in self.own and self.own[spec.name].alive:
+                    raise ActionError(f"this console already runs a node named {spec.name}")
+            own = self._launch_in_process(spec) if spec.in_process else self._launch_process(spec, ready_timeout)
+        except Exception as exc:  # noqa: BLE001
+            msg = _one_line(exc)
+            self._record("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        with self._lock:
+            self.own[spec.name] = own
+        self._record("launch", f"{spec.name} ({where})", cmd, result="ready")
+        return own
+
+    def _launch_in_process(self, spec: NodeSpec) -> OwnNode:
+        srt = self._runtime()
+        from speed_runtime.demo import DEMO_SERVICES
+
+        kwargs: dict[str, Any] = dict(groups=list(spec.groups), allow=list(spec.allow), trace=spec.trace)
+        if spec.lease_seconds:
+            kwargs["lease_seconds"] = spec.lease_seconds
+        if spec.heartbeat_seconds:
+            kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
+        node = srt.Node(str(self.root), self.key.runtime_key or str(self.key.path), spec.name, **kwargs)
+        for s in spec.services:
+            if s not in DEMO_SERVICES:
+                raise ActionError(f"unknown demo service {s!r}; choose from {', '.join(DEMO_SERVICES)}")
+            node.register(s, DEMO_SERVICES[s])
+        unsub = None
+        if not spec.trace:  # with tracing on, the journal already brings every event
+            unsub = node.add_observer(self._observer(spec.name))
+        node.start()
+        return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub)
+
+    def _launch_process(self, spec: NodeSpec, ready_timeout: float) -> OwnNode:
+        args = speed_command() + ["node", "--dir", str(self.root), "--key", str(self.key.path), "--name", spec.name]
+        for g in spec.groups:
+            args += ["--group", g]
+        for a in spec.allow:
+            args += ["--allow", a]
+        for s in spec.services:
+            args += ["--service", s]
+        if spec.trace:
+            args.append("--trace")
+        if spec.lease_seconds:
+            args += ["--lease", f"{spec.lease_seconds:g}"]
+        if spec.heartbeat_seconds:
+            args += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        own = OwnNode(spec=spec, proc=proc, started=time.time())
+        line = _read_line(proc, ready_timeout)
+        if not line.startswith("ready"):
+            err = ""
+            if proc.poll() is None:
+                _terminate(proc)
+            try:
+                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            except (OSError, ValueError):
+                pass
+            detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
+            raise ActionError(f"speed node {spec.name} did not start: {detail}")
+        own.output.append(line)
+        threading.Thread(target=_drain, args=(proc, own.output), daemon=True).start()
+        return own
+
+    def stop(self, name: str) -> None:
+        self._check_writable()
+        with self._lock:
+            own = self.own.pop(name, None)
+        if own is None:
+            raise ActionError(f"{name} is not a node this console started")
+        self._stop_own(own)
+        self._record("stop", f"{name} ({own.kind})",
+                     f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
+
+    def _stop_own(self, own: OwnNode) -> None:
+        if own.node is not None:
+            try:
+                own.node.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if own.proc is not None:
+            _terminate(own.proc)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            owns, self.own = list(self.own.values()), {}
+        threads = [threading.Thread(target=self._stop_own, args=(o,)) for o in owns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+
+    # ------------------------------------------------------------------ grants
+    def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:
+        self._check_writable()
+        node = self.get_node(name)
+        verb = "grant" if grant else "revoke"
+        try:
+            if grant:
+                node.allow(peer)
+            else:
+                node.revoke(peer)
+        except Exception as exc:  # noqa: BLE001
+            msg = _one_line(exc)
+            self._record(verb, f"{name} allow {peer}", "", ok=False, result=msg)
+            raise ActionError(msg) from None
+        allowed = list(node.allowed)
+        with self._lock:
+            own = self.own.get(name)
+            if own is not None:
+                own.spec.allow = tuple(allowed)
+                cmd = self.node_command(own.spec)
+            else:
+                cmd = ""
+        self._record(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
+                     f"{cmd}  # equivalent node command line", result="allow=" + ",".join(allowed))
+        return allowed
+
+    # ------------------------------------------------------------------ calls and messages
+    def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0) -> CallRecord:
+        self._check_writable()
+        cmd = speed_call_command(target, service, arguments, caller, self.root, self.key.path, timeout)
+        node = self.get_node(caller)
+        started = time.perf_counter()
+        status, result, code, message = "SUCCESS", None, "", ""
+        try:
+            result = node.call(target, service, arguments, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - SpcError has .code; others are local failures
+            status = "ERROR"
+            code = str(getattr(exc, "code", "") or type(exc).__name__)
+            message = _one_line(exc)
+        latency = (time.perf_counter() - started) * 1000.0
+        rec = CallRecord(ts=time.time(), caller=caller, target=target, service=service, arguments=arguments,
+                         timeout=timeout, status=status, result=result, error_code=code, error_message=message,
+                         latency_ms=round(latency, 3))
+        self.calls.record(rec)
+        self._record("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
+                     result=f"{status} {code} {latency:.1f}ms".replace("  ", " "))
+        return rec
+
+    def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0) -> int:
+        self._check_writable()
+        cmd = (f"speed send {q(target)} {q(json.dumps(data, separators=(',', ':')))} --as {q(sender)} "
+               f"--dir {q(self.root)} --key {q(self.key.path)}" + (" --confirm" if confirm else ""))
+        node = self.get_node(sender)
+        try:
+            seq = node.send(target, data, confirm=confirm, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001
+            msg = _one_line(exc)
+            self._record("send", f"{sender} → {target}", cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
+        return seq
+
+    # ------------------------------------------------------------------ replay and reap
+    def replay(self, rec: TraceRecord) -> ReplayResult:
+        self._check_writable()
+        if not rec.envelope:
+            raise ActionError("this record carries no sealed envelope (the node journals without envelopes)")
+        data = base64.b64decode(rec.envelope)
+        dec = rt.decode_envelope(data, None)
+        if dec.header is None:
+            raise ActionError(f"the traced envelope is unreadable: {dec.problem}")
+        sender, receiver = rec.sender, rec.receiver
+        filename = rt.envelope_filename(sender, dec.header.source_id, dec.header.seq, dec.header.nonce)
+        detail = f"{sender} → {receiver} {rec.type} seq {dec.header.seq}"
+        cmd = f"# re-deliver {len(data)} sealed bytes as {q(str(self.root / receiver / 'inbox' / filename))}"
+        try:
+            rt.inject(self.root, receiver, filename, data)
+        except Exception as exc:  # noqa: BLE001
+            msg = _one_line(exc)
+            self._record("replay", detail, cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("replay", detail, cmd, result="injected")
+        return ReplayResult(sender, receiver, rec.type, dec.header.seq, filename)
+
+    def reap(self, name: str) -> bool:
+        self._check_writable()
+        cmd = f"speed reap {q(name)} --dir {q(self.root)}"
+        try:
+            from speed_runtime.registry import Registry
+
+            done = Registry(str(self.root), create=False).reap(name, time.time())
+        except Exception as exc:  # noqa: BLE001
+            msg = _one_line(exc)
+            self._record("reap", name, cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("reap", name, cmd, ok=done, result="removed" if done else "not stale: left alone")
+        if not done:
+            raise ActionError(f"{name} is not stale (or already gone): the registry entry was left alone")
+        return True
+
+    def own_replay_state(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            o = self.own.get(name)
+        if o is None or o.node is None or not o.alive:
+            return None
+        try:
+            return o.node.replay_state()
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], max(0.0, min(0.2, deadline - time.monotonic())))
+        if r:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            if b"\n" in buf:
+                return buf.split(b"\n", 1)[0].decode(errors="replace").strip()
+        elif proc.poll() is not None:
+            break
+    return buf.decode(errors="replace").strip()
+
+
+def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
+    try:
+        for line in proc.stdout or ():
+            if len(sink) < 200:
+                sink.append(line.decode(errors="replace").rstrip())
+    except (OSError, ValueError):
+        pass
+
+
+def _terminate(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        except ProcessLookupError:
+            pass
+    for f in (proc.stdout, proc.stderr):
+        try:
+            if f:
+                f.close()
+        except OSError:
+            pass

@@ -1,0 +1,286 @@
+"""Registry table model: parse entries, judge liveness (SPEED-WIRE-V1 §4.1), sort, filter."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+REGISTRY_DIR = "speed_registry"
+EXPIRING = "expiring"
+
+
+def local_boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+LOCAL_HOST = socket.gethostname()
+
+
+def pid_alive(pid: int) -> bool | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RawEntry:
+    """One file of speed_registry/ as read: the JSON object, or an error."""
+
+    name: str  # from the file name
+    data: dict[str, Any] | None
+    error: str | None = None
+
+
+def read_registry(root: Path) -> list[RawEntry]:
+    """Read every ``*.node`` file; never raises for a bad entry."""
+    reg = Path(root) / REGISTRY_DIR
+    out: list[RawEntry] = []
+    try:
+        names = sorted(os.listdir(reg))
+    except OSError:
+        return out
+    for fn in names:
+        if not fn.endswith(".node") or fn.startswith("."):
+            continue
+        name = fn[:-5]
+        try:
+            fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as fh:
+                raw = fh.read(1 << 20)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            out.append(RawEntry(name, None, f"unreadable: {exc.strerror}"))
+            continue
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            out.append(RawEntry(name, None, "not valid JSON"))
+            continue
+        if not isinstance(data, dict):
+            out.append(RawEntry(name, None, "not a JSON object"))
+            continue
+        missing = [k for k in ("name", "id", "lastHeartbeat") if k not in data]
+        if missing:
+            out.append(RawEntry(name, data, "missing " + ", ".join(missing)))
+            continue
+        out.append(RawEntry(name, data))
+    return out
+
+
+def _num(v: Any, default: float | None = None) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+
+def _strs(v: Any) -> tuple[str, ...]:
+    return tuple(str(x) for x in v) if isinstance(v, list) else ()
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    status: str  # online | leaving | stale
+    remaining: float  # lease seconds left (negative when stale)
+    hb_age: float | None
+    pid: int | None
+    pid_alive: bool | None  # None: other host / unknown
+    host: str
+    runtime: str
+    uptime: float | None
+    groups: tuple[str, ...]
+    services: tuple[str, ...]
+    allow: tuple[str, ...]
+    counters: dict[str, Any]
+    node_id: str
+    lease_seconds: float
+    raw: dict[str, Any] | None
+    error: str | None = None
+
+    @property
+    def expiring_soon(self) -> bool:
+        return self.status != "stale" and self.remaining < min(10.0, self.lease_seconds / 3)
+
+
+def build_row(raw: RawEntry, now: float, boot_id: str | None = None,
+              boottime_now: float | None = None, host: str = LOCAL_HOST,
+              check_pid: Callable[[int], bool | None] = pid_alive) -> NodeRow:
+    d = raw.data or {}
+    lease = _num(d.get("leaseSeconds"), 30.0) or 30.0
+    hb = _num(d.get("lastHeartbeat"))
+    age: float | None = None
+    if hb is not None:
+        age = now - hb
+        bt = _num(d.get("bootTimeHeartbeat"))
+        if boot_id and d.get("bootId") == boot_id and bt is not None and boottime_now is not None:
+            age = boottime_now - bt
+    pid = d.get("pid") if isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool) else None
+    entry_host = str(d.get("host", ""))
+    alive: bool | None = None
+    if pid is not None and entry_host == host:
+        alive = check_pid(pid)
+    if raw.error is not None or age is None:
+        status = "stale"
+        remaining = -1.0
+    else:
+        remaining = lease - age
+        if age > lease or alive is False:
+            status = "stale"
+        elif d.get("status") == "leaving":
+            status = "leaving"
+        else:
+            status = "online"
+    start = _num(d.get("startupTimestamp"))
+    counters = d.get("counters") if isinstance(d.get("counters"), dict) else {}
+    return NodeRow(
+        name=str(d.get("name", raw.name)) if raw.error is None else raw.name,
+        status=status, remaining=remaining, hb_age=age, pid=pid, pid_alive=alive,
+        host=entry_host, runtime=str(d.get("runtime", "")),
+        uptime=(now - start) if start is not None else None,
+        groups=_strs(d.get("groups")), services=_strs(d.get("services")), allow=_strs(d.get("allow")),
+        counters=counters, node_id=str(d.get("id", "")), lease_seconds=lease,
+        raw=raw.data, error=raw.error,
+    )
+
+
+def fmt_duration(sec: float | None) -> str:
+    if sec is None:
+        return "-"
+    neg = sec < 0
+    s = int(abs(sec))
+    if s < 60:
+        txt = f"{abs(sec):.1f}s" if s < 10 else f"{s}s"
+    elif s < 3600:
+        txt = f"{s // 60}m{s % 60:02d}s"
+    elif s < 86400:
+        txt = f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    else:
+        txt = f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    return "-" + txt if neg else txt
+
+
+def fmt_counters(c: dict[str, Any]) -> str:
+    """Published counters, condensed: tx rx rej calls err (other numeric fields after)."""
+    if not c:
+        return "-"
+    short = {"sent": "tx", "received": "rx", "accepted": "rx", "rejected": "rej", "spcCalls": "calls",
+             "spcErrors": "err", "sealed": "seal"}
+    order = ["sent", "received", "accepted", "rejected", "spcCalls", "spcErrors"]
+    parts = []
+    for k in order + sorted(k for k in c if k not in order and k != "sealed"):
+        if k not in c:
+            continue
+        v = c[k]
+        if isinstance(v, dict):
+            v = sum(x for x in v.values() if isinstance(x, (int, float)) and not isinstance(x, bool))
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if k not in order and not v:
+                continue
+            parts.append(f"{short.get(k, k)}={v:g}")
+    return " ".join(parts) or "-"
+
+
+COLUMNS: list[tuple[str, str, int]] = [
+    # key, label, width (the first eleven fit 120 columns; scroll right for the runtime)
+    ("status", "STATUS", 9),
+    ("name", "NAME", 13),
+    ("remaining", "LEASE", 7),
+    ("hb_age", "HB AGE", 6),
+    ("pid", "PID", 7),
+    ("host", "HOST", 10),
+    ("uptime", "UPTIME", 6),
+    ("groups", "FABRICS", 12),
+    ("services", "SERVICES", 14),
+    ("allow", "ALLOW", 5),
+    ("counters", "COUNTERS", 20),
+    ("runtime", "RUNTIME", 24),
+]
+
+_STATUS_ORDER = {"stale": 0, "leaving": 1, "online": 2}
+
+
+def sort_key(column: str) -> Callable[[NodeRow], Any]:
+    if column == EXPIRING:
+        return lambda r: (r.status == "stale", r.remaining, r.name)
+    if column == "status":
+        return lambda r: (_STATUS_ORDER.get(r.status, 9), r.name)
+    if column in ("remaining", "hb_age", "uptime", "pid"):
+        return lambda r: (getattr(r, column) is None, getattr(r, column) or 0, r.name)
+    if column in ("groups", "services"):
+        return lambda r: (",".join(getattr(r, column)), r.name)
+    if column == "allow":
+        return lambda r: (len(r.allow), r.name)
+    if column == "counters":
+        return lambda r: (fmt_counters(r.counters), r.name)
+    return lambda r: (str(getattr(r, column, "")).lower(), r.name)
+
+
+def row_matches(row: NodeRow, text: str) -> bool:
+    if not text:
+        return True
+    t = text.lower()
+    hay = " ".join([row.name, row.status, row.host, row.runtime, " ".join(row.groups),
+                    " ".join(row.services), str(row.pid or "")]).lower()
+    return all(part in hay for part in t.split())
+
+
+@dataclass
+class RegistryModel:
+    """The current registry as the console sees it."""
+
+    raw: list[RawEntry] = field(default_factory=list)
+    rows: list[NodeRow] = field(default_factory=list)
+    sort_column: str = "name"
+    sort_reverse: bool = False
+    filter_text: str = ""
+    fabric: str | None = None  # fabric filter (None: all, "" : ungrouped)
+
+    def update(self, raw: Iterable[RawEntry], now: float, boot_id: str | None = None,
+               boottime_now: float | None = None, host: str = LOCAL_HOST,
+               check_pid: Callable[[int], bool | None] = pid_alive) -> None:
+        self.raw = list(raw)
+        self.refresh(now, boot_id, boottime_now, host, check_pid)
+
+    def refresh(self, now: float, boot_id: str | None = None, boottime_now: float | None = None,
+                host: str = LOCAL_HOST, check_pid: Callable[[int], bool | None] = pid_alive) -> None:
+        self.rows = [build_row(r, now, boot_id, boottime_now, host, check_pid) for r in self.raw]
+
+    def by_name(self) -> dict[str, NodeRow]:
+        return {r.name: r for r in self.rows}
+
+    def counts(self) -> dict[str, int]:
+        c = {"online": 0, "leaving": 0, "stale": 0}
+        for r in self.rows:
+            c[r.status] = c.get(r.status, 0) + 1
+        return c
+
+    def in_fabric(self, row: NodeRow) -> bool:
+        if self.fabric is None:
+            return True
+        if self.fabric == "":
+            return not row.groups
+        return self.fabric in row.groups
+
+    def visible(self) -> list[NodeRow]:
+        rows = [r for r in self.rows if self.in_fabric(r) and row_matches(r, self.filter_text)]
+        rows.sort(key=sort_key(self.sort_column), reverse=self.sort_reverse)
+        return rows
+
+    def set_sort(self, column: str) -> None:
+        if self.sort_column == column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column = column
+            self.sort_reverse = False

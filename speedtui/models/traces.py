@@ -1,0 +1,240 @@
+"""Trace records (SPEED-WIRE-V1 §8): normalised records, a bounded ring buffer with
+incremental filtering, SPC call linking, lease history and a per-second rate."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    id: int
+    ts: float
+    node: str
+    kind: str  # envelope | lease
+    dir: str = ""
+    peer: str = ""
+    type: str = ""
+    seq: int | None = None
+    size: int | None = None
+    outcome: str = ""
+    reason: str = ""
+    request_id: str = ""
+    service: str = ""
+    status: str = ""
+    error_code: str = ""
+    latency_ms: float | None = None
+    envelope: str | None = None  # base64 of the sealed bytes
+    subject: str = ""
+    event: str = ""
+    source: str = "journal"  # journal | observer
+
+    @property
+    def sender(self) -> str:
+        return self.node if self.dir == "out" else self.peer
+
+    @property
+    def receiver(self) -> str:
+        return self.peer if self.dir == "out" else self.node
+
+    @property
+    def result(self) -> str:
+        if self.outcome == "rejected":
+            return f"rejected:{self.reason}" if self.reason else "rejected"
+        return self.outcome
+
+    def text(self) -> str:
+        return " ".join(str(x) for x in (self.node, self.peer, self.type, self.outcome, self.reason,
+                                         self.request_id, self.service, self.status, self.error_code,
+                                         self.seq if self.seq is not None else "")).lower()
+
+
+def _s(d: dict, k: str) -> str:
+    v = d.get(k)
+    return v if isinstance(v, str) else ""
+
+
+def _i(d: dict, k: str) -> int | None:
+    v = d.get(k)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _f(d: dict, k: str) -> float | None:
+    v = d.get(k)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def parse_record(d: Any, source: str = "journal") -> TraceRecord | None:
+    """A journal line (already JSON-decoded) to a record, or None if it is not a valid record."""
+    if not isinstance(d, dict):
+        return None
+    ts = _f(d, "ts")
+    node = _s(d, "node")
+    if ts is None or not node:
+        return None
+    kind = _s(d, "kind") or "envelope"
+    if kind == "lease":
+        if not _s(d, "event"):
+            return None
+        return TraceRecord(id=next(_ids), ts=ts, node=node, kind="lease",
+                           subject=_s(d, "subject") or node, event=_s(d, "event"), source=source)
+    if kind != "envelope":
+        return None
+    return TraceRecord(
+        id=next(_ids), ts=ts, node=node, kind="envelope", dir=_s(d, "dir"), peer=_s(d, "peer"),
+        type=_s(d, "type"), seq=_i(d, "seq"), size=_i(d, "size"), outcome=_s(d, "outcome"),
+        reason=_s(d, "reason"), request_id=_s(d, "requestId"), service=_s(d, "service"),
+        status=_s(d, "status"), error_code=_s(d, "errorCode"), latency_ms=_f(d, "latencyMs"),
+        envelope=_s(d, "envelope") or None, source=source,
+    )
+
+
+@dataclass
+class TraceFilter:
+    node: str = ""
+    type: str = ""
+    outcome: str = ""  # sent | accepted | rejected | "" ; "error" = SPC errors
+    text: str = ""
+    nodes: frozenset[str] | None = None  # fabric restriction
+
+    def active(self) -> bool:
+        return bool(self.node or self.type or self.outcome or self.text or self.nodes is not None)
+
+    def matches(self, r: TraceRecord) -> bool:
+        if self.node and self.node not in (r.node, r.peer):
+            return False
+        if self.nodes is not None and r.node not in self.nodes and r.peer not in self.nodes:
+            return False
+        if self.type and r.type.upper() != self.type.upper():
+            return False
+        if self.outcome:
+            if self.outcome == "error":
+                if not (r.status == "ERROR" or r.error_code):
+                    return False
+            elif r.outcome != self.outcome:
+                return False
+        if self.text:
+            hay = r.text()
+            if not all(p in hay for p in self.text.lower().split()):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class CallLink:
+    request_id: str
+    caller: str
+    callee: str
+    service: str
+    records: tuple[TraceRecord, ...]
+    status: str
+    error_code: str
+    rtt_ms: float | None
+
+
+class TraceStore:
+    """Ring buffer of envelope records with an incrementally maintained filtered view."""
+
+    def __init__(self, capacity: int = 20000, lease_capacity: int = 5000) -> None:
+        self.capacity = capacity
+        self.ring: deque[TraceRecord] = deque(maxlen=capacity)
+        self.filter = TraceFilter()
+        self.view: deque[TraceRecord] = deque()
+        self.leases: deque[TraceRecord] = deque(maxlen=lease_capacity)
+        self.total = 0
+        self.bad_lines = 0
+        self.buckets: dict[int, int] = {}
+        self.by_request: dict[str, list[TraceRecord]] = {}
+
+    # ---- ingest
+    def add(self, records: Iterable[TraceRecord]) -> int:
+        n = 0
+        for r in records:
+            if r.kind == "lease":
+                self.leases.append(r)
+                continue
+            n += 1
+            self.total += 1
+            if len(self.ring) == self.ring.maxlen:
+                old = self.ring[0]
+                if self.view and self.view[0] is old:
+                    self.view.popleft()
+                if old.request_id:
+                    lst = self.by_request.get(old.request_id)
+                    if lst:
+                        try:
+                            lst.remove(old)
+                        except ValueError:
+                            pass
+                        if not lst:
+                            del self.by_request[old.request_id]
+            self.ring.append(r)
+            if self.filter.matches(r):
+                self.view.append(r)
+            sec = int(r.ts)
+            self.buckets[sec] = self.buckets.get(sec, 0) + 1
+            if r.request_id:
+                self.by_request.setdefault(r.request_id, []).append(r)
+        if len(self.buckets) > 600:
+            for k in sorted(self.buckets)[:-300]:
+                del self.buckets[k]
+        return n
+
+    def set_filter(self, f: TraceFilter) -> None:
+        self.filter = f
+        self.view = deque(r for r in self.ring if f.matches(r))
+
+    # ---- queries
+    def rate_series(self, now: float, seconds: int = 60) -> list[float]:
+        end = int(now)
+        return [float(self.buckets.get(s, 0)) for s in range(end - seconds + 1, end + 1)]
+
+    def lease_history(self, subject: str, limit: int = 100) -> list[TraceRecord]:
+        out = [r for r in self.leases if r.subject == subject or (r.node == subject and r.subject == subject)]
+        return out[-limit:]
+
+    def call_link(self, rec: TraceRecord) -> CallLink | None:
+        if not rec.request_id:
+            return None
+        recs = sorted(self.by_request.get(rec.request_id, [rec]), key=lambda r: (r.ts, r.id))
+        # the caller is the sender of the SPC_REQUEST
+        caller = callee = ""
+        for r in recs:
+            if r.type == "SPC_REQUEST":
+                caller, callee = r.sender, r.receiver
+                break
+        if not caller:
+            for r in recs:
+                if r.type == "SPC_RESPONSE":
+                    caller, callee = r.receiver, r.sender
+                    break
+        recs = [r for r in recs if {r.node, r.peer} <= {caller, callee} or not caller]
+        service = next((r.service for r in recs if r.service), "")
+        status = next((r.status for r in recs if r.type == "SPC_RESPONSE" and r.status), "")
+        err = next((r.error_code for r in recs if r.error_code), "")
+        rtt = next((r.latency_ms for r in recs if r.latency_ms is not None), None)
+        if rtt is None:
+            sent = next((r.ts for r in recs if r.type == "SPC_REQUEST" and r.dir == "out" and r.node == caller), None)
+            got = next((r.ts for r in recs if r.type == "SPC_RESPONSE" and r.dir == "in"
+                        and r.node == caller and r.outcome == "accepted"), None)
+            if sent is not None and got is not None:
+                rtt = (got - sent) * 1000.0
+        return CallLink(rec.request_id, caller, callee, service, tuple(recs), status, err, rtt)
+
+    def replay_state(self, node: str) -> dict[str, Any]:
+        """Derived from the journals: last accepted sequence per sender and recent rejections."""
+        last: dict[str, int] = {}
+        rejected: list[TraceRecord] = []
+        for r in self.ring:
+            if r.node != node or r.dir != "in":
+                continue
+            if r.outcome == "accepted" and r.seq is not None:
+                last[r.peer] = max(last.get(r.peer, 0), r.seq)
+            elif r.outcome == "rejected":
+                rejected.append(r)
+        return {"last_accepted": dict(sorted(last.items())), "rejections": rejected[-20:]}

@@ -1,0 +1,393 @@
+"""Action dialogs: launch a node, grant/revoke, fire an SPC call, send a message."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Select, Static
+
+from ..actions import DEMO_SERVICE_NAMES, NodeSpec
+from ..models.access import AccessGraph, grant_preview
+from ..models.history import speed_call_command, speed_node_command
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip() for p in text.replace(" ", ",").split(",") if p.strip()))
+
+
+def parse_args(text: str) -> tuple[dict | None, str]:
+    text = text.strip() or "{}"
+    try:
+        val = json.loads(text)
+    except ValueError as exc:
+        return None, f"arguments are not valid JSON: {exc}"
+    if not isinstance(val, dict):
+        return None, "arguments must be a JSON object, e.g. {\"amount\": 100}"
+    return val, ""
+
+
+class LaunchScreen(ModalScreen[NodeSpec | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, root: str, key_path: str, names: list[str], fabrics: list[str]) -> None:
+        super().__init__()
+        self.root = root
+        self.key_path = key_path
+        self.names = names
+        self.fabrics = fabrics
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="launch-dialog"):
+            yield Static("Launch a node", classes="dialog-title")
+            with VerticalScroll():
+                yield Label("name")
+                yield Input(placeholder="e.g. billing", id="ln-name")
+                yield Label("fabrics (groups), comma separated")
+                yield Input(id="ln-groups", suggester=SuggestFromList(self.fabrics))
+                yield Label("allow (nodes that may write to it), comma separated")
+                yield Input(id="ln-allow", suggester=SuggestFromList(self.names))
+                yield Label("demo services")
+                with Horizontal(classes="checks"):
+                    for s in DEMO_SERVICE_NAMES:
+                        yield Checkbox(s, value=s == "echo", id=f"ln-svc-{s}", compact=True)
+                with Horizontal(classes="checks"):
+                    yield Checkbox("tracing", value=True, id="ln-trace", compact=True)
+                    with RadioSet(id="ln-where", compact=True):
+                        yield RadioButton("in this console", value=True, id="ln-inproc")
+                        yield RadioButton("separate `speed node` process", id="ln-proc")
+                yield Static(id="ln-preview", classes="preview")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Launch", id="ln-go", variant="primary")
+                yield Button("Cancel", id="ln-cancel")
+
+    def on_mount(self) -> None:
+        self._preview()
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec(
+            name=self.query_one("#ln-name", Input).value.strip(),
+            groups=split_list(self.query_one("#ln-groups", Input).value),
+            allow=split_list(self.query_one("#ln-allow", Input).value),
+            services=tuple(s for s in DEMO_SERVICE_NAMES if self.query_one(f"#ln-svc-{s}", Checkbox).value),
+            trace=self.query_one("#ln-trace", Checkbox).value,
+            in_process=self.query_one("#ln-inproc", RadioButton).value,
+        )
+
+    def _preview(self) -> None:
+        s = self.spec()
+        t = Text("equivalent: ", style="dim")
+        t.append(speed_node_command(self.root, self.key_path, s.name or "NAME", s.groups, s.allow, s.services, s.trace))
+        if s.name in self.names:
+            t.append(f"\n{s.name} is already registered: launching fails unless its lease is stale", style="yellow")
+        self.query_one("#ln-preview", Static).update(t)
+
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    @on(RadioSet.Changed)
+    def _changed(self) -> None:
+        self._preview()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "ln-cancel":
+            self.dismiss(None)
+            return
+        s = self.spec()
+        if not s.name:
+            self.notify("a node needs a name", severity="error")
+            return
+        self.dismiss(s)
+
+    def on_input_submitted(self) -> None:
+        self.on_button_pressed(Button.Pressed(self.query_one("#ln-go", Button)))
+
+
+class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, own: list[str], graph: AccessGraph, node: str | None = None, peer: str | None = None) -> None:
+        super().__init__()
+        self.own = own
+        self.graph = graph
+        self.node = node if node in own else (own[0] if own else None)
+        self.peer = peer or ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="grant-dialog"):
+            yield Static("Grant or revoke an allow entry", classes="dialog-title")
+            yield Label("on node (one of this console's in-process nodes)")
+            yield Select([(n, n) for n in self.own], value=self.node if self.node else Select.BLANK,
+                         id="gr-node", allow_blank=not self.own, prompt="no in-process node: launch one (n)")
+            yield Label("peer (the node that may write to it)")
+            yield Input(value=self.peer, id="gr-peer", suggester=SuggestFromList(self.graph.names))
+            with RadioSet(id="gr-mode", compact=True):
+                yield RadioButton("grant (allow)", value=True, id="gr-grant")
+                yield RadioButton("revoke", id="gr-revoke")
+            yield Static(id="gr-preview", classes="preview")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Apply", id="gr-go", variant="primary")
+                yield Button("Cancel", id="gr-cancel")
+
+    def on_mount(self) -> None:
+        self._preview()
+
+    def values(self) -> tuple[str | None, str, bool]:
+        sel = self.query_one("#gr-node", Select).value
+        node = sel if isinstance(sel, str) else None
+        return node, self.query_one("#gr-peer", Input).value.strip(), self.query_one("#gr-grant", RadioButton).value
+
+    def _preview(self) -> None:
+        node, peer, grant = self.values()
+        t = Text()
+        if not node or not peer:
+            t.append("choose a node and a peer to see what the change opens or closes", style="dim")
+        else:
+            t.append("preview:\n", style="bold")
+            for line in grant_preview(self.graph, node, peer, grant):
+                t.append(f"  {line}\n", style="green" if line.startswith("opens") else
+                         "red" if line.startswith("closes") else "")
+        self.query_one("#gr-preview", Static).update(t)
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(RadioSet.Changed)
+    def _changed(self) -> None:
+        self._preview()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "gr-cancel":
+            self.dismiss(None)
+            return
+        node, peer, grant = self.values()
+        if not node or not peer:
+            self.notify("choose one of the console's nodes and a peer", severity="error")
+            return
+        self.dismiss((node, peer, grant))
+
+
+class CallScreen(ModalScreen[None]):
+    """Fire an SPC call; the call runs in a worker, the result is shown here."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close"), Binding("ctrl+y", "copy", "Copy as command")]
+
+    def __init__(self, own: list[str], graph: AccessGraph, root: str, key_path: str, caller: str | None = None,
+                 target: str = "", service: str = "", arguments: Any = None, timeout: float = 5.0) -> None:
+        super().__init__()
+        self.own = own
+        self.graph = graph
+        self.root = root
+        self.key_path = key_path
+        self.init = dict(caller=caller if caller in own else (own[0] if own else None), target=target,
+                         service=service, arguments=json.dumps(arguments if arguments is not None else {}),
+                         timeout=f"{timeout:g}")
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="call-dialog"):
+            yield Static("Fire an SPC call", classes="dialog-title")
+            with Horizontal(classes="formrow"):
+                with Vertical():
+                    yield Label("caller (this console's node)")
+                    yield Select([(n, n) for n in self.own], value=self.init["caller"] or Select.BLANK,
+                                 id="call-caller", allow_blank=not self.own, prompt="no in-process node")
+                with Vertical():
+                    yield Label("target")
+                    yield Input(value=self.init["target"], id="call-target",
+                                suggester=SuggestFromList(self.graph.names, case_sensitive=True))
+                with Vertical():
+                    yield Label("service")
+                    yield Input(value=self.init["service"], id="call-service")
+            with Horizontal(classes="formrow"):
+                with Vertical(classes="wide"):
+                    yield Label("arguments (JSON object)")
+                    yield Input(value=self.init["arguments"], id="call-args")
+                with Vertical(classes="narrow"):
+                    yield Label("timeout s")
+                    yield Input(value=self.init["timeout"], id="call-timeout")
+            yield Static(id="call-check", classes="preview")
+            yield Static(id="call-result", classes="result")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Call", id="call-go", variant="primary")
+                yield Button("Copy as `speed call` (ctrl+y)", id="call-copy")
+                yield Button("Close", id="call-close")
+
+    def on_mount(self) -> None:
+        self._update_services()
+        self._check()
+
+    def values(self) -> dict[str, Any]:
+        sel = self.query_one("#call-caller", Select).value
+        args, err = parse_args(self.query_one("#call-args", Input).value)
+        try:
+            timeout = float(self.query_one("#call-timeout", Input).value)
+            if timeout <= 0:
+                raise ValueError
+        except ValueError:
+            timeout = None
+        return dict(caller=sel if isinstance(sel, str) else None,
+                    target=self.query_one("#call-target", Input).value.strip(),
+                    service=self.query_one("#call-service", Input).value.strip(),
+                    arguments=args, args_error=err, timeout=timeout)
+
+    def _update_services(self) -> None:
+        target = self.query_one("#call-target", Input).value.strip()
+        svcs = list(self.graph.nodes[target].services) if target in self.graph.nodes else []
+        self.query_one("#call-service", Input).suggester = SuggestFromList(svcs, case_sensitive=True)
+
+    def _check(self) -> str:
+        v = self.values()
+        problems = []
+        if not v["caller"]:
+            problems.append("launch an in-process node first (n) to call from")
+        if not v["target"]:
+            problems.append("choose a target")
+        elif v["target"] not in self.graph.nodes:
+            problems.append(f"{v['target']} is not in the registry")
+        if not v["service"]:
+            problems.append("choose a service")
+        elif v["target"] in self.graph.nodes and v["service"] not in self.graph.nodes[v["target"]].services:
+            svcs = ", ".join(self.graph.nodes[v["target"]].services) or "none"
+            problems.append(f"{v['target']} does not advertise {v['service']} (it offers {svcs})")
+        if v["args_error"]:
+            problems.append(v["args_error"])
+        if v["timeout"] is None:
+            problems.append("timeout must be a positive number of seconds")
+        t = Text()
+        if problems:
+            for p in problems:
+                t.append(f"✗ {p}\n", style="red")
+        else:
+            t.append("✓ ready: ", style="green")
+            t.append(speed_call_command(v["target"], v["service"], v["arguments"], v["caller"], self.root,
+                                        self.key_path, v["timeout"]), style="dim")
+        self.query_one("#call-check", Static).update(t)
+        return "; ".join(problems)
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event) -> None:
+        if getattr(event, "input", None) is not None and event.input.id == "call-target":
+            self._update_services()
+        self._check()
+
+    def on_input_submitted(self) -> None:
+        self.action_call()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        bid = event.button.id
+        if bid == "call-close":
+            self.dismiss(None)
+        elif bid == "call-copy":
+            self.action_copy()
+        else:
+            self.action_call()
+
+    def action_call(self) -> None:
+        # only blocking problems stop the call; a service the target does not advertise
+        # is still sent (the callee answers SERVICE_NOT_FOUND, which is worth seeing)
+        v = self.values()
+        if not v["caller"] or not v["target"] or not v["service"] or v["args_error"] or v["timeout"] is None:
+            self.notify(self._check() or "incomplete call", severity="error")
+            return
+        self.query_one("#call-result", Static).update(Text("calling…", style="yellow"))
+        self.app.run_call(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"])
+
+    def show_result(self, rec) -> None:
+        t = Text()
+        if rec.status == "SUCCESS":
+            t.append("SUCCESS ", style="bold green")
+            t.append(json.dumps(rec.result, ensure_ascii=False)[:400])
+        else:
+            t.append(f"{rec.error_code or 'ERROR'} ", style="bold red")
+            t.append(rec.error_message)
+        if rec.latency_ms is not None:
+            t.append(f"   latency {rec.latency_ms:.1f} ms", style="dim")
+        self.query_one("#call-result", Static).update(t)
+
+    def action_copy(self) -> None:
+        v = self.values()
+        if v["caller"] and v["target"] and v["service"] and v["arguments"] is not None:
+            self.app.copy_call_command(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"] or 5.0)
+
+
+class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, own: list[str], names: list[str], confirm_default: bool = False) -> None:
+        super().__init__()
+        self.own = own
+        self.names = names
+        self.confirm_default = confirm_default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="send-dialog"):
+            yield Static("Send a message", classes="dialog-title")
+            yield Label("from (this console's node)")
+            yield Select([(n, n) for n in self.own], value=self.own[0] if self.own else Select.BLANK,
+                         id="snd-from", allow_blank=not self.own, prompt="no in-process node")
+            yield Label("to")
+            yield Input(id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
+            yield Label("data (any JSON value)")
+            yield Input(value='{"hello": "world"}', id="snd-data")
+            yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
+            yield Static(id="snd-check", classes="preview")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Send", id="snd-go", variant="primary")
+                yield Button("Cancel", id="snd-cancel")
+
+    def _values(self):
+        sel = self.query_one("#snd-from", Select).value
+        sender = sel if isinstance(sel, str) else None
+        to = self.query_one("#snd-to", Input).value.strip()
+        try:
+            data = json.loads(self.query_one("#snd-data", Input).value)
+            err = ""
+        except ValueError as exc:
+            data, err = None, f"data is not valid JSON: {exc}"
+        return sender, to, data, err
+
+    @on(Input.Changed)
+    def _changed(self) -> None:
+        _, _, _, err = self._values()
+        self.query_one("#snd-check", Static).update(Text(f"✗ {err}", style="red") if err else "")
+
+    def on_input_submitted(self) -> None:
+        self.on_button_pressed(Button.Pressed(self.query_one("#snd-go", Button)))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "snd-cancel":
+            self.dismiss(None)
+            return
+        sender, to, data, err = self._values()
+        if not sender or not to or err:
+            self.notify(err or "choose a sender and a receiver", severity="error")
+            return
+        self.dismiss((sender, to, data, self.query_one("#snd-confirm", Checkbox).value))
+
+
+class PickScreen(ModalScreen[str | None]):
+    """Pick one item (e.g. which of the console's nodes to stop)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, title: str, items: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.items = items
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import OptionList
+        from textual.widgets.option_list import Option
+
+        with Vertical(classes="dialog", id="pick-dialog"):
+            yield Static(self.title_text, classes="dialog-title")
+            yield OptionList(*[Option(label, id=key) for key, label in self.items], id="pick-list")
+
+    def on_option_list_option_selected(self, event) -> None:
+        self.dismiss(event.option.id)

@@ -1,0 +1,29 @@
+"""Shared formatting for views."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rich.text import Text
+
+STATUS_STYLE = {"online": "green", "leaving": "yellow", "stale": "bold red"}
+STATUS_ICON = {"online": "●", "leaving": "◐", "stale": "○"}
+
+
+def status_text(status: str) -> Text:
+    return Text(f"{STATUS_ICON.get(status, '?')} {status}", style=STATUS_STYLE.get(status, ""))
+
+
+def fmt_ts(ts: float, ms: bool = True) -> str:
+    lt = time.localtime(ts)
+    base = time.strftime("%H:%M:%S", lt)
+    return f"{base}.{int((ts % 1) * 1000):03d}" if ms else base
+
+
+def fmt_datetime(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def pretty_json(obj: object) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)

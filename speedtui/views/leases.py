@@ -1,0 +1,148 @@
+"""Leases view: every registry entry, live; sort, filter, expiring-soon order, detail, reap."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Input, Static
+
+from ..models.registry import COLUMNS, EXPIRING, NodeRow, fmt_counters, fmt_duration
+from ..widgets.fast_table import Column, FastTable, Row
+from .common import fmt_datetime, fmt_ts, pretty_json, status_text
+
+SORT_KEYS = [c[0] for c in COLUMNS]
+
+
+def node_row(r: NodeRow) -> Row:
+    lease = Text(fmt_duration(r.remaining) if r.status != "stale" else "expired",
+                 style="bold yellow" if r.expiring_soon else ("red" if r.status == "stale" else ""))
+    pid = "-" if r.pid is None else str(r.pid)
+    pid_t = Text(pid + ("" if r.pid_alive is None else (" ✓" if r.pid_alive else " ✗")),
+                 style="red" if r.pid_alive is False else "")
+    cells = {
+        "status": status_text(r.status), "name": Text(r.name, style="bold"), "remaining": lease,
+        "hb_age": fmt_duration(r.hb_age), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
+        "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
+        "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
+    }
+    return Row(key=r.name, cells=tuple(cells[k] for k in SORT_KEYS))
+
+
+class LeasesView(Vertical):
+    BINDINGS = [
+        Binding("slash", "focus_filter", "Filter", id="leases.filter"),
+        Binding("s", "cycle_sort", "Sort", id="leases.sort"),
+        Binding("S", "reverse_sort", "Reverse", id="leases.reverse", show=False),
+        Binding("e", "expiring", "Expiring soon", id="leases.expiring"),
+        Binding("x", "reap", "Reap stale", id="leases.reap"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="toolbar"):
+            yield Input(placeholder="/ filter: name, host, fabric, service, status…", compact=True,
+                        id="leases-filter")
+            yield Button("Expiring soon", id="leases-expiring", compact=True)
+            yield Button("Reap stale", id="leases-reap", compact=True, variant="error")
+        yield FastTable([Column(k, label, w) for k, label, w in COLUMNS], id="leases-table")
+        with VerticalScroll(id="leases-detail", classes="detail"):
+            yield Static(id="leases-detail-body")
+
+    def on_mount(self) -> None:
+        t = self.query_one(FastTable)
+        t.empty_text = "no registry entries"
+        t.sort_column = self.app.registry.sort_column
+
+    def refresh_view(self) -> None:
+        model = self.app.registry
+        table = self.query_one(FastTable)
+        table.sort_column = "remaining" if model.sort_column == EXPIRING else model.sort_column
+        table.sort_reverse = model.sort_reverse
+        rows = [node_row(r) for r in model.visible()]
+        if rows != table.rows:
+            table.set_rows(rows)
+        self.show_detail(table.cursor_key)
+
+    def show_detail(self, name: str | None) -> None:
+        body = self.query_one("#leases-detail-body", Static)
+        row = self.app.registry.by_name().get(name) if name else None
+        sig = (name, row, len(self.app.traces.leases))
+        if sig == getattr(self, "_detail_sig", None):
+            return
+        self._detail_sig = sig
+        if row is None:
+            body.update(Text("select a node to see its full entry and lease history", style="dim"))
+            return
+        head = Text()
+        head.append(f"{row.name}  ", style="bold")
+        head.append_text(status_text(row.status))
+        if row.error:
+            head.append(f"  entry problem: {row.error}", style="bold red")
+        if row.status != "stale":
+            head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
+        hist = self.app.traces.lease_history(row.name, limit=12)
+        h = Text("\nlease history (from journals):\n", style="bold")
+        if not hist:
+            h.append("  none journaled (is tracing on for some node?)\n", style="dim")
+        for rec in hist:
+            h.append(f"  {fmt_ts(rec.ts)}  {rec.event:<16} reported by {rec.node}\n")
+        parts = [head, h, Text("entry:", style="bold")]
+        if row.raw is not None:
+            parts.append(Syntax(pretty_json(row.raw), "json", theme="ansi_dark", background_color="default"))
+        if row.raw and isinstance(row.raw.get("startupTimestamp"), (int, float)):
+            parts.append(Text(f"started {fmt_datetime(row.raw['startupTimestamp'])}", style="dim"))
+        body.update(Group(*parts))
+
+    # ---- events
+    def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
+        self.show_detail(event.key)
+
+    def on_fast_table_header_clicked(self, event: FastTable.HeaderClicked) -> None:
+        self.app.registry.set_sort(event.column)
+        self.refresh_view()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "leases-filter":
+            self.app.registry.filter_text = event.value
+            self.refresh_view()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one(FastTable).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "leases-expiring":
+            self.action_expiring()
+        elif event.button.id == "leases-reap":
+            self.action_reap()
+
+    # ---- actions
+    def action_focus_filter(self) -> None:
+        self.query_one("#leases-filter", Input).focus()
+
+    def action_clear_filter(self) -> None:
+        self.query_one("#leases-filter", Input).value = ""
+        self.query_one(FastTable).focus()
+
+    def action_cycle_sort(self) -> None:
+        m = self.app.registry
+        cur = m.sort_column if m.sort_column in SORT_KEYS else SORT_KEYS[0]
+        m.sort_column = SORT_KEYS[(SORT_KEYS.index(cur) + 1) % len(SORT_KEYS)]
+        m.sort_reverse = False
+        self.refresh_view()
+
+    def action_reverse_sort(self) -> None:
+        self.app.registry.sort_reverse = not self.app.registry.sort_reverse
+        self.refresh_view()
+
+    def action_expiring(self) -> None:
+        self.app.registry.sort_column = EXPIRING
+        self.app.registry.sort_reverse = False
+        self.refresh_view()
+
+    def action_reap(self) -> None:
+        name = self.query_one(FastTable).cursor_key
+        self.app.request_reap(name)

@@ -1,0 +1,58 @@
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+from speedtui import rt  # noqa: E402
+from speedtui.clock import FrozenClock  # noqa: E402
+from speedtui.fixture import FIXED_NOW, build  # noqa: E402
+from speedtui.paths import Paths  # noqa: E402
+
+SIZE = (120, 36)
+
+
+@pytest.fixture
+def fixture_env(tmp_path):
+    """The deterministic environment: (root, KeyInfo, Paths)."""
+    root, key_path = build(tmp_path / "root")
+    paths = Paths(tmp_path / "config", tmp_path / "data")
+    return root, rt.load_key(key_path), paths
+
+
+@pytest.fixture
+def fixture_app(fixture_env):
+    from speedtui.app import make_app
+
+    root, key, paths = fixture_env
+
+    def make(**kw):
+        kw.setdefault("clock", FrozenClock(FIXED_NOW))
+        kw.setdefault("paths", paths)
+        kw.setdefault("dir_label", "/fixture/speed")
+        return make_app(root, key, **kw)
+
+    return make
+
+
+async def wait_for(pilot, cond, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
+    """Poll ``cond`` between pilot pauses until true or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await pilot.pause(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def live_env(tmp_path):
+    """An empty real ROOT (0700) and key for tests with live nodes: (root, KeyInfo, Paths)."""
+    root = Path(tmp_path) / "root"
+    root.mkdir(mode=0o700)
+    key_path = tmp_path / "speed.key"
+    rt.generate_key_file(key_path)
+    return root, rt.load_key(key_path), Paths(tmp_path / "config", tmp_path / "data")

@@ -1,0 +1,212 @@
+"""Unit tests of the plain-Python models (no Textual)."""
+
+import json
+
+from speedtui.fixture import FIXED_NOW, journal_records
+from speedtui.models.access import AccessGraph, explain, grant_preview
+from speedtui.models.fabrics import build_fabrics
+from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord, speed_call_command
+from speedtui.models.query import parse_query
+from speedtui.models.registry import (EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters,
+                                      fmt_duration, read_registry)
+from speedtui.models.traces import TraceFilter, TraceStore, parse_record
+
+
+def entry(name, age=1.0, lease=30, status="online", groups=(), allow=(), services=(), **kw):
+    d = {"name": name, "id": f"id-{name}", "pid": 1, "host": "elsewhere", "status": status,
+         "startupTimestamp": 1000.0, "lastHeartbeat": 2000.0 - age, "leaseSeconds": lease,
+         "groups": list(groups), "allow": list(allow), "services": list(services)}
+    d.update(kw)
+    return RawEntry(name, d)
+
+
+def test_status_online_leaving_stale():
+    assert build_row(entry("a", age=1), 2000.0).status == "online"
+    assert build_row(entry("a", age=1, status="leaving"), 2000.0).status == "leaving"
+    r = build_row(entry("a", age=31), 2000.0)
+    assert r.status == "stale" and r.remaining < 0
+
+
+def test_bad_entry_is_stale_and_reported():
+    r = build_row(RawEntry("x", None, "not valid JSON"), 2000.0)
+    assert r.status == "stale" and r.error == "not valid JSON"
+
+
+def test_boottime_judges_staleness_on_same_boot():
+    e = entry("a", age=100, bootId="B", bootTimeHeartbeat=50.0)
+    assert build_row(e, 2000.0, boot_id="B", boottime_now=55.0).status == "online"
+    assert build_row(e, 2000.0, boot_id="C", boottime_now=55.0).status == "stale"
+
+
+def test_dead_pid_on_this_host_is_stale():
+    e = entry("a", host="h")
+    assert build_row(e, 2000.0, host="h", check_pid=lambda p: False).status == "stale"
+    assert build_row(e, 2000.0, host="h", check_pid=lambda p: True).pid_alive is True
+    assert build_row(e, 2000.0, host="other").pid_alive is None
+
+
+def test_sort_filter_expiring():
+    m = RegistryModel()
+    m.update([entry("b", age=20, groups=["x"]), entry("a", age=1, services=["echo"]), entry("c", age=40)], 2000.0)
+    assert [r.name for r in m.visible()] == ["a", "b", "c"]
+    m.set_sort("name")
+    assert [r.name for r in m.visible()] == ["c", "b", "a"]
+    m.sort_column = EXPIRING
+    m.sort_reverse = False
+    assert [r.name for r in m.visible()] == ["b", "a", "c"]  # least lease first, stale last
+    m.filter_text = "echo"
+    assert [r.name for r in m.visible()] == ["a"]
+    m.filter_text = ""
+    m.fabric = "x"
+    assert [r.name for r in m.visible()] == ["b"]
+    m.fabric = ""
+    assert sorted(r.name for r in m.visible()) == ["a", "c"]
+    assert m.counts() == {"online": 2, "leaving": 0, "stale": 1}
+
+
+def test_read_registry_tolerates_garbage(fixture_env):
+    root, _, _ = fixture_env
+    raw = read_registry(root)
+    names = {r.name: r for r in raw}
+    assert "broken" in names and names["broken"].error
+    assert names["gateway"].data["name"] == "gateway"
+
+
+def test_format_helpers():
+    assert fmt_duration(5.25) == "5.2s" or fmt_duration(5.25) == "5.3s"
+    assert fmt_duration(3700) == "1h01m"
+    assert fmt_duration(None) == "-"
+    assert fmt_counters({"sent": 3, "rejected": {"bad_tag": 2, "x": 1}}) == "tx=3 rej=3"
+
+
+def _store(cap=1000):
+    s = TraceStore(capacity=cap)
+    for recs in journal_records(FIXED_NOW).values():
+        s.add([parse_record(r) for r in recs])
+    return s
+
+
+def test_parse_record_rejects_invalid():
+    assert parse_record({"ts": "x", "node": "a"}) is None
+    assert parse_record({"ts": 1.0}) is None
+    assert parse_record({"ts": 1.0, "node": "a", "kind": "other"}) is None
+    r = parse_record({"ts": 1.0, "node": "a", "dir": "in", "peer": "b", "type": "MESSAGE", "seq": 2,
+                      "outcome": "rejected", "reason": "bad_tag"})
+    assert r.sender == "b" and r.receiver == "a" and r.result == "rejected:bad_tag"
+
+
+def test_ring_buffer_is_bounded_and_view_follows():
+    s = TraceStore(capacity=10)
+    recs = [parse_record({"ts": float(i), "node": "a", "dir": "out", "peer": "b", "type": "MESSAGE",
+                          "seq": i, "outcome": "sent"}) for i in range(25)]
+    s.add(recs)
+    assert len(s.ring) == 10 and len(s.view) == 10 and s.total == 25
+    s.set_filter(TraceFilter(text="b"))
+    s.add(recs[:5])
+    assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [0, 1, 2, 3, 4]
+
+
+def test_filters_and_query_language():
+    s = _store()
+    s.set_filter(parse_query("outcome:rej"))
+    assert {r.reason for r in s.view} == {"replayed_nonce", "unauthorized"}
+    s.set_filter(parse_query("type:req node:billing"))
+    assert s.view and all(r.type == "SPC_REQUEST" for r in s.view)
+    s.set_filter(parse_query("is:error"))
+    assert s.view and all(r.error_code == "INVALID_ARGUMENTS" for r in s.view)
+    s.set_filter(parse_query("mallory"))
+    assert len(s.view) == 1
+    s.set_filter(parse_query("", nodes=frozenset({"ledger"})))
+    assert len(s.view) == 0
+
+
+def test_call_link_and_rtt():
+    s = _store()
+    req = next(r for r in s.ring if r.type == "SPC_REQUEST" and r.request_id == "req-0003" and r.dir == "out")
+    link = s.call_link(req)
+    assert link.caller == "gateway" and link.callee == "billing" and link.service == "calculateTax"
+    assert link.status == "SUCCESS" and abs(link.rtt_ms - 5.55) < 1e-6
+    assert len(link.records) == 4
+    bad = s.call_link(next(r for r in s.ring if r.request_id == "req-0005"))
+    assert bad.status == "ERROR" and bad.error_code == "INVALID_ARGUMENTS"
+
+
+def test_lease_history_and_replay_state_and_rate():
+    s = _store()
+    hist = s.lease_history("ledger")
+    assert [h.event for h in hist] == ["observed_expiry", "observed_join", "renewed_late"]
+    st = s.replay_state("billing")
+    assert st["last_accepted"] == {"gateway": 9}
+    assert [r.reason for r in st["rejections"]] == ["replayed_nonce", "unauthorized"]
+    series = s.rate_series(FIXED_NOW, 60)
+    assert len(series) == 60 and sum(series) == len(s.ring)
+
+
+def _graph():
+    rows = [build_row(e, 2000.0) for e in [
+        entry("gw", allow=["bill"], services=["echo"], groups=["edge"]),
+        entry("bill", allow=["gw"], services=["calculateTax"], groups=["fin"]),
+        entry("rep", allow=["gw"], services=["echo"], groups=["fin"]),
+        entry("dead", age=99, allow=["gw"]),
+    ]]
+    return AccessGraph(rows)
+
+
+def test_access_relations_and_matrix():
+    g = _graph()
+    assert g.relation("gw", "bill") == "mutual"
+    assert g.relation("gw", "rep") == "one-way"
+    assert g.relation("bill", "rep") == "none"
+    names = ["bill", "gw", "rep"]
+    m = g.matrix(names)
+    assert m[1][0] == "⇄" and m[1][2] == "→" and m[2][1] == "←" and m[0][2] == "·"
+
+
+def test_explainer_says_exactly_what_is_missing():
+    g = _graph()
+    ok = explain(g, "gw", "bill", "calculateTax")
+    assert ok.ok and not ok.missing
+    v = explain(g, "gw", "rep", "echo")  # rep allows gw, gw does not allow rep
+    assert not v.ok and len(v.missing) == 1 and v.missing[0].startswith("grant on gw: allow rep")
+    v = explain(g, "rep", "gw", "echo")
+    assert [m.split(":")[0] for m in v.missing] == ["grant on gw"]
+    v = explain(g, "gw", "bill", "nope")
+    assert len(v.missing) == 1 and "SERVICE_NOT_FOUND" in v.missing[0]
+    v = explain(g, "gw", "dead")
+    assert any("start node dead" in m for m in v.missing)
+
+
+def test_grant_preview():
+    g = _graph()
+    assert "nothing changes" in grant_preview(g, "bill", "gw", True)[0]
+    lines = grant_preview(g, "gw", "rep", True)
+    assert lines[0].startswith("opens") and "mutual" in lines[1]
+    assert grant_preview(g, "bill", "gw", False)[0].startswith("closes")
+
+
+def test_fabrics_tree():
+    rows = [build_row(e, 2000.0) for e in [entry("a", groups=["x", "y"]), entry("b", groups=["x"], age=99),
+                                           entry("c")]]
+    fabs = {f.name: f for f in build_fabrics(rows)}
+    assert [f.label for f in build_fabrics(rows)] == ["x", "y", "(ungrouped)"]
+    assert fabs["x"].health == "degraded" and fabs["y"].health == "healthy"
+    assert [r.name for r in fabs[""].nodes] == ["c"]
+
+
+def test_history_round_trip(tmp_path):
+    log = AuditLog(tmp_path / "d" / "audit.jsonl")
+    log.record(AuditEntry(1.0, "launch", "x", "speed node ..."))
+    with open(log.path, "a") as fh:
+        fh.write("garbage\n")
+    assert [e.action for e in log.entries()] == ["launch"]
+    assert (log.path.stat().st_mode & 0o777) == 0o600
+    calls = CallHistory(tmp_path / "d" / "calls.jsonl")
+    calls.record(CallRecord(2.0, "a", "b", "echo", {"x": 1}, 5.0, "SUCCESS", {"x": 1}, latency_ms=1.5))
+    assert calls.entries()[0].arguments == {"x": 1}
+
+
+def test_speed_call_command_quotes():
+    cmd = speed_call_command("billing", "calculateTax", {"amount": 1}, "ops", "/r oot", "/k", 5.0)
+    assert cmd == ("speed call billing calculateTax '{\"amount\":1}' --as ops --dir '/r oot' --key /k "
+                   "--timeout 5")
+    json.loads(cmd.split("'")[1])
