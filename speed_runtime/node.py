@@ -407,6 +407,14 @@ class Node:
             raise NodeUnavailableError(target, "its lease has expired")
         return entry
 
+    def _granting_peer(self, target: str) -> RegistryEntry:
+        """The target's live entry for the outbound check: a cached entry that lacks our grant is
+        read afresh before we refuse, so a grant published a moment ago is honoured (§4.2: "at once")."""
+        entry = self._peer(target)
+        if self.name not in entry.allow:
+            entry = self._monitor.refresh(target) or entry
+        return entry
+
     # ----------------------------------------------------------------- sending
     def _check_running(self) -> None:
         if self._state == "lost":
@@ -417,7 +425,7 @@ class Node:
     def _send(self, target: str, etype: EnvelopeType, payload: dict, flags: int = 0,
               before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None) -> int:
         self._check_running()
-        entry = self._peer(target)
+        entry = self._granting_peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")
@@ -502,7 +510,7 @@ class Node:
 
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self._check_running()
-        entry = self._peer(target)
+        entry = self._granting_peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name})")
