@@ -9,7 +9,7 @@ Public API (pyspark is imported lazily, only when the Spark job runs)::
 See docs/ANALYTICS.md.
 """
 from .job import (JavaMissingError, PipelineError, SUMMARY_SCHEMA, TABLES, check_java,
-                  format_summary, parse_time, run_pipeline)
+                  format_summary, load_summary, parse_time, run_pipeline)
 
 __all__ = ["run_pipeline", "PipelineError", "JavaMissingError", "SUMMARY_SCHEMA", "TABLES",
-           "check_java", "format_summary", "parse_time"]
+           "check_java", "format_summary", "load_summary", "parse_time"]

@@ -196,6 +196,7 @@ class _Progress:
         self.last = 0.0
         self.interval = interval
         self.lock = threading.Lock()
+        self.emit_lock = threading.Lock()
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -229,13 +230,13 @@ class _Progress:
     def _emit_raw(self, frac: float, text: str) -> None:
         if self.cb is None:
             return
-        with self.lock:
+        with self.emit_lock:  # one call at a time, fractions never go down
             frac = max(self.last, min(1.0, frac))
             self.last = frac
-        try:
-            self.cb(frac, text)
-        except Exception:
-            pass
+            try:
+                self.cb(frac, text)
+            except Exception:
+                pass
 
     def _run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
@@ -711,6 +712,21 @@ def _write_summary(spark, out_uri: str, summary: dict) -> None:
         stream.write(bytearray(data))
     finally:
         stream.close()
+
+
+def load_summary(out_dir: str) -> dict:
+    """Read out_dir/summary.json of an earlier run (local paths only; no Spark needed)."""
+    path = os.path.join(local_path(out_dir), "summary.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise PipelineError(f"no report at {os.path.abspath(path)}: run `speedtui analyze` first.") from None
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"cannot read {os.path.abspath(path)}: {exc}.") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SUMMARY_SCHEMA:
+        raise PipelineError(f"{os.path.abspath(path)} is not a {SUMMARY_SCHEMA} report.")
+    return doc
 
 
 def format_summary(s: dict) -> str:

@@ -149,6 +149,8 @@ def test_summary_json_schema(hand):
                             "crashes", "graceful_departures", "lost_leases", "late_renewals",
                             "online_at_end"}
     assert doc["totals"] == s["totals"]
+    from speedtui.pipeline import load_summary
+    assert load_summary(out) == doc
 
 
 def test_progress_reported(hand):

@@ -76,3 +76,13 @@ def test_simulator_malformed_fraction(tmp_path):
     assert ref["malformed_lines"] == st_["malformed"]
     assert 100 <= st_["malformed"] <= 300
     assert ref["totals"]["records"] == st_["records"]
+
+
+def test_load_summary_errors(tmp_path):
+    import pytest
+    from speedtui.pipeline import PipelineError, load_summary
+    with pytest.raises(PipelineError, match="no report"):
+        load_summary(str(tmp_path))
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(PipelineError, match="not a"):
+        load_summary(str(tmp_path))
