@@ -89,13 +89,39 @@ def find_java() -> str | None:
         cand = os.path.join(home, "bin", "java")
         if os.path.isfile(cand) and os.access(cand, os.X_OK):
             return cand
+        return None
     return shutil.which("java")
 
 
+def java_major(java: str) -> int | None:
+    """Major version of `java -version` (8 for 1.8), None if it cannot be told."""
+    import subprocess
+    try:
+        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', p.stderr + p.stdout)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
+
+
 def check_java() -> str:
+    """Path of the java Spark will use; JavaMissingError (one sentence) if there is none or it
+    is older than 17. Runs before any Spark start-up."""
+    home = os.environ.get("JAVA_HOME")
     java = find_java()
     if java is None:
+        if home:
+            raise JavaMissingError(f"JAVA_HOME ({home}) has no bin/java: point it at Java 17+ or "
+                                   f"unset it, and install Java 17+ if needed, e.g. "
+                                   f"`apt-get install openjdk-17-jre-headless`.")
         raise JavaMissingError(JAVA_MISSING)
+    major = java_major(java)
+    if major is not None and major < 17:
+        raise JavaMissingError(f"{java} is Java {major}, too old for Spark 4: install Java 17+, "
+                               f"e.g. `apt-get install openjdk-17-jre-headless`.")
     return java
 
 

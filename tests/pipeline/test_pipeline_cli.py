@@ -87,3 +87,12 @@ def test_analyze_command_in_process(spark, tmp_path, capsys):
     assert (row["p50_ms"], row["p95_ms"], row["p99_ms"]) == (50.0, 95.0, 99.0)
     assert row["success_rate"] == 1.0 and row["calls"] == 100
     assert spark.range(3).count() == 3                    # session still alive
+
+
+def test_java_home_without_java(tmp_path):
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "nojava"), PYTHONPATH=REPO)
+    p = subprocess.run([sys.executable, "-c", DRIVER, "analyze", "--traces", str(tmp_path),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=REPO)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "has no bin/java" in p.stderr and "Java 17+" in p.stderr
