@@ -1,4 +1,5 @@
-"""Node: the threads and the public methods around the pure core.
+"""Node: the threads, the lifecycle, the registry and the sending half around the pure core.
+The inbound half is in inbound.py, Speed Procedure Calls in calls.py (mixins of this class).
 
 Threads of one node: the protocol thread (inbox wake-ups, checks, dispatch), the registry thread
 (heartbeats, registry observations, journal flushes, orphan sweeps), watchdog's observer, a
@@ -6,7 +7,6 @@ deadline thread, the per-sender lanes and the SPC worker pool.
 """
 from __future__ import annotations
 
-import base64
 import os
 import queue
 import threading
@@ -18,11 +18,13 @@ from typing import Any, Callable, Iterable
 
 from . import payloads
 from .access import AccessRegistry, ServicePolicy
-from .envelope import (DEFAULT_MAX_PAYLOAD, FLAG_ACK_REQUESTED, OVERHEAD, EnvelopeType, Header, open_envelope,
-                       envelope_filename, parse_filename, seal, type_name)
-from .errors import (AccessDeniedError, ConfigError, DeliveryError, EnvelopeError, LeaseLostError,
-                     NodeClosedError, NodeUnavailableError, SpcError)
+from .calls import CallsMixin
+from .envelope import DEFAULT_MAX_PAYLOAD, FLAG_ACK_REQUESTED, EnvelopeType, Header, envelope_filename, seal
+from .errors import (AccessDeniedError, ConfigError, DeliveryError, LeaseLostError, NodeClosedError,
+                     NodeUnavailableError, SpcError)
 from .fsutil import BOOT_ID, HOSTNAME, boottime, prepare_root
+from .inbound import InboundMixin
+from .inotify import DirectoryWatch
 from .journal import JournalWriter
 from .keyfile import Key, load_key
 from .lanes import SerialLanes
@@ -32,17 +34,11 @@ from .monitor import RegistryMonitor
 from .names import validate_name
 from .registry import Registry
 from .replay import ReplayGuard
-from .inotify import DirectoryWatch
-from .spc import Deadlines, PendingCall, PendingCalls, Service, ServiceTable, as_registered, precheck
-from .trace import EnvelopeTrace, LeaseTrace, SpcTrace
-from .transport import (DirectoryGone, NameTaken, NotReady, TargetDirs, deliver, prepare_home, read_inbox_file, remove_entry,
-                        sweep_orphans)
+from .spc import Deadlines, PendingCalls, Service, ServiceTable, as_registered
+from .trace import EnvelopeTrace, LeaseTrace
+from .transport import DirectoryGone, NameTaken, TargetDirs, deliver, prepare_home, sweep_orphans
 
 RUNTIME = "speed_runtime-python/0.1"
-# plain ints for the per-envelope comparisons (an IntEnum attribute lookup costs more)
-_MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
-                                                                EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
-_NO_EXTRA: dict[str, Any] = {}
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RESEAL_ATTEMPTS = 8
 
@@ -64,7 +60,7 @@ class _Link:
     last_file: str | None = None  # newest envelope delivered on this link
 
 
-class Node:
+class Node(InboundMixin, CallsMixin):
     """One SPEED node. Use as a context manager, or call start() and close()."""
 
     def __init__(self, root: str | os.PathLike, key: Key | str | os.PathLike, name: str, *,
@@ -504,306 +500,11 @@ class Node:
             if not waiter.done():
                 waiter.set_exception(exc)
 
-    def call(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Any:
-        """Call `service` on `target` and return its result; errors raise SpcError with .code."""
-        return self.call_async(target, service, arguments, timeout=timeout).result()
-
-    def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
-        self._check_running()
-        entry = self._granting_peer(target)
-        if self.name not in entry.allow:
-            raise AccessDeniedError(f"node {target} does not allow {self.name}; "
-                                    f"grant it on {target} (allow {self.name})")
-        if target not in self._access:
-            raise AccessDeniedError(f"{self.name} does not allow {target}, so the response "
-                                    f"could not come back; run allow({target!r}) on {self.name} first")
-        request_id = uuid.uuid4().hex
-        future: Future = Future()
-        self._pending.add(request_id, PendingCall(future, target, service, time.perf_counter()))
-        timeout_ms = max(1, int(timeout * 1000))
-        try:
-            self._send(target, EnvelopeType.SPC_REQUEST,
-                       payloads.spc_request(self.name, target, request_id, service,
-                                            {} if arguments is None else arguments, timeout_ms),
-                       trace_extra={"request_id": request_id, "service": service})
-        except BaseException:
-            self._pending.pop(request_id)
-            raise
-        self._count("spcCalls")
-        self._deadlines.at(time.monotonic() + timeout, lambda: self._expire_call(request_id, timeout))
-        return future
-
-    def _expire_call(self, request_id: str, timeout: float) -> None:
-        call = self._pending.pop(request_id)
-        if call is None:
-            return
-        self._count("spcErrors")
-        self._finish_call(call, request_id, "ERROR", "TIMEOUT")
-        call.future.set_exception(SpcError("TIMEOUT", f"{call.target} did not answer {call.service} "
-                                           f"within {timeout} s", request_id=request_id))
-
-    def _finish_call(self, call: PendingCall, request_id: str, status: str, code: str | None) -> float:
-        latency = (time.perf_counter() - call.started) * 1000
-        self._emit(SpcTrace(time.time(), self.name, call.target, call.service, request_id, status, code, latency))
-        return latency
-
-    # ----------------------------------------------------------------- receiving
-    def _protocol_loop(self) -> None:
-        next_rescan = 0.0
-        deferred: list[str] = []
-        while True:
-            wait = max(0.0, next_rescan - time.monotonic())
-            names, overflow = self._watch.wait(0.002 if deferred else wait)
-            stopping = self._stopping.is_set()
-            if overflow or stopping or time.monotonic() >= next_rescan:
-                names = os.listdir(self._inbox_path)
-                next_rescan = time.monotonic() + self.rescan_seconds
-            elif deferred:
-                names = names + deferred
-            if names and self._state in ("running", "closing"):
-                if self._lease_valid():
-                    deferred = self._receive_batch(names)
-                else:
-                    self._wake_registry()  # renew (or learn of the loss) before touching the inbox
-            if stopping:
-                return
-
-    def _receive_batch(self, names: list[str]) -> list[str]:
-        """Receive files in sequence order per sender; returns the names to look at again.
-        Application work of one batch goes to each sender's lane as one task."""
-        batch = []
-        for name in set(names):
-            parsed = parse_filename(name)
-            if parsed is None:  # no sender to find in the Access Registry (§5.5 step 1)
-                self._reject_unread(name, "?", 0, "unauthorized")
-            else:
-                batch.append((parsed.sender, parsed.id8, parsed.sequence, name))
-        batch.sort()
-        deferred: list[str] = []
-        waiting: set[str] = set()
-        lanes: dict[str, list[Callable[[], None]]] = {}
-        for sender, _, seq, name in batch:
-            if self._state == "lost":
-                break
-            if sender in waiting or not self._receive_one(name, sender, seq, lanes):
-                waiting.add(sender)  # keep this sender's later files behind the one not ready
-                deferred.append(name)
-        for sender, tasks in lanes.items():
-            self._lanes.submit(sender, tasks[0] if len(tasks) == 1 else lambda tasks=tasks: self._run_all(tasks))
-        return deferred
-
-    def _run_all(self, tasks: list[Callable[[], None]]) -> None:
-        for task in tasks:
-            try:
-                task()
-            except Exception as exc:  # one bad task must not stop the sender's later ones
-                self._handler_failed(exc)
-
-    def _reject_unread(self, name: str, sender: str, seq: int, reason: str, size: int = 0,
-                       etype: str = "UNKNOWN", data: bytes | None = None) -> None:
-        remove_entry(self._inbox_fd, self._inbox_path, name)
-        with self._counters_lock:
-            rejected = self._counters["rejected"]
-            rejected[reason] = rejected.get(reason, 0) + 1
-        self._emit(EnvelopeTrace(time.time(), self.name, "in", sender, etype, seq, size, "rejected",
-                                 reason=reason, envelope=data, file=name))
-
-    def _receive_one(self, name: str, sender: str, file_seq: int,
-                     lanes: dict[str, list[Callable[[], None]]]) -> bool:
-        """Judge and dispatch one inbox file; False if it is not ready to be read yet."""
-        if sender not in self._access:
-            self._reject_unread(name, sender, file_seq, "unauthorized")
-            return True
-        try:
-            data = read_inbox_file(self._inbox_fd, name, OVERHEAD + self.max_payload, self.trusted_uids)
-        except FileNotFoundError:
-            return True
-        except NotReady:
-            return False
-        except EnvelopeError as exc:
-            self._reject_unread(name, sender, file_seq, exc.reason)
-            return True
-        etype = "UNKNOWN"
-        try:
-            opened = open_envelope(data, self.key, self.max_payload)
-            header = opened.header
-            etype = type_name(header.type)
-            payload = payloads.decode_payload(opened.payload, header.type)
-            if payload["from"] != sender:
-                raise EnvelopeError("unknown_sender", "the payload's sender differs from the file name")
-            if payload["to"] != self.name or header.target_id != self._id_bytes:
-                if self._name_taken():
-                    return True  # the file belongs to the new owner of our name: leave it alone
-                raise EnvelopeError("wrong_target", "the envelope is for another node or instance")
-            self._check_source(sender, header.source_id)
-            gap = self._replay.check(header.source_id, sender, header.sequence, opened.nonce,
-                                     header.timestamp_ms, int(time.time() * 1000))
-        except EnvelopeError as exc:
-            self._reject_unread(name, sender, file_seq, exc.reason, len(data), etype, data)
-            return True
-        remove_entry(self._inbox_fd, self._inbox_path, name)
-        self._count("received")
-        if gap:
-            self._count("gaps")
-        self._dispatch(header, payload, sender, data, name, lanes)
-        return True
-
-    def _name_taken(self) -> bool:
-        try:
-            current = self._registry.read(self.name)
-        except Exception:
-            return False
-        if current is not None and current.id != self.id:
-            self._lose_lease(LeaseLostError(f"node {self.name} lost its lease to pid {current.pid}"))
-            return True
-        return False
-
-    def _check_source(self, sender: str, source_id: bytes) -> None:
-        entry = self._monitor.get(sender)
-        if entry is None or entry.id_bytes != source_id:
-            entry = self._monitor.refresh(sender)
-        if entry is None or entry.id_bytes != source_id:
-            raise EnvelopeError("unknown_sender", f"the source ID is not that of {sender}'s current entry")
-
-    def _dispatch(self, header: Header, payload: dict, sender: str, data: bytes, name: str,
-                  lanes: dict[str, list[Callable[[], None]]]) -> None:
-        etype = header.type
-        extra: dict[str, Any] = _NO_EXTRA
-        if etype == _SPC_REQUEST:
-            extra = {"request_id": payload["requestId"], "service": payload["service"]}
-        elif etype == _SPC_RESPONSE:
-            extra = self._resolve_call(payload)
-        if self._observers:
-            self._emit(EnvelopeTrace(time.time(), self.name, "in", sender, type_name(etype), header.sequence,
-                                     len(data), "accepted", envelope=data, file=name, **extra))
-        if etype == _MESSAGE:
-            lanes.setdefault(sender, []).append(lambda: self._deliver_message(header, payload, sender, len(data)))
-        elif etype == _SPC_REQUEST:
-            self._serve(payload, sender)
-        elif etype == _ACK:
-            self._settle_ack(sender, payload["ackSeq"], None)
-        elif etype == EnvelopeType.ERROR and isinstance(payload.get("refSeq"), int):
-            self._settle_ack(sender, payload["refSeq"],
-                             DeliveryError(f"{sender} failed to handle message {payload['refSeq']}: "
-                                           f"{payload['errorCode']}: {payload['errorMessage']}"))
-        elif etype == EnvelopeType.HEARTBEAT and payload["reply"] is False:
-            self._answer_probe(sender)
-        elif etype == EnvelopeType.EVENT and payload["event"] == "leave":
-            self._monitor.hint(sender)
-
-    def _deliver_message(self, header: Header, payload: dict, sender: str, size: int) -> None:
-        data = payload["data"]
-        if payload.get("encoding") == "base64" and isinstance(data, str):
-            try:
-                data = base64.b64decode(data, validate=True)
-            except ValueError:
-                pass  # not valid base64 after all: hand over the text as sent
-        message = Message(sender, data, header.sequence, header.timestamp_ms, size)
-        try:
-            if self._handlers:
-                for handler in list(self._handlers):
-                    handler(message)
-            else:
-                self._received.put(message)
-        except Exception as exc:
-            self._count("handlerErrors")
-            if header.ack_requested:
-                self._reply(sender, EnvelopeType.ERROR,
-                            {"from": self.name, "to": sender, "errorCode": "EXECUTION_FAILED",
-                             "errorMessage": f"message handler failed: {type(exc).__name__}",
-                             "refSeq": header.sequence})
-            return
-        if header.ack_requested:
-            self._reply(sender, EnvelopeType.ACK, payloads.ack(self.name, sender, header.sequence))
-
     def _reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None) -> None:
         try:
             self._send(target, etype, payload, trace_extra=trace_extra)
         except Exception:
             self._count("undeliverable")
-
-    def _answer_probe(self, sender: str) -> None:
-        entry = self._monitor.get(sender) or self._monitor.refresh(sender)
-        if entry is not None and self.name in entry.allow:
-            self._reply(sender, EnvelopeType.HEARTBEAT, payloads.heartbeat(self.name, sender, True))
-
-    def _settle_ack(self, sender: str, seq: int, error: Exception | None) -> None:
-        with self._acks_lock:
-            waiter = self._acks.pop((sender, seq), None)
-        if waiter is not None and not waiter.done():
-            if error is None:
-                waiter.set_result(seq)
-            else:
-                waiter.set_exception(error)
-
-    def _resolve_call(self, payload: dict) -> dict[str, Any]:
-        request_id = payload["requestId"]
-        call = self._pending.pop(request_id)
-        extra = {"request_id": request_id, "status": payload["status"], "error_code": payload.get("errorCode")}
-        if call is None:
-            self._count("lateResponses")
-            return extra
-        status, code = payload["status"], payload.get("errorCode")
-        extra["latency_ms"] = self._finish_call(call, request_id, status, code)
-        extra["service"] = call.service
-        if status == "SUCCESS":
-            call.future.set_result(payload["result"])
-        else:
-            self._count("spcErrors")
-            call.future.set_exception(SpcError(code, payload.get("errorMessage", ""), request_id=request_id))
-        return extra
-
-    def _serve(self, payload: dict, caller: str) -> None:
-        """Check one SPC request on the protocol thread; the service itself runs in the SPC pool."""
-        request_id, name, arguments = payload["requestId"], payload["service"], payload["arguments"]
-        answered = threading.Lock()
-
-        def respond(result: Any = None, error: SpcError | None = None) -> None:
-            if not answered.acquire(blocking=False):
-                return  # already answered (result and deadline raced)
-            if error is None:
-                try:
-                    body = payloads.spc_success(self.name, caller, request_id, result)
-                    payloads.encode_payload(body)
-                except (TypeError, ValueError):
-                    error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a value that is not JSON")
-            if error is not None:
-                body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
-            self._reply(caller, EnvelopeType.SPC_RESPONSE, body,
-                        {"request_id": request_id, "service": name, "status": body["status"],
-                         "error_code": body.get("errorCode")})
-
-        service = self._services.get(name)
-        try:
-            if caller not in self._access:
-                raise SpcError("ACCESS_DENIED", f"{self.name} does not allow {caller}")
-            precheck(service, name, caller, arguments)
-        except SpcError as exc:
-            respond(error=exc)
-            return
-        requested = payload.get("timeoutMs")
-        requested = requested / 1000 if isinstance(requested, (int, float)) and requested > 0 else None
-        limits = [t for t in (service.timeout, requested) if t]
-
-        def run() -> None:
-            try:
-                result = service.run(arguments, caller)
-            except SpcError as exc:
-                respond(error=exc)
-            except Exception as exc:
-                respond(error=SpcError("EXECUTION_FAILED", f"{name} raised {type(exc).__name__}: {exc}"[:500]))
-            else:
-                respond(result)
-
-        try:
-            self._spc_pool.submit(run)
-        except RuntimeError:  # the pool is shutting down with the node
-            respond(error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))
-            return
-        if limits:
-            limit = min(limits)
-            self._deadlines.at(time.monotonic() + limit, lambda: respond(
-                error=SpcError("TIMEOUT", f"service {name!r} exceeded its time limit of {limit:g} s")))
 
     def _handler_failed(self, exc: BaseException) -> None:
         self._count("handlerErrors")

@@ -92,7 +92,7 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
     except FileExistsError:
         raise NameTaken(filename) from None
     except FileNotFoundError:  # creating in a removed directory fails: nothing is lost
-        raise DirectoryGone(f"the target's tmp/ directory was removed") from None
+        raise DirectoryGone("the target's tmp/ directory was removed") from None
     except OSError as exc:
         raise DeliveryError(f"cannot create {filename} in the target's tmp/: {exc.strerror}") from None
     try:
@@ -106,7 +106,7 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
     except FileExistsError:
         raise NameTaken(filename) from None
     except FileNotFoundError:
-        raise DirectoryGone(f"the target's inbox/ directory was removed") from None
+        raise DirectoryGone("the target's inbox/ directory was removed") from None
     except OSError as exc:
         raise DeliveryError(f"delivery of {filename} failed, nothing was delivered: {exc.strerror}") from None
     finally:
