@@ -9,11 +9,13 @@ reference.analyze and run_pipeline on the same files in the same process, checks
 agree on the totals, and prints a table: records, seconds, records/s, the Spark/pure-Python
 time ratio and the growth of each engine's time against the previous size.
 Spark uses one session for all sizes; its start-up time is printed once and not in the table.
+The 1-minute load average after each timing is printed too: on a shared machine it matters.
 Generated data and reports are deleted afterwards unless --keep.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -54,6 +56,8 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--data-dir", default=os.path.join("/tmp", "speed-bench"))
     ap.add_argument("--keep", action="store_true", help="keep generated journals and reports")
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse journals kept by an earlier --keep run with the same arguments")
     ap.add_argument("--no-reference", action="store_true", help="time Spark only")
     args = ap.parse_args(argv)
     sizes = [10_000] if args.tiny else [parse_size(s) for s in args.sizes.split(",") if s.strip()]
@@ -68,36 +72,52 @@ def main(argv=None) -> int:
         for n in sizes:
             data = os.path.join(args.data_dir, f"traces-{n}")
             out = os.path.join(args.data_dir, f"report-{n}")
-            shutil.rmtree(data, ignore_errors=True)
-            stats = simulate(data, nodes=args.nodes, records=n, seed=args.seed, minutes=args.minutes,
-                             malformed=0.0001)
-            print(f"# {human(n)}: simulated {stats['records']:,} records, "
-                  f"{stats['bytes'] / 1e9:.2f} GB in {stats['seconds']:.1f}s", flush=True)
-            ref_s = None
+            stats_file = data + f"-{args.nodes}-{args.seed}-{args.minutes:g}.stats.json"
+            if args.reuse and os.path.exists(stats_file) and os.path.isdir(data):
+                with open(stats_file) as f:
+                    stats = json.load(f)
+                print(f"# {human(n)}: reusing {stats['records']:,} records, "
+                      f"{stats['bytes'] / 1e9:.2f} GB in {data}", flush=True)
+            else:
+                shutil.rmtree(data, ignore_errors=True)
+                stats = simulate(data, nodes=args.nodes, records=n, seed=args.seed,
+                                 minutes=args.minutes, malformed=0.0001)
+                print(f"# {human(n)}: simulated {stats['records']:,} records, "
+                      f"{stats['bytes'] / 1e9:.2f} GB in {stats['seconds']:.1f}s "
+                      f"(load average {os.getloadavg()[0]:.1f})", flush=True)
+                if args.keep:
+                    with open(stats_file, "w") as f:
+                        json.dump(stats, f)
+            ref_s = ref_load = None
             ref = None
             if not args.no_reference:
                 t = time.time()
                 ref = analyze([data])["summary"]
                 ref_s = time.time() - t
-                print(f"#   reference: {ref_s:.1f}s", flush=True)
+                ref_load = os.getloadavg()[0]
+                print(f"#   reference: {ref_s:.1f}s (load average {ref_load:.1f})", flush=True)
             t = time.time()
             summary = run_pipeline([data], out, spark=spark)
             spark_s = time.time() - t
-            print(f"#   spark:     {spark_s:.1f}s", flush=True)
+            spark_load = os.getloadavg()[0]
+            print(f"#   spark:     {spark_s:.1f}s (load average {spark_load:.1f})", flush=True)
             if ref is not None and ref["totals"] != summary["totals"]:
                 print("#   WARNING: totals differ between reference and Spark", flush=True)
-            rows.append((stats["records"] + stats["malformed"], stats["bytes"], ref_s, spark_s))
+            rows.append((stats["records"] + stats["malformed"], stats["bytes"], ref_s, spark_s,
+                         ref_load, spark_load))
             if not args.keep:
                 shutil.rmtree(data, ignore_errors=True)
                 shutil.rmtree(out, ignore_errors=True)
+                if os.path.exists(stats_file):
+                    os.unlink(stats_file)
     finally:
         spark.stop()
 
     print()
-    print("| records | GB | pure-Python s | pure-Python rec/s | Spark s | Spark rec/s | Spark/pure time | growth pure | growth Spark |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| records | GB | pure-Python s | pure-Python rec/s | Spark s | Spark rec/s | Spark/pure time | growth pure | growth Spark | load avg (pure, Spark) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     prev = None
-    for lines, size, ref_s, spark_s in rows:
+    for lines, size, ref_s, spark_s, ref_load, spark_load in rows:
         g_ref = g_spark = "-"
         if prev is not None:
             scale = lines / prev[0]
@@ -107,7 +127,8 @@ def main(argv=None) -> int:
         print(f"| {lines:,} | {size / 1e9:.2f} | {ref_s:.1f} | {lines / ref_s:,.0f} | " if ref_s else
               f"| {lines:,} | {size / 1e9:.2f} | - | - | ", end="")
         print(f"{spark_s:.1f} | {lines / spark_s:,.0f} | "
-              f"{(spark_s / ref_s) if ref_s else float('nan'):.2f} | {g_ref} | {g_spark} |")
+              f"{(spark_s / ref_s) if ref_s else float('nan'):.2f} | {g_ref} | {g_spark} | "
+              f"{ref_load if ref_load is not None else float('nan'):.1f}, {spark_load:.1f} |")
         prev = (lines, size, ref_s, spark_s)
     return 0
 
