@@ -353,7 +353,13 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
             read_paths.append(p)
     out_shown = os.path.abspath(local_path(out_dir)) if is_local(out_dir) else out_dir
     if is_local(out_dir):
-        os.makedirs(out_shown, exist_ok=True)
+        try:
+            os.makedirs(out_shown, exist_ok=True)
+        except OSError as exc:
+            raise PipelineError(f"cannot create report directory {out_shown}: "
+                                f"{exc.strerror or exc}.") from None
+        if not os.access(out_shown, os.W_OK):
+            raise PipelineError(f"report directory {out_shown} is not writable.")
         out_uri = out_shown
     else:
         out_uri = out_dir

@@ -96,3 +96,11 @@ def test_java_home_without_java(tmp_path):
                        timeout=120, cwd=REPO)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "has no bin/java" in p.stderr and "Java 17+" in p.stderr
+
+
+def test_unwritable_out(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "file").write_text("x")
+    p = run_cli(["analyze", "--traces", str(tmp_path / "t"), "--out", str(tmp_path / "file" / "rep")])
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "cannot create report directory" in p.stderr
