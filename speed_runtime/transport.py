@@ -43,17 +43,19 @@ class NotReady(Exception):
     """A file with extra links that may be a sender between link() and unlink(): look again soon."""
 
 
-def _move_noreplace(name: str, src_fd: int, dst_fd: int) -> None:
+def _move_noreplace(name: str, src_fd: int, dst_fd: int) -> bool:
     """tmp/name -> inbox/name, never replacing; renameat2 never shows the file with two links,
-    link()+unlink() (the contract's other way) is the fallback where renameat2 is missing."""
+    link()+unlink() (the contract's other way) is the fallback where renameat2 is missing.
+    Returns True when the temporary name is gone (renamed), False when it still needs unlinking."""
     if _renameat2 is not None:
         raw = os.fsencode(name)
         if _renameat2(src_fd, raw, dst_fd, raw, RENAME_NOREPLACE) == 0:
-            return
+            return True
         err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), name)
     os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+    return False
 
 
 def prepare_home(root: str, name: str) -> tuple[str, str]:
@@ -95,6 +97,7 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
         raise DirectoryGone("the target's tmp/ directory was removed") from None
     except OSError as exc:
         raise DeliveryError(f"cannot create {filename} in the target's tmp/: {exc.strerror}") from None
+    moved = False
     try:
         try:
             view, written = memoryview(data), 0
@@ -102,7 +105,7 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
                 written += os.write(fd, view[written:])
         finally:
             os.close(fd)
-        _move_noreplace(filename, dirs.tmp_fd, dirs.inbox_fd)
+        moved = _move_noreplace(filename, dirs.tmp_fd, dirs.inbox_fd)
     except FileExistsError:
         raise NameTaken(filename) from None
     except FileNotFoundError:
@@ -110,10 +113,11 @@ def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
     except OSError as exc:
         raise DeliveryError(f"delivery of {filename} failed, nothing was delivered: {exc.strerror}") from None
     finally:
-        try:
-            os.unlink(filename, dir_fd=dirs.tmp_fd)
-        except FileNotFoundError:
-            pass
+        if not moved:  # a failure, or the link() fallback: the temporary must go
+            try:
+                os.unlink(filename, dir_fd=dirs.tmp_fd)
+            except FileNotFoundError:
+                pass
 
 
 def inject(root: str, target: str, filename: str, data: bytes) -> None:
