@@ -44,6 +44,10 @@ def test_spc_success_and_every_error_code(pair):
     with pytest.raises(SpcError) as info:
         a.call("callee", "guarded", {})
     assert info.value.code == "ACCESS_DENIED"
+    b.register("unserialisable", lambda args: {1, 2})
+    with pytest.raises(SpcError) as info:
+        a.call("callee", "unserialisable", {})
+    assert info.value.code == "INTERNAL_ERROR" and "not JSON" in info.value.message
     b.register("bounded", lambda args: time.sleep(1.0), timeout=0.1)
     with pytest.raises(SpcError) as info:
         a.call("callee", "bounded", {})
