@@ -76,11 +76,17 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------ round trips (µs)
-def rtt_floor(env: Env, size: int, n: int) -> list[float]:
+def floor_root(env: Env) -> str:
+    """A fresh directory with the two homes the floor's ends write into."""
     root = env.fresh_root()
     for name in ("srv", "cli"):
         for sub in ("inbox", "tmp"):
             os.makedirs(os.path.join(root, name, sub), mode=0o700)
+    return root
+
+
+def rtt_floor(env: Env, size: int, n: int) -> list[float]:
+    root = floor_root(env)
     proc, _ = start(workers.floor_echo, root, env.key)
     end = workers.FloorEnd(root, "cli", "srv", env.key)
     payload, out = os.urandom(size), []
@@ -174,10 +180,7 @@ def rtt_runtime(env: Env, size: int, n: int, trace: bool = False) -> list[float]
 
 # ------------------------------------------------------------------ one-way rates (envelopes/s)
 def rate_floor(env: Env, size: int, n: int) -> float:
-    root = env.fresh_root()
-    for name in ("srv", "cli"):
-        for sub in ("inbox", "tmp"):
-            os.makedirs(os.path.join(root, name, sub), mode=0o700)
+    root = floor_root(env)
     proc, ctl = start(workers.floor_sink, root, env.key, n)
     end = workers.FloorEnd(root, "cli", "srv", env.key)
     payload = os.urandom(size)

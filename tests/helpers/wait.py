@@ -7,8 +7,8 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.01,
-               what: str = "condition") -> T:
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.01) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

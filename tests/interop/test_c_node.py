@@ -21,9 +21,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+
+from ..helpers.wait import wait_until as wait_for
 
 HERE = Path(__file__).resolve().parent
 C_DIR = HERE / "c"
@@ -44,17 +46,6 @@ def _load_generator():
 
 
 gen = _load_generator()
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 # --------------------------------------------------------------------------- environment
