@@ -431,6 +431,8 @@ class SpeedApp(App):
         self.post_message(CallFinished(rec))
 
     def on_call_finished(self, msg: CallFinished) -> None:
+        if self._stopped or not self.is_running:
+            return
         rec = msg.record
         if isinstance(self.screen, CallScreen):
             self.screen.show_result(rec)
@@ -513,6 +515,8 @@ class SpeedApp(App):
         self.post_message(ActionDone(action, True, success, result))
 
     def on_action_done(self, msg: ActionDone) -> None:
+        if self._stopped or not self.is_running:
+            return
         if msg.action == "replay" and msg.ok:
             r = msg.payload
             self.replays.append(PendingReplay(time.time(), r.sender, r.receiver, r.type, r.seq))
@@ -544,9 +548,13 @@ class SpeedApp(App):
         self.post_message(PipelineFinished(True, summary))
 
     def on_pipeline_progress(self, msg: PipelineProgress) -> None:
+        if self._stopped or not self.is_running:
+            return
         self.view_widget("analytics").progress(msg.fraction, msg.text)
 
     def on_pipeline_finished(self, msg: PipelineFinished) -> None:
+        if self._stopped or not self.is_running:
+            return
         self.view_widget("analytics").finished(msg.ok, msg.summary, msg.error)
         self.audit.record(AuditEntry(
             ts=time.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",

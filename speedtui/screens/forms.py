@@ -10,6 +10,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Select, Static
@@ -93,7 +94,10 @@ class LaunchScreen(ModalScreen[NodeSpec | None]):
     @on(Checkbox.Changed)
     @on(RadioSet.Changed)
     def _changed(self) -> None:
-        self._preview()
+        try:
+            self._preview()
+        except NoMatches:  # the dialog is closing
+            pass
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ln-cancel":
@@ -159,7 +163,10 @@ class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
     @on(Select.Changed)
     @on(RadioSet.Changed)
     def _changed(self) -> None:
-        self._preview()
+        try:
+            self._preview()
+        except NoMatches:  # the dialog is closing
+            pass
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "gr-cancel":
@@ -272,9 +279,12 @@ class CallScreen(ModalScreen[None]):
     @on(Input.Changed)
     @on(Select.Changed)
     def _changed(self, event) -> None:
-        if getattr(event, "input", None) is not None and event.input.id == "call-target":
-            self._update_services()
-        self._check()
+        try:
+            if getattr(event, "input", None) is not None and event.input.id == "call-target":
+                self._update_services()
+            self._check()
+        except NoMatches:  # the dialog is closing
+            pass
 
     def on_input_submitted(self) -> None:
         self.action_call()
@@ -354,7 +364,10 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
 
     @on(Input.Changed)
     def _changed(self) -> None:
-        _, _, _, err = self._values()
+        try:
+            _, _, _, err = self._values()
+        except NoMatches:  # the dialog is closing
+            return
         self.query_one("#snd-check", Static).update(Text(f"✗ {err}", style="red") if err else "")
 
     def on_input_submitted(self) -> None:

@@ -38,7 +38,19 @@ def fixture_app(fixture_env):
     return make
 
 
-async def wait_for(pilot, cond, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
+def run_async(fn):
+    """Run an async test with asyncio.run (no async pytest plugin is installed)."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def wait_for(pilot, cond, timeout: float = 60.0, step: float = 0.05, what: str = "condition"):
     """Poll ``cond`` between pilot pauses until true or the deadline passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

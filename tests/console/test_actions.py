@@ -1,0 +1,250 @@
+"""Pilot tests of the actions, checking the effect on disk (entry, grant, envelope, journal).
+
+Live runtime Nodes run here; every Node and process is stopped in teardown (the app stops its
+own on exit; the test's own nodes are context managers)."""
+
+import json
+import os
+import time
+
+import pytest
+
+from speedtui.actions import NodeSpec
+from speedtui.app import make_app
+from speedtui.models.history import AuditLog, CallHistory
+from speedtui.screens.confirm import ConfirmScreen
+from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendScreen
+
+from .conftest import SIZE, run_async, wait_for
+
+speed_runtime = pytest.importorskip("speed_runtime")
+from speed_runtime.demo import DEMO_SERVICES  # noqa: E402
+
+
+def entry(root, name):
+    try:
+        return json.loads((root / "speed_registry" / f"{name}.node").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def journal(root, name):
+    p = root / "speed_traces" / f"{name}.jsonl"
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def billing_node(root, key, **kw):
+    n = speed_runtime.Node(str(root), key.runtime_key, "billing", allow=["ops"], trace=True,
+                           heartbeat_seconds=1, lease_seconds=10, **kw)
+    n.register("calculateTax", DEMO_SERVICES["calculateTax"])
+    n.register("echo", DEMO_SERVICES["echo"])
+    return n
+
+
+def app_for(live_env, **kw):
+    root, key, paths = live_env
+    return make_app(root, key, paths=paths, **kw)
+
+
+async def launch_ops(pilot, app, root, allow="billing", in_process=True):
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.query("#ln-go"),
+                   what="launch dialog")
+    scr = app.screen
+    scr.query_one("#ln-name").value = "ops"
+    scr.query_one("#ln-groups").value = "ops-fabric"
+    scr.query_one("#ln-allow").value = allow
+    if not in_process:
+        scr.query_one("#ln-proc").value = True
+    await pilot.pause()
+    await pilot.click("#ln-go")
+    await wait_for(pilot, lambda: entry(root, "ops") is not None and "ops" in app.actions.own, timeout=90,
+                   what="ops registry entry")
+
+
+@run_async
+async def test_launch_in_process_node_and_stop(live_env):
+    root, key, paths = live_env
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        await launch_ops(pilot, app, root)
+        e = entry(root, "ops")
+        assert e["groups"] == ["ops-fabric"] and e["allow"] == ["billing"] and e["pid"] == os.getpid()
+        assert e["services"] == ["echo"]
+        await wait_for(pilot, lambda: "ops" in app.registry.by_name(), what="ops in the leases view")
+        audit = AuditLog(paths.audit_log).entries()
+        assert audit[-1].action == "launch" and "speed node" in audit[-1].command and "--name ops" in audit[-1].command
+        # stop it again from the picker
+        await pilot.press("d")
+        await wait_for(pilot, lambda: app.screen.query("#pick-list"), what="stop picker")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="ops deregistered")
+        assert AuditLog(paths.audit_log).entries()[-1].action == "stop"
+
+
+@run_async
+async def test_launch_separate_process_node(live_env):
+    root, key, paths = live_env
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        await launch_ops(pilot, app, root, in_process=False)
+        e = entry(root, "ops")
+        assert e["pid"] != os.getpid()
+        own = app.actions.own["ops"]
+        assert own.proc is not None and own.proc.poll() is None
+        app.actions.stop("ops")
+        assert own.proc.poll() is not None
+        await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="process deregistered")
+
+
+@run_async
+async def test_grant_and_revoke_publish_allow(live_env):
+    root, key, paths = live_env
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        await launch_ops(pilot, app, root, allow="")
+        await pilot.press("g")
+        await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
+                       what="grant dialog")
+        app.screen.query_one("#gr-peer").value = "reports"
+        await pilot.pause()
+        assert "opens" in str(app.screen.query_one("#gr-preview").render())
+        await pilot.click("#gr-go")
+        await wait_for(pilot, lambda: (entry(root, "ops") or {}).get("allow") == ["reports"], what="grant on disk")
+        app.open_grant("ops", "reports")
+        await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
+                       what="grant dialog again")
+        app.screen.query_one("#gr-revoke").value = True
+        await pilot.pause()
+        assert "closes" in str(app.screen.query_one("#gr-preview").render())
+        await pilot.click("#gr-go")
+        await wait_for(pilot, lambda: (entry(root, "ops") or {}).get("allow") == [], what="revoke on disk")
+        actions = [a.action for a in AuditLog(paths.audit_log).entries()]
+        assert actions[-2:] == ["grant", "revoke"]
+
+
+@run_async
+async def test_call_history_journal_and_replay(live_env):
+    root, key, paths = live_env
+    with billing_node(root, key):
+        app = app_for(live_env)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_ops(pilot, app, root)
+            app.open_call("ops", "billing", "calculateTax", {"amount": 200})
+            await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.query("#call-go"),
+                           what="call dialog")
+            await pilot.click("#call-go")
+            await wait_for(pilot, lambda: CallHistory(paths.call_history).entries(), timeout=60, what="call history")
+            rec = CallHistory(paths.call_history).entries()[-1]
+            assert rec.status == "SUCCESS" and rec.result == {"tax": 36.0} and rec.latency_ms > 0
+            assert "SUCCESS" in str(app.screen.query_one("#call-result").render())
+            audit = AuditLog(paths.audit_log).entries()[-1]
+            assert audit.command.startswith("speed call billing calculateTax '{\"amount\":200}' --as ops")
+            # the envelope is in ops's journal, and the console shows it
+            await wait_for(pilot, lambda: any(r.get("type") == "SPC_REQUEST" and r.get("dir") == "out"
+                                              for r in journal(root, "ops")), what="journaled request")
+            await pilot.press("escape")
+            await pilot.press("4")
+            await wait_for(pilot, lambda: any(r.type == "SPC_REQUEST" and r.node == "ops" for r in app.traces.ring),
+                           what="request in the traces view")
+            # replay the request: billing must reject the exact same bytes
+            req = next(r for r in app.traces.ring if r.type == "SPC_REQUEST" and r.node == "ops" and r.envelope)
+            app.request_replay(req)
+            await wait_for(pilot, lambda: app.replays and app.replays[-1].outcome != "pending", timeout=20,
+                           what="replay verdict")
+            assert app.replays[-1].outcome == "rejected"
+            assert app.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
+            assert any(r.get("outcome") == "rejected" and r.get("peer") == "ops" for r in journal(root, "billing"))
+            assert AuditLog(paths.audit_log).entries()[-1].action == "replay"
+
+
+@run_async
+async def test_call_error_is_shown(live_env):
+    root, key, paths = live_env
+    with billing_node(root, key):
+        app = app_for(live_env)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_ops(pilot, app, root)
+            app.run_call("ops", "billing", "calculateTax", {"amount": "x"}, 5.0)
+            await wait_for(pilot, lambda: CallHistory(paths.call_history).entries(), timeout=60, what="call")
+            rec = CallHistory(paths.call_history).entries()[-1]
+            assert rec.status == "ERROR" and rec.error_code == "INVALID_ARGUMENTS"
+
+
+@run_async
+async def test_send_with_confirmation(live_env):
+    root, key, paths = live_env
+    got = []
+    with billing_node(root, key) as billing:
+        billing.on_message(lambda m: got.append(m.data))
+        app = app_for(live_env)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_ops(pilot, app, root)
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, SendScreen) and app.screen.query("#snd-go"),
+                           what="send dialog")
+            app.screen.query_one("#snd-to").value = "billing"
+            app.screen.query_one("#snd-data").value = '{"hello": 1}'
+            app.screen.query_one("#snd-confirm").value = True
+            await pilot.pause()
+            await pilot.click("#snd-go")
+            await wait_for(pilot, lambda: got, timeout=60, what="message delivered")
+            assert got == [{"hello": 1}]
+            await wait_for(pilot, lambda: AuditLog(paths.audit_log).entries()[-1].action == "send", what="audit")
+            assert "confirmed" in AuditLog(paths.audit_log).entries()[-1].result
+
+
+@run_async
+async def test_reap_stale_entry_with_confirmation(live_env):
+    root, key, paths = live_env
+    reg = root / "speed_registry"
+    reg.mkdir(mode=0o700)
+    stale = {"name": "ghost", "id": "77777777-7777-4777-8777-777777777777", "pid": 1, "host": "elsewhere",
+             "status": "online", "startupTimestamp": time.time() - 500, "lastHeartbeat": time.time() - 300,
+             "leaseSeconds": 30, "heartbeatSeconds": 5, "protocol": 1, "groups": [], "allow": [], "services": [],
+             "runtime": "test"}
+    (reg / "ghost.node").write_text(json.dumps(stale))
+    os.chmod(reg / "ghost.node", 0o600)
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "ghost" in app.registry.by_name(), what="ghost listed")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")
+        assert (reg / "ghost.node").exists()  # nothing happens before the confirmation
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not (reg / "ghost.node").exists(), what="entry reaped")
+        await wait_for(pilot, lambda: "ghost" not in app.registry.by_name(), what="view updated")
+        assert AuditLog(paths.audit_log).entries()[-1].command.startswith("speed reap ghost")
+
+
+@run_async
+async def test_readonly_disables_actions(live_env):
+    root, key, paths = live_env
+    app = app_for(live_env, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await pilot.pause()
+        assert not isinstance(app.screen, LaunchScreen)
+        with pytest.raises(Exception):
+            app.actions.launch(NodeSpec("x"))
+    assert not paths.audit_log.exists()
+
+
+@run_async
+async def test_live_updates_without_refresh(live_env):
+    """A node started outside the console appears and leaves on its own (watchdog + re-read)."""
+    root, key, paths = live_env
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        with billing_node(root, key):
+            await wait_for(pilot, lambda: app.registry.by_name().get("billing") is not None, what="join")
+            await wait_for(pilot, lambda: any(r.node == "billing" for r in app.traces.leases), what="lease journal")
+        await wait_for(pilot, lambda: "billing" not in app.registry.by_name(), what="leave")
