@@ -13,6 +13,7 @@ from .trace import EnvelopeTrace, LeaseTrace, parse_record
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_BACKUPS = 3
 MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024
 
 
 class JournalWriter:
@@ -27,6 +28,8 @@ class JournalWriter:
         self._pending: list[EnvelopeTrace | LeaseTrace] = []
         self._fd = self._open()
         self.records_written = 0
+        self._unwritten = b""  # bytes a failed append (ENOSPC, EIO) left over, written first next time
+        self.bytes_dropped = 0
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -39,11 +42,21 @@ class JournalWriter:
 
     def flush(self) -> None:
         with self._lock:
-            if not self._pending or self._fd < 0:
+            if not (self._pending or self._unwritten) or self._fd < 0:
                 return
             events, self._pending = self._pending, []
-            data = "".join(encode_line(e, self.envelope_limit) for e in events).encode("utf-8")
-            os.write(self._fd, data)
+            data = self._unwritten + "".join(encode_line(e, self.envelope_limit) for e in events).encode("utf-8")
+            view, done = memoryview(data), 0
+            try:
+                while done < len(data):
+                    done += os.write(self._fd, view[done:])
+            except OSError:  # a full or failing disk loses no record while it lasts (bounded), nor the thread
+                self._unwritten = bytes(view[done:])
+                if len(self._unwritten) > MAX_UNWRITTEN_BYTES:
+                    self.bytes_dropped += len(self._unwritten)
+                    self._unwritten = b""
+                return
+            self._unwritten = b""
             self.records_written += len(events)
             if os.fstat(self._fd).st_size >= self.max_bytes:
                 self._rotate()

@@ -335,6 +335,9 @@ class Node(InboundMixin, CallsMixin):
         except LeaseLostError as exc:
             self._lose_lease(exc)
             return
+        except OSError:  # full or failing disk: keep running, the next heartbeat tries again
+            self._count("registryWriteErrors")
+            return
         self._last_renew_bt = bt
         if late:
             self._lease_event("renewed_late", self.name)
