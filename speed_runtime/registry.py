@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .errors import DirectoryError, LeaseLostError, NameInUseError
-from .fsutil import BOOT_ID, HOSTNAME, REGISTRY_DIR, boottime, ensure_private_dir, pid_exists
+from .fsutil import (BOOT_ID, HOSTNAME, REGISTRY_DIR, boottime, check_private_dir, ensure_private_dir, pid_exists,
+                     prepare_root)
 from .lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry, is_stale
 
 SUFFIX = ".node"
@@ -50,8 +51,11 @@ class Registry:
         self.dir = os.path.join(root, REGISTRY_DIR)
         if create:
             ensure_private_dir(self.dir, what="registry directory")
-        elif not os.path.isdir(self.dir):
-            raise DirectoryError(f"{root} has no {REGISTRY_DIR}/ directory: no SPEED node has run there")
+        else:  # readers and reapers refuse what a node would refuse (§1): symlink, foreign owner, loose mode
+            prepare_root(root, create=False)
+            if not os.path.lexists(self.dir):
+                raise DirectoryError(f"{root} has no {REGISTRY_DIR}/ directory: no SPEED node has run there")
+            check_private_dir(self.dir, what="registry directory")
 
     @contextmanager
     def locked(self) -> Iterator[None]:
