@@ -111,8 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 
     app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo)
     try:
-        if demo is not None:
-            app.call_later(lambda: demo.attach(app))
         app.run()
     finally:
         app.shutdown()

@@ -158,6 +158,8 @@ class SpeedApp(App):
             self.sources = [reg, jt]
             for s in self.sources:
                 s.start()
+        if self.demo is not None and hasattr(self.demo, "attach"):
+            self.demo.attach(self)
         self.drain()
         self.set_interval(self.refresh_interval, self.drain, name="drain")
         self.set_interval(1.0, self.tick, name="tick")
@@ -596,10 +598,10 @@ class SpeedApp(App):
         self._stopped = True
         for s in self.sources:
             s.stop()
+        if self.demo is not None:
+            self.demo.stop()  # its traffic driver first, then its processes
         if self.actions is not None:
             self.actions.stop_all()
-        if self.demo is not None:
-            self.demo.stop()
 
     def on_unmount(self) -> None:
         self.shutdown()

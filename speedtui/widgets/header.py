@@ -45,13 +45,12 @@ class SpeedHeader(Horizontal):
             t.append(" DEMO ", style="bold black on yellow")
         if self.readonly:
             t.append(" READONLY ", style="bold black on cyan")
-        t.append(f" {self.dir_label} ", style="bold")
-        t.append("key ", style="dim")
+        t.append(f" ● {counts.get('online', 0)} online", style="green")
+        t.append(f" ◐ {counts.get('leaving', 0)} leaving", style="yellow")
+        t.append(f" ○ {counts.get('stale', 0)} stale ", style="red")
+        t.append(" key ", style="dim")
         t.append(self.fingerprint, style="bold")
-        t.append("  ")
-        t.append(f"● {counts.get('online', 0)} online ", style="green")
-        t.append(f"◐ {counts.get('leaving', 0)} leaving ", style="yellow")
-        t.append(f"○ {counts.get('stale', 0)} stale", style="red")
+        t.append(f"  {self.dir_label}", style="bold")
         if fabric is not None:
             t.append(f"  fabric: {fabric or '(ungrouped)'}", style="bold magenta")
         if paused:
