@@ -384,6 +384,7 @@ class Node(InboundMixin, CallsMixin):
                 self._reap_dead()
             if now >= next_sweep:
                 sweep_orphans(self._tmp_path, self.orphan_seconds)
+                self._registry.sweep_temporaries(self.orphan_seconds)
                 next_sweep = now + max(1.0, self.orphan_seconds / 2)
             if self._journal is not None:
                 self._journal.flush()

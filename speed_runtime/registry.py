@@ -11,6 +11,7 @@ import fcntl
 import os
 import stat
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -175,6 +176,29 @@ class Registry:
                 os.unlink(path)
         except OSError:
             pass
+
+    def sweep_temporaries(self, older_than: float, now: float | None = None) -> int:
+        """Remove temporaries that writers killed mid-write left behind (§4.2 writes a dot-file and
+        renames it, under the lock). Under the lock no writer is mid-write, so an old one is an orphan."""
+        now = time.time() if now is None else now
+        try:
+            candidates = [n for n in os.listdir(self.dir) if n.startswith(".") and n.endswith(".tmp")]
+        except FileNotFoundError:
+            return 0
+        if not candidates:
+            return 0
+        removed = 0
+        with self.locked():
+            for name in candidates:
+                path = os.path.join(self.dir, name)
+                try:
+                    st = os.lstat(path)
+                    if stat.S_ISREG(st.st_mode) and now - st.st_mtime > older_than:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
 
     def names(self) -> list[str]:
         try:
