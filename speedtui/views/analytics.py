@@ -122,6 +122,7 @@ class AnalyticsView(Vertical):
         self.show_summary(s, "last report (analytics/summary.json in the data directory); a runs a new analysis")
 
     def show_summary(self, s: dict, note: str) -> None:
+        self.summary = s
         self.query_one("#an-status", Static).update(Text(note, style="dim"))
         self.query_one("#an-summary", Static).update(summary_renderable(s))
         buckets = ((s.get("traffic_over_time") or {}).get("buckets")) or []
