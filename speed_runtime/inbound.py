@@ -75,7 +75,8 @@ class InboundMixin:
 
     def _reject_unread(self, name: str, sender: str, seq: int, reason: str, size: int = 0,
                        etype: str = "UNKNOWN", data: bytes | None = None) -> None:
-        remove_entry(self._inbox_fd, self._inbox_path, name)
+        if not remove_entry(self._inbox_fd, self._inbox_path, name):
+            return  # gone: an earlier look (a rescan before this late inotify event) already judged it
         with self._counters_lock:
             rejected = self._counters["rejected"]
             rejected[reason] = rejected.get(reason, 0) + 1

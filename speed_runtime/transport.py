@@ -165,18 +165,20 @@ def read_inbox_file(inbox_fd: int, name: str, max_size: int, trusted_uids: froze
         os.close(fd)
 
 
-def remove_entry(dir_fd: int, dir_path: str, name: str) -> None:
-    """Remove whatever sits at `name` (file, link, FIFO or directory) without following links."""
+def remove_entry(dir_fd: int, dir_path: str, name: str) -> bool:
+    """Remove whatever sits at `name` (file, link, FIFO or directory) without following links;
+    False if nothing was there."""
     try:
         os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
-        pass
+        return False
     except IsADirectoryError:
         shutil.rmtree(os.path.join(dir_path, name), ignore_errors=True)
     except PermissionError:  # EPERM from unlink on a directory (Linux)
         path = os.path.join(dir_path, name)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 def sweep_orphans(tmp_dir: str, older_than: float, now: float | None = None) -> int:
