@@ -28,7 +28,7 @@ def _index(rows, keys):
 @pytest.fixture(scope="module")
 def simulated(spark, tmp_path_factory):
     traces = str(tmp_path_factory.mktemp("sim"))
-    stats = simulate(traces, nodes=6, records=30_000, seed=7, minutes=45, malformed=0.002)
+    stats = simulate(traces, nodes=6, records=12_000, seed=5, minutes=45, malformed=0.004)
     out = str(tmp_path_factory.mktemp("sim-out"))
     s = run_pipeline([traces], out, spark=spark)
     ref = analyze([traces])
@@ -47,8 +47,9 @@ def test_simulated_summary_agrees(simulated):
         for k in a:
             _close(a[k], b[k], (a["node"], k))
     # the simulation has some of everything
-    assert s["rejections"]["bursts"] and s["totals"]["spc_calls"] > 1000
-    assert any(a["crashes"] or a["restarts"] for a in s["availability"])
+    assert s["rejections"]["bursts"] and s["totals"]["spc_calls"] > 500
+    assert sum(a["crashes"] for a in s["availability"]) >= 3
+    assert sum(a["graceful_departures"] for a in s["availability"]) >= 2
 
 
 @pytest.mark.parametrize("table,keys", [
