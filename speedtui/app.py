@@ -192,10 +192,14 @@ class SpeedApp(App):
             self._dirty = True
         if d.bad_lines:
             self.traces.bad_lines += d.bad_lines
+        if d.dropped:
+            self.traces.dropped += d.dropped
         for note in d.notes:
             if isinstance(note, tuple) and note and note[0] == "error":
                 self.log.warning(note[1])
         self._expire_replays()
+        if getattr(self._views["leases"], "_pending", False) and self.active_view() == "leases":
+            self._reg_dirty = True
         if self._reg_dirty or self._dirty:
             self.refresh_active(registry=self._reg_dirty)
             self._reg_dirty = self._dirty = False
@@ -229,13 +233,7 @@ class SpeedApp(App):
         if self._stopped or not self.is_running or not hasattr(self, "_views"):
             return
         vid = event.pane.id or "leases"
-        w = self.view_widget(vid)
-        if vid == "traces":
-            w.refresh_view(force=True)
-        elif vid == "audit":
-            w.refresh_view(force=True)
-        else:
-            w.refresh_view()
+        self.view_widget(vid).refresh_view(force=True)
         self.focus_view(vid)
 
     def focus_view(self, vid: str) -> None:
@@ -259,13 +257,13 @@ class SpeedApp(App):
         self.fabric = fabric
         self.registry.fabric = fabric
         self.view_widget("traces").apply_filter()
-        self.view_widget(self.active_view()).refresh_view()
+        self.view_widget(self.active_view()).refresh_view(force=True)
         self.update_header()
         self.notify(f"fabric filter: {fabric or '(ungrouped)'}" if fabric is not None else "showing all fabrics")
 
     def show_node(self, name: str) -> None:
         self.action_show("leases")
-        self.view_widget("leases").refresh_view()
+        self.view_widget("leases").refresh_view(force=True)
         self.view_widget("leases").query_one(FastTable).move_to_key(name)
 
     # ------------------------------------------------------------------ replay bookkeeping

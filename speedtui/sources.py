@@ -102,12 +102,20 @@ class _Loop:
 class RegistrySource(_Loop):
     """Re-reads speed_registry/ on every watchdog event and at least once per interval."""
 
+    min_gap = 0.2  # at most ~5 scans a second, however busy the directory is
+
     def __init__(self, bridge: Bridge, root: Path, interval: float = 1.0) -> None:
         super().__init__(bridge, Path(root) / REGISTRY_DIR, interval)
         self.root = Path(root)
+        self.cache: dict = {}
+        self._last: list | None = None
 
     def step(self) -> None:
-        self.bridge.push_registry(read_registry(self.root))
+        entries = read_registry(self.root, self.cache)
+        if self._last is None or len(entries) != len(self._last) or any(
+                a is not b for a, b in zip(entries, self._last)):
+            self._last = entries
+            self.bridge.push_registry(entries)
 
 
 class JournalTailer(_Loop):

@@ -44,41 +44,66 @@ class RawEntry:
     error: str | None = None
 
 
-def read_registry(root: Path) -> list[RawEntry]:
-    """Read every ``*.node`` file; never raises for a bad entry."""
+def read_registry(root: Path, cache: dict | None = None) -> list[RawEntry]:
+    """Read every ``*.node`` file; never raises for a bad entry.
+
+    With ``cache`` (a dict kept by the caller), a file whose (inode, size, mtime) did not change
+    is not read again and keeps its RawEntry object (so models can cache per entry)."""
     reg = Path(root) / REGISTRY_DIR
     out: list[RawEntry] = []
     try:
         names = sorted(os.listdir(reg))
     except OSError:
         return out
+    seen = set()
     for fn in names:
         if not fn.endswith(".node") or fn.startswith("."):
             continue
         name = fn[:-5]
-        try:
-            fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as fh:
-                raw = fh.read(1 << 20)
-        except FileNotFoundError:
+        if cache is not None:
+            try:
+                st = os.stat(reg / fn, follow_symlinks=False)
+            except OSError:
+                continue
+            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+            seen.add(fn)
+            hit = cache.get(fn)
+            if hit is not None and hit[0] == sig:
+                out.append(hit[1])
+                continue
+            entry = _read_one(reg, fn, name)
+            if entry is not None:
+                cache[fn] = (sig, entry)
+                out.append(entry)
             continue
-        except OSError as exc:
-            out.append(RawEntry(name, None, f"unreadable: {exc.strerror}"))
-            continue
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            out.append(RawEntry(name, None, "not valid JSON"))
-            continue
-        if not isinstance(data, dict):
-            out.append(RawEntry(name, None, "not a JSON object"))
-            continue
-        missing = [k for k in ("name", "id", "lastHeartbeat") if k not in data]
-        if missing:
-            out.append(RawEntry(name, data, "missing " + ", ".join(missing)))
-            continue
-        out.append(RawEntry(name, data))
+        entry = _read_one(reg, fn, name)
+        if entry is not None:
+            out.append(entry)
+    if cache is not None:
+        for fn in [k for k in cache if k not in seen]:
+            del cache[fn]
     return out
+
+
+def _read_one(reg: Path, fn: str, name: str) -> RawEntry | None:
+    try:
+        fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(1 << 20)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return RawEntry(name, None, f"unreadable: {exc.strerror}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return RawEntry(name, None, "not valid JSON")
+    if not isinstance(data, dict):
+        return RawEntry(name, None, "not a JSON object")
+    missing = [k for k in ("name", "id", "lastHeartbeat") if k not in data]
+    if missing:
+        return RawEntry(name, data, "missing " + ", ".join(missing))
+    return RawEntry(name, data)
 
 
 def _num(v: Any, default: float | None = None) -> float | None:
@@ -114,22 +139,33 @@ class NodeRow:
         return self.status != "stale" and self.remaining < min(10.0, self.lease_seconds / 3)
 
 
+def _static(raw: RawEntry) -> dict[str, Any]:
+    """The parts of a row that depend on the entry only (cached per RawEntry)."""
+    d = raw.data or {}
+    pid = d.get("pid") if isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool) else None
+    return dict(
+        lease=_num(d.get("leaseSeconds"), 30.0) or 30.0, hb=_num(d.get("lastHeartbeat")),
+        bt=_num(d.get("bootTimeHeartbeat")), boot=d.get("bootId"), pid=pid, host=str(d.get("host", "")),
+        start=_num(d.get("startupTimestamp")), leaving=d.get("status") == "leaving",
+        name=str(d.get("name", raw.name)) if raw.error is None else raw.name, runtime=str(d.get("runtime", "")),
+        groups=_strs(d.get("groups")), services=_strs(d.get("services")), allow=_strs(d.get("allow")),
+        counters=d.get("counters") if isinstance(d.get("counters"), dict) else {}, node_id=str(d.get("id", "")),
+    )
+
+
 def build_row(raw: RawEntry, now: float, boot_id: str | None = None,
               boottime_now: float | None = None, host: str = LOCAL_HOST,
-              check_pid: Callable[[int], bool | None] = pid_alive) -> NodeRow:
-    d = raw.data or {}
-    lease = _num(d.get("leaseSeconds"), 30.0) or 30.0
-    hb = _num(d.get("lastHeartbeat"))
+              check_pid: Callable[[int], bool | None] = pid_alive, static: dict[str, Any] | None = None) -> NodeRow:
+    st = static if static is not None else _static(raw)
+    lease, hb = st["lease"], st["hb"]
     age: float | None = None
     if hb is not None:
         age = now - hb
-        bt = _num(d.get("bootTimeHeartbeat"))
-        if boot_id and d.get("bootId") == boot_id and bt is not None and boottime_now is not None:
-            age = boottime_now - bt
-    pid = d.get("pid") if isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool) else None
-    entry_host = str(d.get("host", ""))
+        if boot_id and st["boot"] == boot_id and st["bt"] is not None and boottime_now is not None:
+            age = boottime_now - st["bt"]
+    pid = st["pid"]
     alive: bool | None = None
-    if pid is not None and entry_host == host:
+    if pid is not None and st["host"] == host:
         alive = check_pid(pid)
     if raw.error is not None or age is None:
         status = "stale"
@@ -138,20 +174,16 @@ def build_row(raw: RawEntry, now: float, boot_id: str | None = None,
         remaining = lease - age
         if age > lease or alive is False:
             status = "stale"
-        elif d.get("status") == "leaving":
+        elif st["leaving"]:
             status = "leaving"
         else:
             status = "online"
-    start = _num(d.get("startupTimestamp"))
-    counters = d.get("counters") if isinstance(d.get("counters"), dict) else {}
+    start = st["start"]
     return NodeRow(
-        name=str(d.get("name", raw.name)) if raw.error is None else raw.name,
-        status=status, remaining=remaining, hb_age=age, pid=pid, pid_alive=alive,
-        host=entry_host, runtime=str(d.get("runtime", "")),
-        uptime=(now - start) if start is not None else None,
-        groups=_strs(d.get("groups")), services=_strs(d.get("services")), allow=_strs(d.get("allow")),
-        counters=counters, node_id=str(d.get("id", "")), lease_seconds=lease,
-        raw=raw.data, error=raw.error,
+        name=st["name"], status=status, remaining=remaining, hb_age=age, pid=pid, pid_alive=alive,
+        host=st["host"], runtime=st["runtime"], uptime=(now - start) if start is not None else None,
+        groups=st["groups"], services=st["services"], allow=st["allow"], counters=st["counters"],
+        node_id=st["node_id"], lease_seconds=lease, raw=raw.data, error=raw.error,
     )
 
 
@@ -246,6 +278,8 @@ class RegistryModel:
     sort_reverse: bool = False
     filter_text: str = ""
     fabric: str | None = None  # fabric filter (None: all, "" : ungrouped)
+    _static_cache: dict = field(default_factory=dict, repr=False)
+    _by_name: dict | None = field(default=None, repr=False)
 
     def update(self, raw: Iterable[RawEntry], now: float, boot_id: str | None = None,
                boottime_now: float | None = None, host: str = LOCAL_HOST,
@@ -255,10 +289,22 @@ class RegistryModel:
 
     def refresh(self, now: float, boot_id: str | None = None, boottime_now: float | None = None,
                 host: str = LOCAL_HOST, check_pid: Callable[[int], bool | None] = pid_alive) -> None:
-        self.rows = [build_row(r, now, boot_id, boottime_now, host, check_pid) for r in self.raw]
+        cache = self._static_cache
+        fresh: dict[int, tuple[RawEntry, dict]] = {}
+        rows = []
+        for r in self.raw:
+            hit = cache.get(id(r))
+            st = hit[1] if hit is not None and hit[0] is r else _static(r)
+            fresh[id(r)] = (r, st)
+            rows.append(build_row(r, now, boot_id, boottime_now, host, check_pid, static=st))
+        self._static_cache = fresh
+        self.rows = rows
+        self._by_name = None
 
     def by_name(self) -> dict[str, NodeRow]:
-        return {r.name: r for r in self.rows}
+        if self._by_name is None:
+            self._by_name = {r.name: r for r in self.rows}
+        return self._by_name
 
     def counts(self) -> dict[str, int]:
         c = {"online": 0, "leaving": 0, "stale": 0}

@@ -148,6 +148,7 @@ class TraceStore:
         self.leases: deque[TraceRecord] = deque(maxlen=lease_capacity)
         self.total = 0
         self.bad_lines = 0
+        self.dropped = 0  # records the app could not take in time (bridge overflow)
         self.buckets: dict[int, int] = {}
         self.by_request: dict[str, list[TraceRecord]] = {}
 

@@ -94,7 +94,7 @@ class AccessView(Vertical):
     def graph(self) -> AccessGraph:
         return AccessGraph(self.app.registry.rows)
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, force: bool = False) -> None:
         rows = self.app.registry.rows
         sig = (tuple((r.name, r.status, r.allow, r.services, r.groups) for r in rows), self.app.fabric)
         if sig == self._sig:

@@ -130,7 +130,7 @@ class AnalyticsView(Vertical):
         spark.data = [float(b["envelopes"]) for b in buckets] or [0.0]
         spark.display = bool(buckets)
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, force: bool = False) -> None:
         pass
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

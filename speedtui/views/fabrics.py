@@ -30,7 +30,7 @@ class FabricsView(Vertical):
         self._sig: tuple | None = None
         self.query_one(Tree).show_root = False
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, force: bool = False) -> None:
         rows = self.app.registry.rows
         fabrics = build_fabrics(rows)
         sig = tuple((f.name, tuple((r.name, r.status) for r in f.nodes)) for f in fabrics) + (self.app.fabric,)

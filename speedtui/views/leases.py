@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
@@ -32,6 +35,36 @@ def node_row(r: NodeRow) -> Row:
     return Row(key=r.name, cells=tuple(cells[k] for k in SORT_KEYS))
 
 
+class LeaseRows(Sequence):
+    """Lazy rows over the sorted NodeRows: Text cells are built only for drawn lines."""
+
+    def __init__(self, rows: list[NodeRow]) -> None:
+        self.nodes = rows
+        self._cache: dict[int, Row] = {}
+        self._index = None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        row = self._cache.get(i)
+        if row is None:
+            row = self._cache[i] = node_row(self.nodes[i])
+        return row
+
+    def key_at(self, i: int) -> str:
+        return self.nodes[i].name
+
+    def index_of(self, key) -> int | None:
+        if self._index is None:
+            self._index = {r.name: i for i, r in enumerate(self.nodes)}
+        return self._index.get(key)
+
+
 class LeasesView(Vertical):
     BINDINGS = [
         Binding("slash", "focus_filter", "Filter", id="leases.filter"),
@@ -57,14 +90,23 @@ class LeasesView(Vertical):
         t.empty_text = "no registry entries"
         t.sort_column = self.app.registry.sort_column
 
-    def refresh_view(self) -> None:
+    min_repaint = 0.4  # registry churn (500 nodes renewing) repaints at most ~2.5 times a second
+
+    def refresh_view(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - getattr(self, "_last_paint", 0.0) < self.min_repaint:
+            self._pending = True
+            return
+        self._last_paint = now
+        self._pending = False
         model = self.app.registry
         table = self.query_one(FastTable)
         table.sort_column = "remaining" if model.sort_column == EXPIRING else model.sort_column
         table.sort_reverse = model.sort_reverse
-        rows = [node_row(r) for r in model.visible()]
-        if rows != table.rows:
-            table.set_rows(rows)
+        visible = model.visible()
+        old = table.rows.nodes if isinstance(table.rows, LeaseRows) else None
+        if old != visible:
+            table.set_rows(LeaseRows(visible))
         self.show_detail(table.cursor_key)
 
     def show_detail(self, name: str | None) -> None:
@@ -103,12 +145,12 @@ class LeasesView(Vertical):
 
     def on_fast_table_header_clicked(self, event: FastTable.HeaderClicked) -> None:
         self.app.registry.set_sort(event.column)
-        self.refresh_view()
+        self.refresh_view(force=True)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "leases-filter":
             self.app.registry.filter_text = event.value
-            self.refresh_view()
+            self.refresh_view(force=True)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one(FastTable).focus()
@@ -132,16 +174,16 @@ class LeasesView(Vertical):
         cur = m.sort_column if m.sort_column in SORT_KEYS else SORT_KEYS[0]
         m.sort_column = SORT_KEYS[(SORT_KEYS.index(cur) + 1) % len(SORT_KEYS)]
         m.sort_reverse = False
-        self.refresh_view()
+        self.refresh_view(force=True)
 
     def action_reverse_sort(self) -> None:
         self.app.registry.sort_reverse = not self.app.registry.sort_reverse
-        self.refresh_view()
+        self.refresh_view(force=True)
 
     def action_expiring(self) -> None:
         self.app.registry.sort_column = EXPIRING
         self.app.registry.sort_reverse = False
-        self.refresh_view()
+        self.refresh_view(force=True)
 
     def action_reap(self) -> None:
         name = self.query_one(FastTable).cursor_key

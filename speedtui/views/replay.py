@@ -27,7 +27,7 @@ class ReplayView(Vertical):
         self.query_one(FastTable).empty_text = "no nodes"
         self._sig = None
 
-    def refresh_view(self) -> None:
+    def refresh_view(self, force: bool = False) -> None:
         names = sorted(r.name for r in self.app.registry.rows if self.app.registry.in_fabric(r))
         rows = []
         for n in names:

@@ -4,6 +4,7 @@ pause/resume; open the decrypted envelope, follow a call, replay, open as a call
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,6 +69,9 @@ class TraceRows(Sequence):
             self._cache[i] = row
         return row
 
+    def key_at(self, i: int) -> Any:
+        return self.record(i).id
+
     def index_of(self, key: Any) -> int | None:
         ids = [r.id for r in self.records]  # ascending
         j = bisect.bisect_left(ids, key)
@@ -77,29 +81,17 @@ class TraceRows(Sequence):
 
 
 class TraceTable(FastTable):
-    """FastTable over TraceRows; finds the cursor's record by id without building rows."""
+    """FastTable over TraceRows (lazy rows, cursor found by record id)."""
 
-    def set_rows(self, rows, keep_key: bool = True) -> None:  # type: ignore[override]
-        key = self.cursor_key if keep_key else None
-        self.rows = rows
-        from textual.geometry import Size
-
-        idx = 0
-        if key is not None and isinstance(rows, TraceRows):
-            found = rows.index_of(key)
-            idx = found if found is not None else 0
-        self.virtual_size = Size(self._total_width(), len(rows) + 1)
-        self.cursor = min(idx, max(0, len(rows) - 1))
-        self.refresh()
-
-    def move_to_key(self, key: Any) -> bool:
-        if isinstance(self.rows, TraceRows):
-            i = self.rows.index_of(key)
-            if i is not None:
-                self.cursor = i
-                return True
-            return False
-        return super().move_to_key(key)
+    def user_moved(self, target: int) -> None:
+        # moving away from the tail stops following at once (before any repaint can reset the
+        # cursor); moving back to the tail resumes it
+        view = self.parent
+        if isinstance(view, TracesView):
+            tail = 0 if view.newest_first else max(0, len(self.rows) - 1)
+            if view.follow != (target == tail):
+                view.follow = target == tail
+                view._status()
 
 
 class TracesView(Vertical):
@@ -122,6 +114,8 @@ class TracesView(Vertical):
         self.newest_first = True
         self._shown_total = -1
         self._filter_text = ""
+        self._last_paint = 0.0
+        self.min_repaint = 0.25  # at most ~4 repaints a second of a moving tail
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
@@ -150,6 +144,10 @@ class TracesView(Vertical):
             return
         if store.total == self._shown_total and not force:
             return
+        now = time.monotonic()
+        if not force and now - self._last_paint < self.min_repaint:
+            return  # under load: the data is buffered, the next drain paints it
+        self._last_paint = now
         self._shown_total = store.total
         table = self.query_one(TraceTable)
         rows = TraceRows(list(store.view), self.newest_first)
@@ -164,6 +162,8 @@ class TracesView(Vertical):
         t = Text()
         t.append(f"{len(store.view):,} shown", style="bold")
         t.append(f" of {len(store.ring):,} buffered (capacity {store.capacity:,}, {store.total:,} seen)")
+        if store.dropped:
+            t.append(f"  {store.dropped:,} dropped under overload", style="bold yellow")
         if store.bad_lines:
             t.append(f"  {store.bad_lines} unreadable journal lines skipped", style="yellow")
         t.append("  newest first" if self.newest_first else "  oldest first")
@@ -192,13 +192,6 @@ class TracesView(Vertical):
 
     def on_fast_table_selected(self, event: FastTable.Selected) -> None:
         self.action_open()
-
-    def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
-        table = self.query_one(TraceTable)
-        top = 0 if self.newest_first else max(0, len(table.rows) - 1)
-        if table.cursor != top and self.follow and table.has_focus:
-            self.follow = False  # moving away from the tail stops following
-            self._status()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         {"traces-pause": self.action_pause, "traces-open": self.action_open,

@@ -81,6 +81,7 @@ class FastTable(ScrollView, can_focus=True):
         self.sort_reverse = False
         self.empty_text = "nothing to show"
         self._last_key: Any = None
+        self._strips: dict[tuple, tuple[Row, Strip]] = {}  # rendered lines by (row id, cursor, width, x)
 
     # ------------------------------------------------------------------ data
     def set_columns(self, columns: Sequence[Column]) -> None:
@@ -88,14 +89,13 @@ class FastTable(ScrollView, can_focus=True):
         self.refresh()
 
     def set_rows(self, rows: Sequence[Row], keep_key: bool = True) -> None:
+        """``rows`` may be a lazy sequence with ``index_of(key)`` (rows built only when drawn)."""
         key = self.cursor_key if keep_key else None
-        self.rows = list(rows)
+        self.rows = rows if hasattr(rows, "index_of") else list(rows)
         idx = 0
         if key is not None:
-            for i, r in enumerate(self.rows):
-                if r.key == key:
-                    idx = i
-                    break
+            found = self._index_of(key)
+            idx = found if found is not None else 0
         self.virtual_size = Size(self._total_width(), len(self.rows) + 1)
         self.cursor = min(idx, max(0, len(self.rows) - 1))
         self.refresh()
@@ -103,15 +103,24 @@ class FastTable(ScrollView, can_focus=True):
     @property
     def cursor_key(self) -> Any:
         if 0 <= self.cursor < len(self.rows):
-            return self.rows[self.cursor].key
+            rows = self.rows
+            return rows.key_at(self.cursor) if hasattr(rows, "key_at") else rows[self.cursor].key
+        return None
+
+    def _index_of(self, key: Any) -> int | None:
+        if hasattr(self.rows, "index_of"):
+            return self.rows.index_of(key)
+        for i, r in enumerate(self.rows):
+            if r.key == key:
+                return i
         return None
 
     def move_to_key(self, key: Any) -> bool:
-        for i, r in enumerate(self.rows):
-            if r.key == key:
-                self.cursor = i
-                return True
-        return False
+        i = self._index_of(key)
+        if i is None:
+            return False
+        self.cursor = i
+        return True
 
     def _total_width(self) -> int:
         return sum(c.width + 1 for c in self.columns)
@@ -123,8 +132,14 @@ class FastTable(ScrollView, can_focus=True):
         if new < 0 or new >= len(self.rows):
             self.cursor = max(0, min(new, len(self.rows) - 1))
             return
+        top = int(self.scroll_offset.y)
         self._scroll_cursor_into_view()
-        self.refresh()
+        if int(self.scroll_offset.y) == top and old != new and 0 <= old < len(self.rows):
+            # only the two lines that changed (line 0 is the header)
+            self.refresh_lines(old + 1, 1)
+            self.refresh_lines(new + 1, 1)
+        else:
+            self.refresh()
         key = self.cursor_key
         if key != self._last_key:
             self._last_key = key
@@ -138,16 +153,23 @@ class FastTable(ScrollView, can_focus=True):
         elif self.cursor >= top + body:
             self.scroll_to(y=self.cursor - body + 1, animate=False, immediate=True)
 
+    def user_moved(self, target: int) -> None:
+        """Called (synchronously) before a move the user asked for; subclasses react."""
+
     def action_cursor(self, delta: int) -> None:
         if self.rows:
-            self.cursor = max(0, min(len(self.rows) - 1, self.cursor + delta))
+            target = max(0, min(len(self.rows) - 1, self.cursor + delta))
+            self.user_moved(target)
+            self.cursor = target
 
     def action_page(self, direction: int) -> None:
         self.action_cursor(direction * max(1, self.scrollable_content_region.height - 2))
 
     def action_edge(self, end: int) -> None:
         if self.rows:
-            self.cursor = len(self.rows) - 1 if end else 0
+            target = len(self.rows) - 1 if end else 0
+            self.user_moved(target)
+            self.cursor = target
 
     def action_select(self) -> None:
         if self.rows:
@@ -172,6 +194,7 @@ class FastTable(ScrollView, can_focus=True):
             return
         idx = int(self.scroll_offset.y) + y - 1
         if 0 <= idx < len(self.rows):
+            self.user_moved(idx)
             self.cursor = idx
             if event.chain >= 2:
                 self.post_message(self.Selected(self, self.cursor_key))
@@ -203,12 +226,24 @@ class FastTable(ScrollView, can_focus=True):
                 return self._strip(Text(self.empty_text, style="italic dim"), base, 0, width)
             return Strip.blank(width, base)
         row = self.rows[idx]
+        ckey = (id(row), idx == self.cursor, width, scroll_x, self.has_focus)
+        hit = self._strips.get(ckey)
+        if hit is not None and hit[0] is row:
+            return hit[1]
         style = base
         if row.style:
             style = style + Style.parse(row.style)
         if idx == self.cursor:
             style = style + self.get_component_rich_style("fast-table--cursor")
-        return self._strip(self._cells_text(row.cells), style, scroll_x, width)
+        strip = self._strip(self._cells_text(row.cells), style, scroll_x, width)
+        if len(self._strips) > 4000:
+            self._strips.clear()
+        self._strips[ckey] = (row, strip)
+        return strip
+
+    def notify_style_update(self) -> None:
+        self._strips.clear()  # theme changed: rendered lines are stale
+        super().notify_style_update()
 
     def _strip(self, text: Text, style: Style, scroll_x: int, width: int) -> Strip:
         segments = list(text.render(self.app.console))

@@ -1,0 +1,82 @@
+"""Journal tailer and registry reader (threads not started: steps are called directly)."""
+
+import json
+import os
+
+from speedtui.bridge import Bridge
+from speedtui.models.registry import read_registry
+from speedtui.sources import JournalTailer, RegistrySource
+
+
+def rec(i, node="a"):
+    return json.dumps({"ts": float(i), "node": node, "dir": "out", "peer": "b", "type": "MESSAGE", "seq": i,
+                       "outcome": "sent"})
+
+
+def test_tailer_reads_new_bytes_torn_lines_rotation(tmp_path):
+    tr = tmp_path / "speed_traces"
+    tr.mkdir()
+    j = tr / "a.jsonl"
+    j.write_text(rec(1) + "\n" + "garbage\n" + rec(2)[:10])
+    b = Bridge()
+    t = JournalTailer(b, tmp_path)
+    t.step()
+    d = b.drain()
+    assert [r.seq for r in d.records] == [1] and d.bad_lines == 1
+    with open(j, "a") as fh:  # the torn line completes
+        fh.write(rec(2)[10:] + "\n" + rec(3) + "\n")
+    t.step()
+    assert [r.seq for r in b.drain().records] == [2, 3]
+    t.step()
+    assert b.drain().records == []
+    os.rename(j, tr / "a.jsonl.1")  # rotation: a new file under the old name
+    j.write_text(rec(4) + "\n")
+    t.step()
+    assert [r.seq for r in b.drain().records] == [4]
+
+
+def test_tailer_interleaves_journals_by_time(tmp_path):
+    tr = tmp_path / "speed_traces"
+    tr.mkdir()
+    (tr / "a.jsonl").write_text(rec(1, "a") + "\n" + rec(3, "a") + "\n")
+    (tr / "b.jsonl").write_text(rec(2, "b") + "\n")
+    b = Bridge()
+    JournalTailer(b, tmp_path).step()
+    assert [r.seq for r in b.drain().records] == [1, 2, 3]
+
+
+def test_registry_cache_rereads_only_changed_files(tmp_path):
+    reg = tmp_path / "speed_registry"
+    reg.mkdir()
+    for n in ("a", "b"):
+        (reg / f"{n}.node").write_text(json.dumps({"name": n, "id": n, "lastHeartbeat": 1.0}))
+    cache = {}
+    first = read_registry(tmp_path, cache)
+    second = read_registry(tmp_path, cache)
+    assert all(x is y for x, y in zip(first, second))
+    (reg / "b.node").write_text(json.dumps({"name": "b", "id": "b", "lastHeartbeat": 2.0, "x": 1}))
+    third = read_registry(tmp_path, cache)
+    assert third[0] is first[0] and third[1] is not first[1] and third[1].data["lastHeartbeat"] == 2.0
+    (reg / "a.node").unlink()
+    assert [e.name for e in read_registry(tmp_path, cache)] == ["b"] and set(cache) == {"b.node"}
+
+
+def test_registry_source_pushes_only_on_change(tmp_path):
+    reg = tmp_path / "speed_registry"
+    reg.mkdir()
+    (reg / "a.node").write_text(json.dumps({"name": "a", "id": "a", "lastHeartbeat": 1.0}))
+    b = Bridge()
+    s = RegistrySource(b, tmp_path)
+    s.step()
+    assert b.drain().registry is not None
+    s.step()
+    assert b.drain().registry is None
+
+
+def test_bridge_bounds_pending_records():
+    from speedtui.models.traces import parse_record
+
+    b = Bridge(max_pending=10)
+    b.push_records([parse_record(json.loads(rec(i))) for i in range(25)])
+    d = b.drain()
+    assert len(d.records) == 10 and d.dropped == 15 and d.records[0].seq == 15
