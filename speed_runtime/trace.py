@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 REJECT_REASONS = (
     "unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target", "unknown_sender",
@@ -16,8 +15,9 @@ LEASE_EVENTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class EnvelopeTrace:
+class EnvelopeTrace(NamedTuple):
+    """One envelope sent, accepted or rejected. (Tuples: one is built per envelope.)"""
+
     ts: float
     node: str
     dir: str            # "out" | "in"
@@ -51,8 +51,7 @@ class EnvelopeTrace:
         return rec
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseTrace:
+class LeaseTrace(NamedTuple):
     ts: float
     node: str
     subject: str
@@ -64,8 +63,7 @@ class LeaseTrace:
         return {"kind": "lease", "ts": self.ts, "node": self.node, "subject": self.subject, "event": self.event}
 
 
-@dataclass(frozen=True, slots=True)
-class SpcTrace:
+class SpcTrace(NamedTuple):
     """An SPC call finished on the caller's side (observer-only; the journal has it on the
     SPC_RESPONSE record)."""
 
