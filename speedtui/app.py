@@ -437,8 +437,22 @@ class SpeedApp(App):
         if isinstance(self.screen, CallScreen):
             self.screen.show_result(rec)
         else:
-            self.notify(f"call {rec.target}.{rec.service}: {rec.status} {rec.error_code}")
+            detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
+                      else f"{rec.error_code} {rec.error_message}")
+            self.notify(f"{rec.caller} → {rec.target}.{rec.service}: {rec.status} {detail} "
+                        f"({rec.latency_ms:.1f} ms)", severity="information" if rec.status == "SUCCESS" else "error")
         self.view_widget("audit").refresh_view(force=True)
+
+    def rerun_call(self, c) -> None:
+        acts = self._actions_or_warn()
+        if acts is None:
+            return
+        if c.caller not in acts.own_in_process():
+            self.notify(f"{c.caller} is not running in this console: edit the call (e) to pick a caller",
+                        severity="warning")
+            return
+        self.notify(f"re-running {c.caller} → {c.target}.{c.service}…")
+        self.run_call(c.caller, c.target, c.service, c.arguments, c.timeout)
 
     def copy_call_command(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
         cmd = speed_call_command(target, service, arguments, caller, self.root, self.key.path if self.key else "KEY",

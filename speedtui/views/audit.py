@@ -21,13 +21,15 @@ CALL_COLS = [Column("ts", "WHEN", 19), Column("call", "CALL", 34), Column("args"
 
 class AuditView(Vertical):
     BINDINGS = [Binding("r", "rerun", "Re-run call", id="audit.rerun"),
+                Binding("e", "edit", "Edit call", id="audit.edit"),
                 Binding("y", "copy", "Copy command", id="audit.copy")]
 
     def compose(self) -> ComposeResult:
         yield Static("actions (audit log, kept across runs)", classes="section")
         yield FastTable(AUDIT_COLS, id="audit-table")
         with Vertical(id="calls-box"):
-            yield Static("SPC call history: [b]r[/b] re-run, [b]y[/b] copy as `speed call`", classes="section")
+            yield Static("SPC call history: [b]r[/b] re-run, [b]e[/b] edit and run, [b]y[/b] copy as `speed call`",
+                         classes="section")
             yield FastTable(CALL_COLS, id="calls-table")
             yield Button("Re-run selected call", id="calls-rerun", compact=True)
 
@@ -65,6 +67,14 @@ class AuditView(Vertical):
         return calls[t.cursor_key]
 
     def action_rerun(self) -> None:
+        """Re-run the selected call as it was (one key); the result arrives as a notification."""
+        c = self._selected_call()
+        if c is None:
+            self.app.notify("no call selected", severity="warning")
+            return
+        self.app.rerun_call(c)
+
+    def action_edit(self) -> None:
         c = self._selected_call()
         if c is None:
             self.app.notify("no call selected", severity="warning")
@@ -79,3 +89,7 @@ class AuditView(Vertical):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_rerun()
+
+    def on_fast_table_selected(self, event: FastTable.Selected) -> None:
+        if event.table.id == "calls-table":
+            self.action_edit()

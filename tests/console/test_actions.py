@@ -164,6 +164,14 @@ async def test_call_history_journal_and_replay(live_env):
             assert app.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
             assert any(r.get("outcome") == "rejected" and r.get("peer") == "ops" for r in journal(root, "billing"))
             assert AuditLog(paths.audit_log).entries()[-1].action == "replay"
+            # the call history survives and re-runs with one key
+            await pilot.press("7")
+            await pilot.pause()
+            app.view_widget("audit").query_one("#calls-table").focus()
+            await pilot.press("r")
+            await wait_for(pilot, lambda: len(CallHistory(paths.call_history).entries()) == 2, timeout=60,
+                           what="re-run call")
+            assert CallHistory(paths.call_history).entries()[-1].result == {"tax": 36.0}
 
 
 @run_async
