@@ -1,0 +1,94 @@
+"""Case 10: a full file system. A 256 KiB tmpfs is mounted as the communication directory's file
+system (CI runs as root; if the mount fails the test fails, it is never skipped), filled to the last
+page, and the nodes on it are driven through it."""
+import errno
+import os
+import subprocess
+
+import pytest
+
+from speed_runtime import DeliveryError, Node
+from speed_runtime.journal import read_journal
+from speed_runtime.registry import Registry
+
+from ..helpers.wait import wait_until
+
+
+@pytest.fixture
+def small_fs(workdir):
+    mountpoint = os.path.join(workdir, "fs")
+    os.mkdir(mountpoint, 0o700)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", mountpoint],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"case 10 needs root to mount a 256 KiB tmpfs at {mountpoint}: mount said "
+                    f"{done.stderr.strip()!r} (exit {done.returncode})")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", mountpoint], check=True)
+
+
+def fill(path):
+    """Write until ENOSPC, then fill the last pages byte-wise; returns the filler paths."""
+    fillers = []
+    for i, chunk in enumerate((64 << 10, 4096, 1)):
+        name = os.path.join(path, f"filler{i}")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT, 0o600)
+        fillers.append(name)
+        try:
+            while True:
+                os.write(fd, b"\0" * chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        finally:
+            os.close(fd)
+    for i in range(100):  # and every page a new small file could take
+        try:
+            with open(os.path.join(path, f"tiny{i}"), "wb") as f:
+                f.write(b"x")
+            fillers.append(os.path.join(path, f"tiny{i}"))
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            fillers.append(os.path.join(path, f"tiny{i}"))
+            break
+    return fillers
+
+
+def test_a_full_file_system_fails_sends_cleanly_and_recovers(small_fs, key):
+    root = os.path.join(small_fs, "env")
+    with Node(root, key, "r", allow=["s"], heartbeat_seconds=0.2, lease_seconds=5, trace=True) as r, \
+            Node(root, key, "s", allow=["r"], heartbeat_seconds=0.2, lease_seconds=5) as s:
+        r.register("echo", lambda args: args)
+        assert s.send("r", "before") == 1
+        assert r.receive(timeout=20).data == "before"
+        registry = Registry(root)
+        fillers = fill(small_fs)
+        try:
+            with pytest.raises(DeliveryError) as info:
+                s.send("r", "x" * 3000)
+            assert "No space left on device" in str(info.value) and "nothing was delivered" in str(info.value)
+            with pytest.raises(DeliveryError):
+                s.call("r", "echo", {"pad": "y" * 3000}, timeout=5)
+            assert os.listdir(os.path.join(root, "r", "inbox")) == []  # nothing half-written was delivered
+            assert os.listdir(os.path.join(root, "r", "tmp")) == []    # and no temporary was left behind
+            # stay full across several heartbeats (every 0.2 s) and journal flushes (every 0.25 s)
+            beat = registry.read("r").last_heartbeat
+            wait_until(lambda: r.counters().get("registryWriteErrors", 0) >= 3, timeout=20,
+                       what="r to try (and fail) to renew on the full file system")
+            assert registry.read("r").last_heartbeat == beat
+        finally:
+            for path in fillers:
+                os.unlink(path)
+        # space is back: both nodes renew again and everything works
+        for name in ("r", "s"):
+            before = registry.read(name).last_heartbeat
+            wait_until(lambda: registry.read(name).last_heartbeat > before, timeout=20, what=f"{name} to renew")
+        assert all(t.is_alive() for t in r._threads + s._threads) and r.state == s.state == "running"
+        assert s.send("r", "after") == 2  # the failed send consumed no sequence number (reading 5)
+        assert r.receive(timeout=20).data == "after"
+        assert s.call("r", "echo", {"ok": 1}, timeout=20) == {"ok": 1}
+        assert r.counters()["rejected"] == {}
+    records, torn = read_journal(os.path.join(root, "speed_traces", "r.jsonl"))
+    assert torn == 0  # the journal kept what it could not write while full, then appended it whole
+    assert sorted(e.seq for e in records if getattr(e, "outcome", "") == "accepted" and e.type == "MESSAGE") == [1, 2]
