@@ -14,7 +14,8 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, TabbedContent, TabPane
+from textual.containers import Horizontal
+from textual.widgets import Button, Footer, Input, TabbedContent, TabPane
 
 from . import rt
 from .actions import ActionError, ActionService, NodeSpec
@@ -132,7 +133,20 @@ class SpeedApp(App):
                 yield AnalyticsView(id="view-analytics")
             with TabPane("7 Audit", id="audit"):
                 yield AuditView(id="view-audit")
+        if not self.readonly:
+            with Horizontal(id="actionbar"):
+                for bid, label in (("launch", "Launch node (n)"), ("stop_node", "Stop node (d)"),
+                                   ("grant", "Grant (g)"), ("call", "Call (F)"), ("send", "Message (m)"),
+                                   ("help", "Help (?)")):
+                    yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
         yield Footer()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        bid = event.button.id or ""
+        if bid.startswith("act-"):
+            event.stop()
+            self.focus_view(self.active_view())  # keys keep working in the view afterwards
+            getattr(self, f"action_{bid[4:]}")()
 
     def on_mount(self) -> None:
         self._header = self.query_one(SpeedHeader)

@@ -68,3 +68,24 @@ async def test_sort_by_header_click_and_filter_typing(fixture_app):
         await wait_for(pilot, lambda: app.registry.sort_column == "pid", what="sort by pid")
         await pilot.press("slash", "l", "e", "d")
         await wait_for(pilot, lambda: [r.key for r in table.rows] == ["ledger"], what="filtered")
+
+
+@run_async
+async def test_action_bar_buttons_open_dialogs(fixture_app):
+    from speedtui.screens.forms import LaunchScreen
+
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.click("#act-launch")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="launch dialog from the button")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, LaunchScreen), what="closed")
+        await pilot.click("#act-help")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen", what="help from the button")
+
+
+@run_async
+async def test_readonly_has_no_action_bar(fixture_app):
+    app = fixture_app(steady=True, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert not app.query("#actionbar")
