@@ -313,10 +313,17 @@ class SpeedApp(App):
                 st["source"] = "journals + live node state"
                 senders = own.get("senders")
                 if isinstance(senders, dict):
+                    # the runtime keys its state by sender instance id: {"sender", "lastSeq", ...}
+                    names = [v.get("sender") for v in senders.values() if isinstance(v, dict)]
                     for k, v in senders.items():
-                        seq = v.get("lastSeq", v.get("last_seq")) if isinstance(v, dict) else v
+                        if not isinstance(v, dict):
+                            continue
+                        seq = v.get("lastSeq", v.get("last_seq"))
+                        who = str(v.get("sender") or k)
+                        if names.count(v.get("sender")) > 1:
+                            who = f"{who} #{str(k)[:8]}"
                         if isinstance(seq, int):
-                            st["last_accepted"][str(k)] = seq
+                            st["last_accepted"][who] = seq
         return st
 
     # ------------------------------------------------------------------ history caches

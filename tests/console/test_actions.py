@@ -164,6 +164,8 @@ async def test_call_history_journal_and_replay(live_env):
             assert app.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
             assert any(r.get("outcome") == "rejected" and r.get("peer") == "ops" for r in journal(root, "billing"))
             assert AuditLog(paths.audit_log).entries()[-1].action == "replay"
+            st = app.replay_state_for("ops")  # live state of the console's own node, by sender name
+            assert st["source"] == "journals + live node state" and st["last_accepted"].get("billing", 0) >= 1
             # the call history survives and re-runs with one key
             await pilot.press("7")
             await pilot.pause()
