@@ -2,6 +2,7 @@
 observations (join, expiry, leave) that follow from comparing one view with the next."""
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,16 @@ class Seen:
     id: str
     state: str  # online | leaving | stale
 
+
+class _QuietStop(logging.Filter):
+    """watchdog logs an error when an emitter is stopped while it reads an event, a race inside its
+    own stop() that loses nothing we need (rescans follow); keep it from reaching users' stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "called when the thread is inactive" not in record.getMessage()
+
+
+logging.getLogger("watchdog.observers.inotify").addFilter(_QuietStop())
 
 # Opens and closes without writing are left out on purpose: every node reads every entry, and a
 # hint per read would make the nodes' watches feed each other without end.

@@ -32,7 +32,7 @@ from .lease import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, RegistryEnt
 from .message import Message
 from .monitor import RegistryMonitor
 from .names import validate_name
-from .registry import Registry
+from .registry import Registry, process_gone
 from .replay import ReplayGuard
 from .spc import Deadlines, PendingCalls, Service, ServiceTable, as_registered
 from .trace import EnvelopeTrace, LeaseTrace
@@ -405,6 +405,8 @@ class Node(InboundMixin, CallsMixin):
             raise NodeUnavailableError(target)
         if _stale(entry):
             raise NodeUnavailableError(target, "its lease has expired")
+        if process_gone(entry):  # crashed: do not fill an inbox nobody will read until the lease ends
+            raise NodeUnavailableError(target, f"its process (pid {entry.pid}) has exited")
         return entry
 
     def _granting_peer(self, target: str) -> RegistryEntry:

@@ -220,12 +220,16 @@ class Registry:
         return out
 
 
-def entry_is_dead(entry: RegistryEntry, now: float) -> bool:
-    """Stale by lease (boot-time aware), or a same-host, same-boot entry whose process is gone."""
-    if is_stale(entry, now, BOOT_ID, boottime()):
-        return True
+def process_gone(entry: RegistryEntry) -> bool:
+    """A same-host, same-boot entry whose process no longer exists (§4.1: MAY be treated as stale).
+    A process that exists proves nothing: PIDs are reused."""
     same_boot = entry.host == HOSTNAME and BOOT_ID is not None and entry.boot_id == BOOT_ID
     return same_boot and not pid_exists(entry.pid)
+
+
+def entry_is_dead(entry: RegistryEntry, now: float) -> bool:
+    """Stale by lease (boot-time aware), or its process is gone."""
+    return is_stale(entry, now, BOOT_ID, boottime()) or process_gone(entry)
 
 
 def scan_registry(root: str) -> list[RegistryRecord]:

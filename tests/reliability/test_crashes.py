@@ -87,9 +87,8 @@ def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs,
             first.proc.kill()  # kill -9 under load
             first.proc.wait()
             at_crash = sorted(os.listdir(inbox))
-            # the dead node's entry still looks live for its lease: the sender goes on writing into its inbox
-            wait_until(lambda: len(sent) >= len(echoed_old) + len(at_crash) + 300, timeout=60,
-                       what="the sender to keep writing into the dead node's inbox")
+            # the entry still has lease left, but its process is gone: the sender stops writing at once
+            wait_until(lambda: len(errors) >= 3, timeout=60, what="the sender to notice the crash")
             while True:  # what the old instance printed before it died (the pipe is closed: no waiting)
                 try:
                     echoed_old.append(json.loads(first.lines.get(timeout=5)))
@@ -100,7 +99,7 @@ def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs,
         finally:
             stop.set()
             sender.join()
-        assert errors == [], errors[:3]
+        assert errors and all("has exited" in e and "NodeUnavailableError" in e for e in errors), errors[:3]
         for n in range(200):  # the new instance is up: what is sent now is for it
             sent.append(s.send("r", {"n": f"after {n}"}))
         journal = os.path.join(root, "speed_traces", "r.jsonl")

@@ -143,3 +143,20 @@ def test_ten_thousand_messages_from_four_senders_arrive_complete_and_in_order(pr
         by_sender.setdefault(m["from"], []).append(m["data"]["n"])
     assert {k: len(v) for k, v in by_sender.items()} == {f"s{i}": 2500 for i in range(4)}
     assert all(v == list(range(2500)) for v in by_sender.values())
+
+
+def test_sending_to_a_crashed_receiver_fails_at_once(procs, key):
+    victim = procs.start("crashed", allow=["sender"])
+    with Node(procs.root, key, "sender", allow=["crashed"]) as sender:
+        sender.send("crashed", "before", confirm=True)
+        victim.proc.kill()
+        victim.proc.wait()
+        try:
+            sender.send("crashed", "after")
+        except Exception as exc:  # noqa: BLE001 - the type is asserted below
+            error = exc
+        else:
+            error = None
+    from speed_runtime import NodeUnavailableError
+    assert isinstance(error, NodeUnavailableError) and f"pid {victim.proc.pid}" in str(error)
+    assert os.listdir(os.path.join(procs.root, "crashed", "inbox")) == []
