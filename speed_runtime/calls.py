@@ -37,7 +37,7 @@ class CallsMixin:
             self._send(target, EnvelopeType.SPC_REQUEST,
                        payloads.spc_request(self.name, target, request_id, service,
                                             {} if arguments is None else arguments, timeout_ms),
-                       trace_extra={"request_id": request_id, "service": service})
+                       trace_extra={"request_id": request_id, "service": service}, entry=entry)
         except BaseException:
             self._pending.pop(request_id)
             raise

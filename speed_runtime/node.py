@@ -425,9 +425,12 @@ class Node(InboundMixin, CallsMixin):
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
     def _send(self, target: str, etype: EnvelopeType, payload: dict, flags: int = 0,
-              before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None) -> int:
+              before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None,
+              entry: RegistryEntry | None = None) -> int:
+        """Deliver one envelope; `entry` is the target's entry when the caller has just judged it."""
         self._check_running()
-        entry = self._granting_peer(target)
+        if entry is None:
+            entry = self._granting_peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")
