@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class OwnNode:
     started: float = 0.0
     unsubscribe: Any = None
     output: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None  # drains the process's stdout
 
     @property
     def kind(self) -> str:
@@ -199,8 +201,11 @@ class ActionService:
             args += ["--lease", f"{spec.lease_seconds:g}"]
         if spec.heartbeat_seconds:
             args += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
+        err_file = tempfile.TemporaryFile()
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
                                 start_new_session=True)
+        err_file_ref = err_file
         own = OwnNode(spec=spec, proc=proc, started=time.time())
         line = _read_line(proc, ready_timeout)
         if not line.startswith("ready"):
@@ -208,13 +213,18 @@ class ActionService:
             if proc.poll() is None:
                 _terminate(proc)
             try:
-                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+                err_file_ref.seek(0)
+                err = err_file_ref.read(65536).decode(errors="replace").strip()
             except (OSError, ValueError):
                 pass
+            err_file_ref.close()
             detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
             raise ActionError(f"speed node {spec.name} did not start: {detail}")
+        err_file_ref.close()  # the child keeps its own descriptor
         own.output.append(line)
-        threading.Thread(target=_drain, args=(proc, own.output), daemon=True).start()
+        own.reader = threading.Thread(target=_drain, args=(proc, own.output), name=f"speedtui-out-{spec.name}",
+                                      daemon=True)
+        own.reader.start()
         return own
 
     def stop(self, name: str) -> None:
@@ -234,7 +244,10 @@ class ActionService:
             except Exception:  # noqa: BLE001
                 pass
         if own.proc is not None:
-            _terminate(own.proc)
+            _terminate(own.proc, close=False)
+            if own.reader is not None:
+                own.reader.join(10)  # EOF once the process is gone
+            _close_pipes(own.proc)
 
     def stop_all(self) -> None:
         with self._lock:
@@ -389,7 +402,7 @@ def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
         pass
 
 
-def _terminate(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+def _terminate(proc: subprocess.Popen, timeout: float = 10.0, close: bool = True) -> None:
     if proc.poll() is None:
         try:
             proc.send_signal(signal.SIGTERM)
@@ -399,6 +412,11 @@ def _terminate(proc: subprocess.Popen, timeout: float = 10.0) -> None:
             proc.wait(5)
         except ProcessLookupError:
             pass
+    if close:
+        _close_pipes(proc)
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
     for f in (proc.stdout, proc.stderr):
         try:
             if f:

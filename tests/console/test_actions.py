@@ -119,6 +119,7 @@ async def test_grant_and_revoke_publish_allow(live_env):
         assert "opens" in str(app.screen.query_one("#gr-preview").render())
         await pilot.click("#gr-go")
         await wait_for(pilot, lambda: (entry(root, "ops") or {}).get("allow") == ["reports"], what="grant on disk")
+        await wait_for(pilot, lambda: app.registry.by_name()["ops"].allow == ("reports",), what="grant in the view")
         app.open_grant("ops", "reports")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
                        what="grant dialog again")
@@ -258,3 +259,17 @@ async def test_live_updates_without_refresh(live_env):
             await wait_for(pilot, lambda: app.registry.by_name().get("billing") is not None, what="join")
             await wait_for(pilot, lambda: any(r.node == "billing" for r in app.traces.leases), what="lease journal")
         await wait_for(pilot, lambda: "billing" not in app.registry.by_name(), what="leave")
+
+
+def test_failed_process_launch_reports_stderr(live_env):
+    from speedtui.actions import ActionError, ActionService
+    from speedtui.bridge import Bridge
+
+    root, key, paths = live_env
+    acts = ActionService(root, key, Bridge(), AuditLog(paths.audit_log), CallHistory(paths.call_history))
+    with pytest.raises(ActionError) as err:
+        acts.launch(NodeSpec("bad", services=("nope",), in_process=False))
+    assert "did not start" in str(err.value) and "nope" in str(err.value)
+    last = AuditLog(paths.audit_log).entries()[-1]
+    assert last.action == "launch" and not last.ok
+    assert acts.own == {}
