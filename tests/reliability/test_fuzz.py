@@ -44,13 +44,20 @@ def dumps(obj) -> bytes:
 
 
 def bounded(fn, data, allowed, cpu_ms=250.0):
-    """Run one reader: only `allowed` may escape, within `cpu_ms` of CPU time."""
-    started = time.thread_time()
-    try:
-        fn(data)
-    except allowed:
-        pass
-    assert (time.thread_time() - started) * 1000 < cpu_ms, f"{fn.__name__} took too long on {data[:80]!r}"
+    """Run one reader: only `allowed` may escape, within `cpu_ms` of CPU time. An input that makes a
+    reader slow is slow every time; a garbage collection or a busy machine hits one attempt, so a
+    slow attempt is judged by the fastest of three."""
+    def attempt() -> float:
+        started = time.thread_time()
+        try:
+            fn(data)
+        except allowed:
+            pass
+        return (time.thread_time() - started) * 1000
+    spent = attempt()
+    if spent >= cpu_ms:
+        spent = min(spent, attempt(), attempt())
+    assert spent < cpu_ms, f"{fn.__name__} took {spent:.0f} ms of CPU on {data[:80]!r}"
 
 
 # ---------------------------------------------------------------- envelope parser
