@@ -11,7 +11,7 @@ from typing import Any
 from . import payloads
 from .envelope import EnvelopeType
 from .errors import AccessDeniedError, SpcError
-from .spc import PendingCall, precheck
+from .spc import PendingCall, precheck, settle
 from .trace import SpcTrace
 
 
@@ -42,6 +42,7 @@ class CallsMixin:
             self._pending.pop(request_id)
             raise
         self._count("spcCalls")
+        future.add_done_callback(lambda f: self._pending.pop(request_id) if f.cancelled() else None)
         self._deadlines.at(time.monotonic() + timeout, lambda: self._expire_call(request_id, timeout))
         return future
 
@@ -51,7 +52,7 @@ class CallsMixin:
             return
         self._count("spcErrors")
         self._finish_call(call, request_id, "ERROR", "TIMEOUT")
-        call.future.set_exception(SpcError("TIMEOUT", f"{call.target} did not answer {call.service} "
+        settle(call.future, error=SpcError("TIMEOUT", f"{call.target} did not answer {call.service} "
                                            f"within {timeout} s", request_id=request_id))
 
     def _finish_call(self, call: PendingCall, request_id: str, status: str, code: str | None) -> float:
@@ -70,10 +71,10 @@ class CallsMixin:
         extra["latency_ms"] = self._finish_call(call, request_id, status, code)
         extra["service"] = call.service
         if status == "SUCCESS":
-            call.future.set_result(payload["result"])
+            settle(call.future, payload["result"])
         else:
             self._count("spcErrors")
-            call.future.set_exception(SpcError(code, payload.get("errorMessage", ""), request_id=request_id))
+            settle(call.future, error=SpcError(code, payload.get("errorMessage", ""), request_id=request_id))
         return extra
 
     def _serve(self, payload: dict, caller: str) -> None:

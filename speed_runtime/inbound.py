@@ -12,6 +12,7 @@ from . import payloads
 from .envelope import OVERHEAD, EnvelopeType, Header, open_envelope, parse_filename, type_name
 from .errors import DeliveryError, EnvelopeError, LeaseLostError
 from .message import Message
+from .spc import settle
 from .trace import EnvelopeTrace
 from .transport import NotReady, read_inbox_file, remove_entry
 
@@ -36,7 +37,11 @@ class InboundMixin:
                 names = names + deferred
             if names and self._state in ("running", "closing"):
                 if self._lease_valid():
-                    deferred = self._receive_batch(names)
+                    try:
+                        deferred = self._receive_batch(names)
+                    except Exception:  # a defect must not stop reception: count it, rescan soon
+                        self._count("protocolErrors")
+                        deferred, next_rescan = [], time.monotonic()
                 else:
                     self._wake_registry()  # renew (or learn of the loss) before touching the inbox
             if stopping:
@@ -199,8 +204,5 @@ class InboundMixin:
     def _settle_ack(self, sender: str, seq: int, error: Exception | None) -> None:
         with self._acks_lock:
             waiter = self._acks.pop((sender, seq), None)
-        if waiter is not None and not waiter.done():
-            if error is None:
-                waiter.set_result(seq)
-            else:
-                waiter.set_exception(error)
+        if waiter is not None:
+            settle(waiter, seq, error)

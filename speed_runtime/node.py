@@ -34,7 +34,7 @@ from .monitor import RegistryMonitor
 from .names import validate_name
 from .registry import Registry, process_gone
 from .replay import ReplayGuard
-from .spc import Deadlines, PendingCalls, Service, ServiceTable, as_registered
+from .spc import Deadlines, PendingCalls, Service, ServiceTable, as_registered, settle
 from .trace import EnvelopeTrace, LeaseTrace
 from .transport import DirectoryGone, NameTaken, TargetDirs, deliver, prepare_home, sweep_orphans
 
@@ -506,8 +506,7 @@ class Node(InboundMixin, CallsMixin):
         with self._acks_lock:
             waiters, self._acks = list(self._acks.values()), {}
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(exc)
+            settle(waiter, error=exc)
 
     def _reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None) -> None:
         try:

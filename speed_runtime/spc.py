@@ -7,7 +7,7 @@ import inspect
 import itertools
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -91,6 +91,19 @@ def precheck(service: RegisteredService | None, name: str, caller: str, argument
         raise SpcError("INVALID_ARGUMENTS", "arguments must be a JSON object")
 
 
+def settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete `future` unless its owner already cancelled it (or another path completed it)."""
+    if future.done():
+        return
+    try:
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:  # cancelled between the check and the set
+        pass
+
+
 @dataclass
 class PendingCall:
     future: Future
@@ -118,8 +131,7 @@ class PendingCalls:
         with self._lock:
             calls, self._calls = list(self._calls.values()), {}
         for call in calls:
-            if not call.future.done():
-                call.future.set_exception(error)
+            settle(call.future, error=error)
 
 
 class Deadlines:

@@ -275,3 +275,12 @@ def test_orphaned_temporaries_are_swept(root, key):
             f.write(b"partial")
         os.utime(orphan, (time.time() - 10, time.time() - 10))
         wait_until(lambda: not os.path.exists(orphan), what="the orphan to be swept")
+
+
+def test_a_cancelled_call_does_not_break_reception(pair):
+    a, _ = pair
+    future = a.call_async("callee", "sleep", {"seconds": 0.3})
+    assert future.cancel()  # the caller gives up before the response arrives
+    wait_until(lambda: a.counters()["lateResponses"] == 1, what="the response to arrive after the cancel")
+    assert a.call("callee", "echo", {"still": "alive"}) == {"still": "alive"}
+    assert a.counters().get("protocolErrors", 0) == 0
