@@ -1,7 +1,7 @@
 """Where an SPC round trip's time goes: timestamps at each stage of `call("srv", "echo")` between
 two processes (time.perf_counter is CLOCK_MONOTONIC, comparable across processes on Linux).
 
-    python -m benchmarks.rtt_stages [--calls 1500]
+    python -m benchmarks.rtt_stages [--calls 1500] [--size BYTES]
 
 The stages are marked by wrapping the runtime's methods in both processes; the wrappers add about
 a microsecond each. Prints the median of each stage over all calls.
@@ -76,6 +76,7 @@ def first(marks, name, lo, hi):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1500)
+    parser.add_argument("--size", type=int, default=0, help="bytes of payload string in the arguments")
     args = parser.parse_args(argv)
     from speed_runtime import Node, generate_key_file
 
@@ -90,14 +91,14 @@ def main(argv=None) -> int:
         assert parent.recv() == "ready"
         marks: list = []
         instrument(marks)
-        spans = []
+        spans, pad = [], "x" * args.size
         with Node(base + "/env", base + "/k", "cli", allow=["srv"]) as n:
             for i in range(300):
                 n.call("srv", "echo", {"i": i})
             marks.clear()
             for i in range(args.calls):
                 t0 = time.perf_counter()
-                n.call("srv", "echo", {"i": i})
+                n.call("srv", "echo", {"i": i, "p": pad})
                 spans.append((t0, time.perf_counter()))
             parent.send("stop")
             server = parent.recv()

@@ -85,17 +85,18 @@ class CallsMixin:
         def respond(result: Any = None, error: SpcError | None = None) -> None:
             if not answered.acquire(blocking=False):
                 return  # already answered (result and deadline raced)
+            encoded = None
             if error is None:
-                try:
+                try:  # encoded once, here, so that a result that is not JSON becomes an error response
                     body = payloads.spc_success(self.name, caller, request_id, result)
-                    payloads.encode_payload(body)
+                    encoded = payloads.encode_payload(body)
                 except (TypeError, ValueError):
                     error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a value that is not JSON")
             if error is not None:
                 body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
             self._reply(caller, EnvelopeType.SPC_RESPONSE, body,
                         {"request_id": request_id, "service": name, "status": body["status"],
-                         "error_code": body.get("errorCode")})
+                         "error_code": body.get("errorCode")}, encoded)
 
         service = self._services.get(name)
         try:

@@ -426,15 +426,17 @@ class Node(InboundMixin, CallsMixin):
 
     def _send(self, target: str, etype: EnvelopeType, payload: dict, flags: int = 0,
               before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None,
-              entry: RegistryEntry | None = None) -> int:
-        """Deliver one envelope; `entry` is the target's entry when the caller has just judged it."""
+              entry: RegistryEntry | None = None, body: bytes | None = None) -> int:
+        """Deliver one envelope; `entry` is the target's entry when the caller has just judged it,
+        `body` the payload already encoded."""
         self._check_running()
         if entry is None:
             entry = self._granting_peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")
-        body = payloads.encode_payload(payload)
+        if body is None:
+            body = payloads.encode_payload(payload)
         if len(body) > self.max_payload:
             raise ConfigError(f"payload of {len(body)} bytes exceeds the limit of {self.max_payload}")
         link = self._links.get(target)
@@ -508,9 +510,10 @@ class Node(InboundMixin, CallsMixin):
         for waiter in waiters:
             settle(waiter, error=exc)
 
-    def _reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None) -> None:
+    def _reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None,
+               body: bytes | None = None) -> None:
         try:
-            self._send(target, etype, payload, trace_extra=trace_extra)
+            self._send(target, etype, payload, trace_extra=trace_extra, body=body)
         except Exception:
             self._count("undeliverable")
 
