@@ -141,26 +141,18 @@ def build(root: Path, now: float = FIXED_NOW) -> tuple[Path, Path]:
 
 
 def sample_summary(now: float = FIXED_NOW) -> dict:
-    """A small summary.json in the pipeline's shape (for the analytics snapshot)."""
-    return {
-        "schema": 1, "engine": "fixture", "generated_at": "2026-01-01T00:00:00Z", "inputs": ["speed_traces"],
-        "empty": False, "message": None, "malformed_lines": 2,
-        "time_range": {"start_iso": "2025-12-31T23:59:10Z", "end_iso": "2025-12-31T23:59:57Z"},
-        "totals": {"records": 38, "envelopes": 36, "sent": 17, "accepted": 17, "rejected": 2, "spc_calls": 8,
-                   "spc_successes": 7, "spc_success_rate": 0.875},
-        "top_talkers": [{"source": "gateway", "target": "billing", "envelopes": 18, "bytes": 4000},
-                        {"source": "billing", "target": "gateway", "envelopes": 16, "bytes": 3100}],
-        "spc": [{"target": "billing", "service": "calculateTax", "calls": 8, "successes": 7, "errors": 1,
-                 "no_response": 0, "success_rate": 0.875, "error_codes": {"INVALID_ARGUMENTS": 1},
-                 "p50_ms": 5.7, "p95_ms": 6.0, "p99_ms": 6.05}],
-        "rejections": {"total": 2, "by_reason": {"replayed_nonce": 1, "unauthorized": 1}, "bucket_seconds": 10,
-                       "over_time": [], "bursts": []},
-        "traffic_over_time": {"bucket_seconds": 10, "buckets": [
-            {"t": int(now) - 60 + 10 * i, "envelopes": n, "bytes": n * 200} for i, n in enumerate([2, 8, 8, 8, 4, 6])]},
-        "availability": [{"node": "billing", "online_seconds": 7200, "availability": 1.0, "sessions": 1,
-                          "restarts": 0, "crashes": 0, "graceful_departures": 0, "lost_leases": 0,
-                          "late_renewals": 1, "online_at_end": True},
-                         {"node": "ledger", "online_seconds": 5100, "availability": 0.85, "sessions": 2,
-                          "restarts": 1, "crashes": 1, "graceful_departures": 0, "lost_leases": 0,
-                          "late_renewals": 0, "online_at_end": True}],
-    }
+    """The summary.json the pipeline writes for the fixture's journals: computed by the pipeline's
+    pure-Python reference (same schema and answers as the Spark job), with the fields that name
+    the run (time, paths) pinned so that snapshots are stable."""
+    import tempfile
+
+    from .pipeline.reference import analyze
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root, _ = build(Path(tmp) / "root", now)
+        summary = analyze([str(root / "speed_traces")])["summary"]
+    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=["speed_traces"],
+                   out_dir="speed-report", elapsed_seconds=1.0)
+    return summary
+
+

@@ -40,7 +40,8 @@ def summary_renderable(s: dict) -> Group:
     parts.append(head)
     totals = s.get("totals") or {}
     t = Table(title="totals", title_justify="left", box=None, padding=(0, 2))
-    keys = [k for k in ("records", "envelopes", "sent", "accepted", "rejected", "spc_calls", "spc_success_rate")
+    keys = [k for k in ("records", "envelopes_sent", "bytes_sent", "accepted", "rejected", "spc_calls",
+                        "spc_success_rate")
             if k in totals] or list(totals)[:8]
     for k in keys:
         t.add_column(k, justify="right")
