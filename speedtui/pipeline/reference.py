@@ -151,6 +151,22 @@ def _pct(sorted_vals: list[float], p: float) -> float | None:
     return sorted_vals[max(0, math.ceil(p * n) - 1)]
 
 
+def _call_slot(calls: dict, node: str, peer: str, rec: dict, noid: int, side: int) -> tuple[int, list]:
+    """The call record of (node, peer, requestId), made on first sight; a record without a request
+    id gets a slot of its own. Notes the service name seen on `side` (0 request, 1 response)."""
+    rid = rec["requestId"]
+    if rid is None:
+        noid += 1
+        rid = ("\0row", noid)
+    c = calls.get((node, peer, rid))
+    if c is None:
+        c = calls[(node, peer, rid)] = [None, None, 0, 0, None]
+    svc = rec["service"]
+    if svc is not None and (c[side] is None or svc > c[side]):
+        c[side] = svc
+    return noid, c
+
+
 def analyze(inputs: list[str], since: float | None = None, until: float | None = None, *,
             burst_threshold: int = BURST_THRESHOLD) -> dict:
     """Returns {"summary": dict, "tables": {name: [row dicts]}} like the Spark job's output."""
@@ -217,30 +233,12 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                     if ts > tt[5]:
                         tt[5] = ts
                     if typ == "SPC_REQUEST":
-                        rid = rec["requestId"]
-                        if rid is None:
-                            noid += 1
-                            rid = ("\0row", noid)
-                        c = calls.get((node, peer, rid))
-                        if c is None:
-                            c = calls[(node, peer, rid)] = [None, None, 0, 0, None]
-                        svc = rec["service"]
-                        if svc is not None and (c[0] is None or svc > c[0]):
-                            c[0] = svc
+                        noid, c = _call_slot(calls, node, peer, rec, noid, 0)
                         c[2] = 1
                 elif d == "in" and outcome == "accepted":
                     accepted += 1
                     if typ == "SPC_RESPONSE":
-                        rid = rec["requestId"]
-                        if rid is None:
-                            noid += 1
-                            rid = ("\0row", noid)
-                        c = calls.get((node, peer, rid))
-                        if c is None:
-                            c = calls[(node, peer, rid)] = [None, None, 0, 0, None]
-                        svc = rec["service"]
-                        if svc is not None and (c[1] is None or svc > c[1]):
-                            c[1] = svc
+                        noid, c = _call_slot(calls, node, peer, rec, noid, 1)
                         c[3] = 1
                         if c[4] is None or ts < c[4][0]:
                             c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
