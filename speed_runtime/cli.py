@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reap", action="store_true", help="remove other nodes' stale entries")
     p.add_argument("--echo-messages", action="store_true",
                    help="print every received MESSAGE as a JSON line on stdout (this prints plaintext)")
+    p.add_argument("--control-stdin", action="store_true",
+                   help="read `allow NAME` and `revoke NAME` lines on stdin and apply them at once "
+                        "(for the process that started this node, such as the console)")
     p.set_defaults(func=cmd_node)
 
     p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
@@ -148,12 +151,30 @@ def cmd_node(args: argparse.Namespace) -> int:
     node.on_lease_lost(lambda exc: (lost.append(exc), stop.set()))
     with node:
         print(f"ready {node.name} id={node.id} pid={os.getpid()}", flush=True)
+        if args.control_stdin:
+            threading.Thread(target=_control, args=(node, sys.stdin), name="speed-control", daemon=True).start()
         while not stop.wait(0.5):
             pass
     if lost:
         print(f"speed: {lost[0]}; stopped", file=sys.stderr)
         return EXIT_LEASE_LOST
     return EXIT_OK
+
+
+def _control(node, lines) -> None:
+    """Apply `allow NAME` / `revoke NAME` lines; answer each on stderr, never stop the node."""
+    for line in lines:
+        words = line.split()
+        if not words:
+            continue
+        try:
+            if len(words) != 2 or words[0] not in ("allow", "revoke"):
+                raise ConfigError(f"unknown control line {line.strip()[:80]!r}: use `allow NAME` or `revoke NAME`")
+            (node.allow if words[0] == "allow" else node.revoke)(words[1])
+            print(f"speed: {words[0]} {words[1]}: allow is now {','.join(node.allowed) or '(nobody)'}",
+                  file=sys.stderr, flush=True)
+        except SpeedError as exc:
+            print(f"speed: {exc}", file=sys.stderr, flush=True)
 
 
 def _temporary(args: argparse.Namespace):

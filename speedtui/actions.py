@@ -127,6 +127,11 @@ class ActionService:
 
         return observe
 
+    def own_alive(self) -> list[str]:
+        """Every running node this console started, in-process or process."""
+        with self._lock:
+            return sorted(n for n, o in self.own.items() if o.alive)
+
     def own_in_process(self) -> list[str]:
         with self._lock:
             return sorted(n for n, o in self.own.items() if o.node is not None and o.alive)
@@ -201,10 +206,11 @@ class ActionService:
             args += ["--lease", f"{spec.lease_seconds:g}"]
         if spec.heartbeat_seconds:
             args += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
+        args.append("--control-stdin")  # so that grants and revokes reach the process (set_allow)
         # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
         err_file = tempfile.TemporaryFile()
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
+                                start_new_session=True, text=True)
         err_file_ref = err_file
         own = OwnNode(spec=spec, proc=proc, started=time.time())
         line = _read_line(proc, ready_timeout)
@@ -261,18 +267,20 @@ class ActionService:
     # ------------------------------------------------------------------ grants
     def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:
         self._check_writable()
-        node = self.get_node(name)
         verb = "grant" if grant else "revoke"
+        with self._lock:
+            own = self.own.get(name)
         try:
-            if grant:
-                node.allow(peer)
+            if own is not None and own.proc is not None:
+                allowed = self._set_allow_process(own, peer, grant)
             else:
-                node.revoke(peer)
+                node = self.get_node(name)
+                (node.allow if grant else node.revoke)(peer)
+                allowed = list(node.allowed)
         except Exception as exc:  # noqa: BLE001
             msg = _one_line(exc)
             self._record(verb, f"{name} allow {peer}", "", ok=False, result=msg)
             raise ActionError(msg) from None
-        allowed = list(node.allowed)
         with self._lock:
             own = self.own.get(name)
             if own is not None:
@@ -283,6 +291,24 @@ class ActionService:
         self._record(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
                      f"{cmd}  # equivalent node command line", result="allow=" + ",".join(allowed))
         return allowed
+
+    def _set_allow_process(self, own: OwnNode, peer: str, grant: bool, timeout: float = 10.0) -> list[str]:
+        """A `speed node` process of ours: its control channel, then its registry entry as the proof."""
+        rt.validate_name(peer)
+        if not own.alive or own.proc.stdin is None:
+            raise ActionError(f"{own.spec.name} is not running")
+        try:
+            own.proc.stdin.write(f"{'allow' if grant else 'revoke'} {peer}\n")
+            own.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise ActionError(f"{own.spec.name} no longer reads its control channel") from None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            allowed = rt.read_allow(self.root, own.spec.name)
+            if allowed is not None and (peer in allowed) == grant:
+                return allowed
+            time.sleep(0.02)
+        raise ActionError(f"{own.spec.name} did not publish the change within {timeout:g} s")
 
     # ------------------------------------------------------------------ calls and messages
     def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0) -> CallRecord:

@@ -404,10 +404,9 @@ class SpeedApp(App):
         acts = self._actions_or_warn()
         if acts is None:
             return
-        own = acts.own_in_process()
+        own = acts.own_alive()
         if not own:
-            self.notify("grants can only change on this console's in-process nodes: launch one first (n)",
-                        severity="warning")
+            self.notify("grants change on nodes this console started: launch one first (n)", severity="warning")
             return
         self.push_screen(GrantScreen(own, self.graph(), node, peer), self._grant_chosen)
 

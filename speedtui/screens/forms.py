@@ -128,7 +128,7 @@ class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
             yield Static("Grant or revoke an allow entry", classes="dialog-title")
             yield Label("on node (one of this console's in-process nodes)")
             yield Select([(n, n) for n in self.own], value=self.node if self.node else Select.BLANK,
-                         id="gr-node", allow_blank=not self.own, prompt="no in-process node: launch one (n)")
+                         id="gr-node", allow_blank=not self.own, prompt="no node of this console: launch one (n)")
             yield Label("peer (the node that may write to it)")
             yield Input(value=self.peer, id="gr-peer", suggester=SuggestFromList(self.graph.names))
             with RadioSet(id="gr-mode", compact=True):

@@ -17,7 +17,7 @@ from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendSc
 
 from .conftest import SIZE, run_async, wait_for
 
-speed_runtime = pytest.importorskip("speed_runtime")
+import speed_runtime  # noqa: E402
 from speed_runtime.demo import DEMO_SERVICES  # noqa: E402
 
 
@@ -105,12 +105,14 @@ async def test_launch_separate_process_node(live_env):
         await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="process deregistered")
 
 
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "process"])
 @run_async
-async def test_grant_and_revoke_publish_allow(live_env):
+async def test_grant_and_revoke_publish_allow(live_env, in_process):
     root, key, paths = live_env
     app = app_for(live_env)
     async with app.run_test(size=SIZE) as pilot:
-        await launch_ops(pilot, app, root, allow="")
+        await launch_ops(pilot, app, root, allow="", in_process=in_process)
+        assert app.actions.own["ops"].kind == ("in-process" if in_process else "process")
         await pilot.press("g")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
                        what="grant dialog")

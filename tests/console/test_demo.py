@@ -3,13 +3,11 @@
 import json
 import os
 
-import pytest
 
 from speedtui.demo import DemoEnvironment, PROCESS_NODES
 
 from .conftest import run_async, wait_for
 
-pytest.importorskip("speed_runtime")
 
 
 def _names(root):

@@ -531,10 +531,6 @@ def test_c_node_sigterm_sends_leave_and_deregisters(procs, env):
 # =========================================================================== with Python
 
 def _runtime():
-    try:
-        import speed_runtime.node  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - only before the runtime exists
-        pytest.skip(f"speed_runtime is not available: {exc}")
     import speed_runtime
     return speed_runtime
 

@@ -10,7 +10,8 @@ import pytest
 @pytest.fixture(scope="session")
 def spark():
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Java is not installed")
+        pytest.fail("Java is not installed: the analytics tests need Java 17+ "
+                    "(apt-get install openjdk-17-jre-headless; .ci/run installs it)")
     from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]")
                .appName("speed-pipeline-tests")

@@ -160,3 +160,27 @@ def test_sending_to_a_crashed_receiver_fails_at_once(procs, key):
     from speed_runtime import NodeUnavailableError
     assert isinstance(error, NodeUnavailableError) and f"pid {victim.proc.pid}" in str(error)
     assert os.listdir(os.path.join(procs.root, "crashed", "inbox")) == []
+
+
+def test_control_stdin_grants_and_revokes_at_once(procs):
+    import subprocess as sp
+    import sys as _sys
+    cmd = [_sys.executable, "-m", "speed_runtime", "node", "--dir", procs.root, "--key", procs.key_path,
+           "--name", "ctl", "--control-stdin"]
+    proc = sp.Popen(cmd, stdin=sp.PIPE, stdout=sp.PIPE, stderr=sp.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("ready ctl")
+        registry = Registry(procs.root)
+        proc.stdin.write("allow friend\nallow other\nrevoke other\nbogus line\nallow bad.name\n")
+        proc.stdin.flush()
+        wait_until(lambda: registry.read("ctl").allow == ("friend",), what="the grants to be published")
+        proc.stdin.close()  # EOF on the control channel does not stop the node
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        err = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == 0
+    assert "unknown control line 'bogus line'" in err and "invalid node name 'bad.name'" in err
