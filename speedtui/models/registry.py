@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+from speed_runtime.lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry
 
 REGISTRY_DIR = "speed_registry"
 EXPIRING = "expiring"
@@ -89,25 +91,28 @@ def _read_one(reg: Path, fn: str, name: str) -> RawEntry | None:
     try:
         fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(1 << 20)
+            raw = fh.read(MAX_ENTRY_BYTES + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         return RawEntry(name, None, f"unreadable: {exc.strerror}")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return RawEntry(name, None, "not valid JSON")
-    if not isinstance(data, dict):
-        return RawEntry(name, None, "not a JSON object")
-    missing = [k for k in ("name", "id", "lastHeartbeat") if k not in data]
-    if missing:
-        return RawEntry(name, data, "missing " + ", ".join(missing))
-    return RawEntry(name, data)
+    try:  # the runtime's reader: the same validation as every node (huge numbers, bad ids, names)
+        entry = RegistryEntry.from_json(raw)
+    except BadEntryError as exc:
+        return RawEntry(name, None, str(exc))
+    if entry.name != name:
+        return RawEntry(name, None, f"the file holds an entry named {entry.name!r}")
+    return RawEntry(name, entry.to_dict())
 
 
 def _num(v: Any, default: float | None = None) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return default
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float (a hostile or broken entry)
+        return default
+    return f if math.isfinite(f) else default
 
 
 def _strs(v: Any) -> tuple[str, ...]:

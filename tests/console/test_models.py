@@ -210,3 +210,25 @@ def test_speed_call_command_quotes():
     assert cmd == ("speed call billing calculateTax '{\"amount\":1}' --as ops --dir '/r oot' --key /k "
                    "--timeout 5")
     json.loads(cmd.split("'")[1])
+
+
+def test_registry_reader_survives_hostile_entries(tmp_path):
+    """Entries that broke the runtime's readers before (huge numbers, a name that is not the file's,
+    non-objects) are shown as errors or with defaults; the reader and the rows never raise."""
+    import json as _json
+    import uuid as _uuid
+
+    from speedtui.models.registry import RegistryModel, read_registry
+
+    reg = tmp_path / "speed_registry"
+    reg.mkdir()
+    good = {"name": "big", "id": str(_uuid.uuid4()), "lastHeartbeat": 1000.0, "pid": 10 ** 400,
+            "leaseSeconds": 10 ** 400, "counters": {"sent": 10 ** 400}}
+    (reg / "big.node").write_text(_json.dumps(good))
+    (reg / "other.node").write_text(_json.dumps({**good, "name": "someone"}))
+    (reg / "list.node").write_text("[1, 2]")
+    rows = {r.name: r for r in read_registry(tmp_path)}
+    assert rows["big"].error is None and rows["other"].error and rows["list"].error
+    model = RegistryModel()
+    model.update(rows.values(), now=1001.0)
+    assert {r.name for r in model.rows} == {"big", "other", "list"}

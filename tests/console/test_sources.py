@@ -48,13 +48,14 @@ def test_tailer_interleaves_journals_by_time(tmp_path):
 def test_registry_cache_rereads_only_changed_files(tmp_path):
     reg = tmp_path / "speed_registry"
     reg.mkdir()
+    ids = {"a": "00000000-0000-4000-8000-00000000000a", "b": "00000000-0000-4000-8000-00000000000b"}
     for n in ("a", "b"):
-        (reg / f"{n}.node").write_text(json.dumps({"name": n, "id": n, "lastHeartbeat": 1.0}))
+        (reg / f"{n}.node").write_text(json.dumps({"name": n, "id": ids[n], "lastHeartbeat": 1.0}))
     cache = {}
     first = read_registry(tmp_path, cache)
     second = read_registry(tmp_path, cache)
     assert all(x is y for x, y in zip(first, second))
-    (reg / "b.node").write_text(json.dumps({"name": "b", "id": "b", "lastHeartbeat": 2.0, "x": 1}))
+    (reg / "b.node").write_text(json.dumps({"name": "b", "id": ids["b"], "lastHeartbeat": 2.0, "x": 1}))
     third = read_registry(tmp_path, cache)
     assert third[0] is first[0] and third[1] is not first[1] and third[1].data["lastHeartbeat"] == 2.0
     (reg / "a.node").unlink()
