@@ -30,6 +30,8 @@ class InboundMixin:
             wait = max(0.0, next_rescan - time.monotonic())
             names, overflow = self._watch.wait(0.002 if deferred else wait)
             stopping = self._stopping.is_set()
+            if overflow:
+                self._count("inotifyOverflows")  # events were lost; the rescan below finds the files
             if overflow or stopping or time.monotonic() >= next_rescan:
                 names = os.listdir(self._inbox_path)
                 next_rescan = time.monotonic() + self.rescan_seconds
