@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterable
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -22,6 +22,7 @@ from .actions import ActionError, ActionService, NodeSpec
 from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .config import Config
+from .gc_pacer import CollectorPacer
 from .messages import ActionDone, CallFinished, PipelineFinished, PipelineProgress
 from .models.access import AccessGraph
 from .models.history import AuditEntry, AuditLog, CallHistory, speed_call_command
@@ -80,7 +81,7 @@ class SpeedApp(App):
                  clock: Clock | None = None, paths: Paths | None = None, config: Config | None = None,
                  demo: Any = None, dir_label: str | None = None, start_sources: bool = True,
                  refresh_interval: float = 0.1, trace_capacity: int | None = None,
-                 initial_view: str = "leases", steady: bool = False) -> None:
+                 initial_view: str = "leases", steady: bool = False, pace_gc: bool = True) -> None:
         super().__init__()
         self.root = Path(root)
         self.key = key
@@ -113,6 +114,7 @@ class SpeedApp(App):
         self._dirty = True
         self._reg_dirty = True
         self._stopped = False
+        self.gc_pacer = CollectorPacer() if pace_gc else None
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -178,6 +180,16 @@ class SpeedApp(App):
         self.set_interval(self.refresh_interval, self.drain, name="drain")
         self.set_interval(1.0, self.tick, name="tick")
         self.focus_view(self.initial_view)
+        if self.gc_pacer is not None:
+            # a second in, the widget tree and styles are built: freeze them out of the collector's walk
+            self.set_timer(1.0, self.gc_pacer.start, name="gc-start")
+            self.set_interval(0.25, self.gc_pacer.tick, name="gc-pacer")
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.gc_pacer is not None and isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown,
+                                                            events.MouseScrollUp)):
+            self.gc_pacer.input_seen()
+        await super().on_event(event)
 
     def on_descendant_focus(self, event) -> None:
         if self.steady and isinstance(event.widget, Input):
@@ -634,6 +646,8 @@ class SpeedApp(App):
             self.demo.stop()  # its traffic driver first, then its processes
         if self.actions is not None:
             self.actions.stop_all()
+        if self.gc_pacer is not None:
+            self.gc_pacer.stop()
 
     def on_unmount(self) -> None:
         self.shutdown()

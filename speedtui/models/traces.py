@@ -11,7 +11,7 @@ from typing import Any, Iterable
 _ids = itertools.count(1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TraceRecord:
     id: int
     ts: float
@@ -150,7 +150,9 @@ class TraceStore:
         self.bad_lines = 0
         self.dropped = 0  # records the app could not take in time (bridge overflow)
         self.buckets: dict[int, int] = {}
-        self.by_request: dict[str, list[TraceRecord]] = {}
+        # a lone record is stored bare, not in a one-element list: tens of thousands of small
+        # containers made each full garbage collection a key-blocking 100+ ms pause
+        self.by_request: dict[str, TraceRecord | tuple[TraceRecord, ...]] = {}
 
     # ---- ingest
     def add(self, records: Iterable[TraceRecord]) -> int:
@@ -166,25 +168,39 @@ class TraceStore:
                 if self.view and self.view[0] is old:
                     self.view.popleft()
                 if old.request_id:
-                    lst = self.by_request.get(old.request_id)
-                    if lst:
-                        try:
-                            lst.remove(old)
-                        except ValueError:
-                            pass
-                        if not lst:
-                            del self.by_request[old.request_id]
+                    self._unlink_request(old)
             self.ring.append(r)
             if self.filter.matches(r):
                 self.view.append(r)
             sec = int(r.ts)
             self.buckets[sec] = self.buckets.get(sec, 0) + 1
             if r.request_id:
-                self.by_request.setdefault(r.request_id, []).append(r)
+                had = self.by_request.get(r.request_id)
+                if had is None:
+                    self.by_request[r.request_id] = r
+                else:
+                    self.by_request[r.request_id] = (had, r) if isinstance(had, TraceRecord) else had + (r,)
         if len(self.buckets) > 600:
             for k in sorted(self.buckets)[:-300]:
                 del self.buckets[k]
         return n
+
+    def _unlink_request(self, old: TraceRecord) -> None:
+        had = self.by_request.get(old.request_id)
+        if had is old:
+            del self.by_request[old.request_id]
+        elif isinstance(had, tuple):
+            rest = tuple(r for r in had if r is not old)
+            if not rest:
+                del self.by_request[old.request_id]
+            else:
+                self.by_request[old.request_id] = rest[0] if len(rest) == 1 else rest
+
+    def records_for(self, request_id: str) -> tuple[TraceRecord, ...]:
+        had = self.by_request.get(request_id)
+        if had is None:
+            return ()
+        return (had,) if isinstance(had, TraceRecord) else had
 
     def set_filter(self, f: TraceFilter) -> None:
         self.filter = f
@@ -202,7 +218,7 @@ class TraceStore:
     def call_link(self, rec: TraceRecord) -> CallLink | None:
         if not rec.request_id:
             return None
-        recs = sorted(self.by_request.get(rec.request_id, [rec]), key=lambda r: (r.ts, r.id))
+        recs = sorted(self.records_for(rec.request_id) or (rec,), key=lambda r: (r.ts, r.id))
         # the caller is the sender of the SPC_REQUEST
         caller = callee = ""
         for r in recs:

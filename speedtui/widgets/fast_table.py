@@ -236,7 +236,9 @@ class FastTable(ScrollView, can_focus=True):
         if idx == self.cursor:
             style = style + self.get_component_rich_style("fast-table--cursor")
         strip = self._strip(self._cells_text(row.cells), style, scroll_x, width)
-        if len(self._strips) > 4000:
+        # a few screens' worth: rows are replaced many times a second, and every cached Strip
+        # carries its own caches, so a large cache was mostly garbage the collector had to walk
+        if len(self._strips) > 4 * max(64, self.size.height):
             self._strips.clear()
         self._strips[ckey] = (row, strip)
         return strip
