@@ -83,6 +83,7 @@ class LeasesView(Vertical):
             yield Button("Reap stale", id="leases-reap", compact=True, variant="error")
         yield FastTable([Column(k, label, w) for k, label, w in COLUMNS], id="leases-table")
         with VerticalScroll(id="leases-detail", classes="detail"):
+            yield Static(id="leases-detail-head")
             yield Static(id="leases-detail-body")
 
     def on_mount(self) -> None:
@@ -90,6 +91,7 @@ class LeasesView(Vertical):
         t.empty_text = "no registry entries"
         t.sort_column = self.app.registry.sort_column
 
+    detail_delay = 0.05
     min_repaint = 0.4  # registry churn (500 nodes renewing) repaints at most ~2.5 times a second
 
     def refresh_view(self, force: bool = False) -> None:
@@ -110,38 +112,57 @@ class LeasesView(Vertical):
         self.show_detail(table.cursor_key)
 
     def show_detail(self, name: str | None) -> None:
-        body = self.query_one("#leases-detail-body", Static)
         row = self.app.registry.by_name().get(name) if name else None
-        sig = (name, row, len(self.app.traces.leases))
+        self._show_head(row)
+        # the entry and its history repaint only when they change, not with every countdown
+        # tick: highlighting and laying out the JSON was the costliest paint in this view
+        sig = (name, None if row is None else (row.raw, row.error), len(self.app.traces.leases))
         if sig == getattr(self, "_detail_sig", None):
             return
         self._detail_sig = sig
+        body = self.query_one("#leases-detail-body", Static)
         if row is None:
-            body.update(Text("select a node to see its full entry and lease history", style="dim"))
+            body.update("")
             return
-        head = Text()
-        head.append(f"{row.name}  ", style="bold")
-        head.append_text(status_text(row.status))
-        if row.error:
-            head.append(f"  entry problem: {row.error}", style="bold red")
-        if row.status != "stale":
-            head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
         hist = self.app.traces.lease_history(row.name, limit=12)
         h = Text("\nlease history (from journals):\n", style="bold")
         if not hist:
             h.append("  none journaled (is tracing on for some node?)\n", style="dim")
         for rec in hist:
             h.append(f"  {fmt_ts(rec.ts)}  {rec.event:<16} reported by {rec.node}\n")
-        parts = [head, h, Text("entry:", style="bold")]
+        parts = [h, Text("entry:", style="bold")]
         if row.raw is not None:
             parts.append(Syntax(pretty_json(row.raw), "json", theme="ansi_dark", background_color="default"))
         if row.raw and isinstance(row.raw.get("startupTimestamp"), (int, float)):
             parts.append(Text(f"started {fmt_datetime(row.raw['startupTimestamp'])}", style="dim"))
         body.update(Group(*parts))
 
+    def _show_head(self, row: NodeRow | None) -> None:
+        if row is None:
+            head = Text("select a node to see its full entry and lease history", style="dim")
+        else:
+            head = Text(no_wrap=True, overflow="ellipsis")
+            head.append(f"{row.name}  ", style="bold")
+            head.append_text(status_text(row.status))
+            if row.error:
+                head.append(f"  entry problem: {row.error}", style="bold red")
+            if row.status != "stale":
+                head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
+        if head.plain != getattr(self, "_head_plain", None):
+            self._head_plain = head.plain
+            # one line whatever it says: the countdown repaints it without a relayout of the pane
+            self.query_one("#leases-detail-head", Static).update(head, layout=False)
+
     # ---- events
     def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
-        self.show_detail(event.key)
+        # the moved cursor is painted first; the detail follows once the cursor rests, so a
+        # held arrow key is not slowed by laying out one entry per row passed
+        if getattr(self, "_detail_timer", None) is not None:
+            self._detail_timer.stop()
+        if self.app.steady:  # snapshots and screenshots: the frame shows the detail at once
+            self.show_detail(event.key)
+            return
+        self._detail_timer = self.set_timer(self.detail_delay, lambda: self.show_detail(event.key))
 
     def on_fast_table_header_clicked(self, event: FastTable.HeaderClicked) -> None:
         self.app.registry.set_sort(event.column)

@@ -45,10 +45,14 @@ def trace_row(r: TraceRecord) -> Row:
 class TraceRows(Sequence):
     """A lazy row sequence over a snapshot of the filtered view: rows are built when drawn."""
 
-    def __init__(self, records: list[TraceRecord], newest_first: bool) -> None:
+    def __init__(self, records: list[TraceRecord], newest_first: bool,
+                 built: dict[int, Row] | None = None) -> None:
         self.records = records
         self.newest_first = newest_first
         self._cache: dict[int, Row] = {}
+        # rows by record id, shared between snapshots: a record keeps its Row object, so the
+        # table's rendered-line cache still holds when new records push it down the screen
+        self._built = built if built is not None else {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -63,7 +67,12 @@ class TraceRows(Sequence):
             i += len(self)
         row = self._cache.get(i)
         if row is None:
-            row = trace_row(self.record(i))
+            rec = self.record(i)
+            row = self._built.get(rec.id)
+            if row is None:
+                if len(self._built) > 2000:
+                    self._built.clear()
+                row = self._built[rec.id] = trace_row(rec)
             if len(self._cache) > 2000:
                 self._cache.clear()
             self._cache[i] = row
@@ -116,6 +125,7 @@ class TracesView(Vertical):
         self._filter_text = ""
         self._last_paint = 0.0
         self.min_repaint = 0.25  # at most ~4 repaints a second of a moving tail
+        self._built_rows: dict[int, Row] = {}
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
@@ -150,7 +160,7 @@ class TracesView(Vertical):
         self._last_paint = now
         self._shown_total = store.total
         table = self.query_one(TraceTable)
-        rows = TraceRows(list(store.view), self.newest_first)
+        rows = TraceRows(list(store.view), self.newest_first, self._built_rows)
         following = self.follow
         table.set_rows(rows, keep_key=not following)
         if following and len(rows):

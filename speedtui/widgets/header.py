@@ -35,7 +35,10 @@ class SpeedHeader(Horizontal):
 
     def update_info(self, counts: dict[str, int], rate_series: list[float], paused: bool = False,
                     fabric: str | None = None) -> None:
-        sig = (tuple(sorted(counts.items())), tuple(rate_series[-30:]), paused, fabric)
+        # the current second is still filling: only complete seconds are shown, so the header
+        # repaints once a second under traffic instead of on every drain (10 a second)
+        complete = rate_series[:-1] if len(rate_series) >= 2 else rate_series
+        sig = (tuple(sorted(counts.items())), tuple(complete[-30:]), paused, fabric)
         if sig == getattr(self, "_sig", None):
             return  # nothing changed: no repaint, no relayout
         self._sig = sig
@@ -58,8 +61,6 @@ class SpeedHeader(Horizontal):
         if not hasattr(self, "_info"):
             return
         self._info.update(t)
-        last = rate_series[-1] if rate_series else 0
-        # the current second is still filling: show the last complete one
-        shown = rate_series[-2] if len(rate_series) >= 2 else last
+        shown = complete[-1] if complete else 0
         self._rate.update(Text(f"{shown:,.0f} env/s ", style="dim"))
-        self._spark.data = rate_series[-30:] or [0.0]
+        self._spark.data = complete[-30:] or [0.0]
