@@ -1,4 +1,4 @@
-"""Access graph view: matrix, arrows grouped by fabric, and the call explainer."""
+"""Access graph view: matrix, lanes-and-arrows picture per fabric, and the call explainer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
-from ..models.access import MUTUAL, AccessGraph, explain
+from ..models.access import AccessGraph, explain
+from .access_picture import access_picture
 
 SYM_STYLE = {"⇄": "bold green", "→": "yellow", "←": "yellow", "·": "dim red", " ": ""}
 
@@ -32,39 +33,6 @@ def matrix_renderable(g: AccessGraph, names: list[str]) -> Table | Text:
             cells.append(Text(s, style=SYM_STYLE.get(s, "")))
         t.add_row(a, *cells)
     return t
-
-
-def arrows_renderable(g: AccessGraph, fabric_filter: str | None) -> Text:
-    out = Text()
-    for fabric, names in g.by_fabric().items():
-        if fabric_filter is not None and fabric != fabric_filter:
-            continue
-        out.append(f"{fabric or '(ungrouped)'}\n", style="bold magenta")
-        edges = g.edges(names)
-        linked = {e.src for e in edges} | {e.dst for e in edges}
-        for e in edges:
-            if e.kind == MUTUAL:
-                out.append(f"  {e.src} ⇄ {e.dst}", style="green")
-                out.append("   mutual: calls work both ways\n", style="dim")
-            else:
-                out.append(f"  {e.src} → {e.dst}", style="yellow")
-                out.append(f"   one-way: {e.dst} cannot answer {e.src} (calls fail)\n", style="dim")
-        for n in names:
-            if n not in linked:
-                out.append(f"  {n} ✗", style="red")
-                out.append("   no grant with any node of this fabric\n", style="dim")
-    cross = [e for e in g.edges() if not set(g.nodes[e.src].groups) & set(g.nodes[e.dst].groups)]
-    if cross and fabric_filter is None:
-        out.append("across fabrics\n", style="bold magenta")
-        for e in cross:
-            sym = "⇄" if e.kind == MUTUAL else "→"
-            out.append(f"  {e.src} {sym} {e.dst}\n", style="green" if e.kind == MUTUAL else "yellow")
-    dangling = g.dangling()
-    if dangling:
-        out.append("grants naming absent nodes\n", style="bold")
-        for n, a in dangling:
-            out.append(f"  {n} allows {a} (not registered)\n", style="dim")
-    return out
 
 
 class AccessView(Vertical):
@@ -90,6 +58,26 @@ class AccessView(Vertical):
 
     def on_mount(self) -> None:
         self._sig = None
+        self._pic_sig = None
+
+    def on_resize(self) -> None:
+        # The picture is laid out for the pane's width, which is only known once the view is shown.
+        self._draw_picture(AccessGraph(self.app.registry.rows))
+
+    def _picture_width(self) -> int:
+        pane = self.query_one("#access-arrows", VerticalScroll)
+        width = pane.content_region.width or (self.app.size.width // 2 - 3)
+        # Always leave room for the scrollbar: if its appearing narrowed the picture, the
+        # narrower picture could be short enough to hide it again, and so on.
+        return max(width - pane.styles.scrollbar_size_vertical, 1)
+
+    def _draw_picture(self, g: AccessGraph) -> None:
+        width = self._picture_width()
+        sig = (self._sig, width)
+        if sig == self._pic_sig:
+            return
+        self._pic_sig = sig
+        self.query_one("#access-arrows-body", Static).update(access_picture(g, width, self.app.fabric))
 
     def graph(self) -> AccessGraph:
         return AccessGraph(self.app.registry.rows)
@@ -105,7 +93,7 @@ class AccessView(Vertical):
         legend = Text("⇄ mutual   → one-way (row writes column)   ← one-way (column writes row)   · none",
                       style="dim")
         self.query_one("#access-matrix-body", Static).update(Group(matrix_renderable(g, names), legend))
-        self.query_one("#access-arrows-body", Static).update(arrows_renderable(g, self.app.fabric))
+        self._draw_picture(g)
         all_names = g.names
         self.query_one("#ex-caller", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
         self.query_one("#ex-target", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
