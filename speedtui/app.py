@@ -60,6 +60,10 @@ class PendingReplay:
     seq: int
     outcome: str = "pending"
     reason: str = ""
+    # the receiver's published per-reason rejection counts before the replay, for receivers that
+    # keep no journal: a count that rises is their verdict (at their next heartbeat)
+    rejected_before: dict | None = None
+    deadline: float = 0.0
 
 
 class SpeedApp(App):
@@ -106,6 +110,7 @@ class SpeedApp(App):
                                                                self.clock, readonly)
         self.fabric: str | None = None
         self.replays: list[PendingReplay] = []
+        self._replay_baselines: dict[str, dict | None] = {}
         self.sources: list = []
         self.boot_id = local_boot_id()
         self._themes = load_themes([self.paths.config_dir / "themes"])
@@ -223,6 +228,8 @@ class SpeedApp(App):
         for note in d.notes:
             if isinstance(note, tuple) and note and note[0] == "error":
                 self.log.warning(note[1])
+        if d.registry is not None:
+            self._match_published_counters()
         self._expire_replays()
         if getattr(self._views["leases"], "_pending", False) and self.active_view() == "leases":
             self._reg_dirty = True
@@ -309,12 +316,37 @@ class SpeedApp(App):
                     else:
                         self.notify(f"{p.receiver} ACCEPTED a replayed envelope", severity="error", title="replay")
 
+    def _published_rejections(self, name: str) -> dict | None:
+        row = self.registry.by_name().get(name)
+        counts = row.counters.get("rejected") if row is not None and isinstance(row.counters, dict) else None
+        return dict(counts) if isinstance(counts, dict) else None
+
+    def _verdict_window(self, name: str) -> float:
+        """Long enough for a journal line, or for two of the receiver's heartbeats."""
+        row = self.registry.by_name().get(name)
+        hb = row.raw.get("heartbeatSeconds") if row is not None and isinstance(row.raw, dict) else None
+        hb = hb if isinstance(hb, (int, float)) and 0 < hb <= 60 else 5.0
+        return max(REPLAY_VERDICT_SECONDS, 2 * hb + 1)
+
+    def _match_published_counters(self) -> None:
+        for p in self.replays:
+            if p.outcome != "pending" or p.rejected_before is None:
+                continue
+            now_counts = self._published_rejections(p.receiver) or {}
+            risen = sorted(k for k, v in now_counts.items()
+                           if isinstance(v, int) and v > p.rejected_before.get(k, 0))
+            if risen:
+                p.outcome = "rejected"
+                p.reason = "/".join(risen) + " (from its published counters: it keeps no journal)"
+                self.notify(f"{p.receiver} rejected the replayed envelope: {'/'.join(risen)}", title="replay")
+
     def _expire_replays(self) -> None:
         now = time.time()
         for p in self.replays:
-            if p.outcome == "pending" and now - p.ts > REPLAY_VERDICT_SECONDS:
+            if p.outcome == "pending" and now > (p.deadline or p.ts + REPLAY_VERDICT_SECONDS):
                 p.outcome = "no verdict"
-                p.reason = f"{p.receiver} journaled nothing within {REPLAY_VERDICT_SECONDS:g}s (is it tracing?)"
+                p.reason = (f"{p.receiver} neither journaled a verdict nor published a new rejection "
+                            f"within {now - p.ts:.0f}s")
 
     def replay_state_for(self, name: str) -> dict[str, Any]:
         st = self.traces.replay_state(name)
@@ -527,6 +559,7 @@ class SpeedApp(App):
         if not rec.envelope:
             self.notify("this record carries no sealed envelope to replay", severity="warning")
             return
+        self._replay_baselines[rec.receiver] = self._published_rejections(rec.receiver)
         self._run_action("replay", lambda: self.actions.replay(rec), "")
 
     def open_envelope(self, rec: TraceRecord) -> None:
@@ -565,7 +598,10 @@ class SpeedApp(App):
             return
         if msg.action == "replay" and msg.ok:
             r = msg.payload
-            self.replays.append(PendingReplay(time.time(), r.sender, r.receiver, r.type, r.seq))
+            now = time.time()
+            before = self._replay_baselines.pop(r.receiver, None)
+            self.replays.append(PendingReplay(now, r.sender, r.receiver, r.type, r.seq, rejected_before=before,
+                                              deadline=now + self._verdict_window(r.receiver)))
             self.notify(f"replayed {r.type} seq {r.seq} into {r.receiver}'s inbox; waiting for its verdict…")
             self.action_show("replay")
         elif msg.ok:

@@ -135,6 +135,32 @@ async def test_grant_and_revoke_publish_allow(live_env, in_process):
 
 
 @run_async
+async def test_replay_verdict_from_a_receiver_that_keeps_no_journal(live_env):
+    """billing does not trace: its verdict on the replay comes from its published counters."""
+    root, key, paths = live_env
+    n = speed_runtime.Node(str(root), key.runtime_key, "billing", allow=["ops"], trace=False,
+                           heartbeat_seconds=1, lease_seconds=10)
+    n.register("echo", DEMO_SERVICES["echo"])
+    with n:
+        app = app_for(live_env)
+        async with app.run_test(size=SIZE) as pilot:
+            await launch_ops(pilot, app, root)
+            app.actions.call("ops", "billing", "echo", {"x": 1}, 10.0)
+            await wait_for(pilot, lambda: any(r.type == "SPC_REQUEST" and r.node == "ops" and r.envelope
+                                              for r in app.traces.ring), what="the journaled request")
+            assert not (root / "speed_traces" / "billing.jsonl").exists()
+            req = next(r for r in app.traces.ring if r.type == "SPC_REQUEST" and r.node == "ops" and r.envelope)
+            app.request_replay(req)
+            await wait_for(pilot, lambda: app.replays and app.replays[-1].outcome != "pending", timeout=20,
+                           what="replay verdict")
+            p = app.replays[-1]
+            assert p.outcome == "rejected", p.reason
+            assert p.reason.split(" ")[0] in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
+            assert "published counters" in p.reason
+            assert n.counters()["rejected"].get(p.reason.split(" ")[0]) == 1
+
+
+@run_async
 async def test_call_history_journal_and_replay(live_env):
     root, key, paths = live_env
     with billing_node(root, key):
