@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.containers import Horizontal
-from textual.widgets import Button, Footer, Input, TabbedContent, TabPane
+from textual.widgets import Button, Input, TabbedContent, TabPane
 
 from . import rt
 from .actions import ActionError, ActionService, NodeSpec
@@ -43,6 +43,7 @@ from .views.fabrics import FabricsView
 from .views.leases import LeasesView
 from .views.replay import ReplayView
 from .views.traces import TracesView
+from .widgets.footer import SpeedFooter
 from .widgets.fast_table import FastTable
 from .widgets.header import SpeedHeader
 
@@ -146,7 +147,7 @@ class SpeedApp(App):
                                    ("grant", "Grant (g)"), ("call", "Call (F)"), ("send", "Message (m)"),
                                    ("help", "Help (?)")):
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
-        yield Footer()
+        yield SpeedFooter()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""
