@@ -64,7 +64,7 @@ class PendingReplay:
     # the receiver's published per-reason rejection counts before the replay, for receivers that
     # keep no journal: a count that rises is their verdict (at their next heartbeat)
     rejected_before: dict | None = None
-    deadline: float = 0.0
+    deadline: float = 0.0  # when "no verdict" is concluded (set from the receiver's heartbeat)
 
 
 class SpeedApp(App):
@@ -344,7 +344,7 @@ class SpeedApp(App):
     def _expire_replays(self) -> None:
         now = time.time()
         for p in self.replays:
-            if p.outcome == "pending" and now > (p.deadline or p.ts + REPLAY_VERDICT_SECONDS):
+            if p.outcome == "pending" and now > p.deadline:
                 p.outcome = "no verdict"
                 p.reason = (f"{p.receiver} neither journaled a verdict nor published a new rejection "
                             f"within {now - p.ts:.0f}s")

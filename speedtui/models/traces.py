@@ -64,8 +64,8 @@ def _name(d: dict, k: str) -> str:
     """Node names, types, outcomes and reasons repeat in every record: one shared string each,
     not one per record held for the ring's lifetime (fewer objects for the collector to walk
     and less scattered small memory)."""
-    v = d.get(k)
-    return sys.intern(v) if isinstance(v, str) and len(v) <= 64 else (v if isinstance(v, str) else "")
+    v = _s(d, k)
+    return sys.intern(v) if len(v) <= 64 else v
 
 
 def _i(d: dict, k: str) -> int | None:

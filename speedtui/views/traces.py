@@ -45,14 +45,12 @@ def trace_row(r: TraceRecord) -> Row:
 class TraceRows(Sequence):
     """A lazy row sequence over a snapshot of the filtered view: rows are built when drawn."""
 
-    def __init__(self, records: list[TraceRecord], newest_first: bool,
-                 built: dict[int, Row] | None = None) -> None:
+    def __init__(self, records: list[TraceRecord], newest_first: bool, built: dict[int, Row]) -> None:
         self.records = records
         self.newest_first = newest_first
-        self._cache: dict[int, Row] = {}
         # rows by record id, shared between snapshots: a record keeps its Row object, so the
         # table's rendered-line cache still holds when new records push it down the screen
-        self._built = built if built is not None else {}
+        self._built = built
 
     def __len__(self) -> int:
         return len(self.records)
@@ -65,17 +63,12 @@ class TraceRows(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
             i += len(self)
-        row = self._cache.get(i)
+        rec = self.record(i)
+        row = self._built.get(rec.id)
         if row is None:
-            rec = self.record(i)
-            row = self._built.get(rec.id)
-            if row is None:
-                if len(self._built) > 2000:
-                    self._built.clear()
-                row = self._built[rec.id] = trace_row(rec)
-            if len(self._cache) > 2000:
-                self._cache.clear()
-            self._cache[i] = row
+            if len(self._built) > 2000:
+                self._built.clear()
+            row = self._built[rec.id] = trace_row(rec)
         return row
 
     def key_at(self, i: int) -> Any:
