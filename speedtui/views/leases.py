@@ -10,11 +10,12 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 
 from ..models.registry import COLUMNS, EXPIRING, NodeRow, fmt_counters, fmt_duration
 from ..widgets.fast_table import Column, FastTable, Row
+from ..widgets.rendered_pane import RenderedPane
 from .common import fmt_datetime, fmt_ts, pretty_json, status_text
 
 SORT_KEYS = [c[0] for c in COLUMNS]
@@ -82,9 +83,9 @@ class LeasesView(Vertical):
             yield Button("Expiring soon", id="leases-expiring", compact=True)
             yield Button("Reap stale", id="leases-reap", compact=True, variant="error")
         yield FastTable([Column(k, label, w) for k, label, w in COLUMNS], id="leases-table")
-        with VerticalScroll(id="leases-detail", classes="detail"):
+        with Vertical(id="leases-detail", classes="detail"):
             yield Static(id="leases-detail-head")
-            yield Static(id="leases-detail-body")
+            yield RenderedPane(id="leases-detail-body")
 
     def on_mount(self) -> None:
         t = self.query_one(FastTable)
@@ -119,8 +120,11 @@ class LeasesView(Vertical):
         sig = (name, None if row is None else (row.raw, row.error), len(self.app.traces.leases))
         if sig == getattr(self, "_detail_sig", None):
             return
+        moved = sig[0] != getattr(self, "_detail_sig", (None,))[0]
         self._detail_sig = sig
-        body = self.query_one("#leases-detail-body", Static)
+        body = self.query_one("#leases-detail-body", RenderedPane)
+        if moved:  # another node: its entry from the top
+            body.scroll_to(y=0, animate=False, immediate=True)
         if row is None:
             body.update("")
             return

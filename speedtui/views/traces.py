@@ -162,7 +162,7 @@ class TracesView(Vertical):
 
     def _status(self) -> None:
         store = self.app.traces
-        t = Text()
+        t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"{len(store.view):,} shown", style="bold")
         t.append(f" of {len(store.ring):,} buffered (capacity {store.capacity:,}, {store.total:,} seen)")
         if store.dropped:
@@ -176,7 +176,8 @@ class TracesView(Vertical):
             t.append(f"  PAUSED ({store.total - self._shown_total:,} new)", style="bold red")
         if t.plain != getattr(self, "_status_plain", None):
             self._status_plain = t.plain
-            self.query_one("#traces-status", Static).update(t)
+            # one line (app.tcss): repaint without relayout, as in the header
+            self.query_one("#traces-status", Static).update(t, layout=False)
 
     def selected(self) -> TraceRecord | None:
         table = self.query_one(TraceTable)

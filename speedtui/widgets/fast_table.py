@@ -20,6 +20,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from .scrolling import set_virtual_size
+
 
 @dataclass(frozen=True)
 class Column:
@@ -96,7 +98,7 @@ class FastTable(ScrollView, can_focus=True):
         if key is not None:
             found = self._index_of(key)
             idx = found if found is not None else 0
-        self.virtual_size = Size(self._total_width(), len(self.rows) + 1)
+        set_virtual_size(self, Size(self._total_width(), len(self.rows) + 1))  # a growing ring: no relayout
         self.cursor = min(idx, max(0, len(self.rows) - 1))
         self.refresh()
 

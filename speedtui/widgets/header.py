@@ -60,7 +60,9 @@ class SpeedHeader(Horizontal):
             t.append("  TRACES PAUSED", style="bold red")
         if not hasattr(self, "_info"):
             return
-        self._info.update(t)
+        # both are one line of fixed size: a repaint, not a relayout of the whole screen (a full
+        # reflow took 20-60 ms under load and ran on every header change)
+        self._info.update(t, layout=False)
         shown = complete[-1] if complete else 0
-        self._rate.update(Text(f"{shown:,.0f} env/s ", style="dim"))
+        self._rate.update(Text(f"{shown:,.0f} env/s ", style="dim"), layout=False)
         self._spark.data = complete[-30:] or [0.0]
