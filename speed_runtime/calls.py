@@ -22,7 +22,7 @@ class CallsMixin:
 
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self._check_running()
-        entry = self._granting_peer(target)
+        entry = self._peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name})")

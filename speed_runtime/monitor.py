@@ -15,7 +15,7 @@ from watchdog.observers import Observer
 
 from .fsutil import BOOT_ID, boottime
 from .lease import BadEntryError, RegistryEntry, lease_state
-from .registry import SUFFIX, Registry
+from .registry import SUFFIX, FileStamp, Registry
 
 
 @dataclass
@@ -61,6 +61,7 @@ class RegistryMonitor:
         self._wake = wake
         self._lock = threading.Lock()
         self._entries: dict[str, RegistryEntry] = {}
+        self._stamps: dict[str, FileStamp] = {}  # the file version each cached entry was read from
         self._seen: dict[str, Seen] = {}
         self._dirty: set[str] = set()
         self.bad_entries: dict[str, str] = {}
@@ -86,21 +87,34 @@ class RegistryMonitor:
     def get(self, name: str) -> RegistryEntry | None:
         return self._entries.get(name)
 
+    def current(self, name: str) -> RegistryEntry | None:
+        """The entry as the file holds it now (§5.4 step 1: the sender reads the entry): the
+        cached one while the file is the version it came from, else read afresh. One stat instead
+        of a read, and no window in which a restarted peer's old instance ID is still used because
+        the watch's hint has not been processed yet."""
+        cached = self._entries.get(name)
+        if cached is not None and self._stamps.get(name) == self._registry.stamp(name):
+            return cached
+        return self.refresh(name)
+
     def refresh(self, name: str) -> RegistryEntry | None:
         """Read one entry from disk now (a peer that has just started, or changed)."""
         try:
-            entry = self._registry.read(name)
+            entry, stamp = self._registry.read_stamped(name)
         except BadEntryError as exc:
             with self._lock:
                 self.bad_entries[name] = str(exc)
                 self._entries.pop(name, None)
+                self._stamps.pop(name, None)
             return None
         with self._lock:
             self.bad_entries.pop(name, None)
             if entry is None:
                 self._entries.pop(name, None)
+                self._stamps.pop(name, None)
             else:
                 self._entries[name] = entry
+                self._stamps[name] = stamp
         return entry
 
     def entries(self) -> dict[str, RegistryEntry]:

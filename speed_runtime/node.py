@@ -397,24 +397,15 @@ class Node(InboundMixin, CallsMixin):
                 self._monitor.refresh(name)
 
     def _peer(self, target: str) -> RegistryEntry:
-        """The target's live entry: from the cache, or read afresh when the cache has none."""
-        entry = self._monitor.get(target)
-        if entry is None or _stale(entry):
-            entry = self._monitor.refresh(target)
+        """The target's live entry as its registry file holds it now, so a grant published a
+        moment ago is honoured (§4.2: "at once") and a restarted target gets its new instance ID."""
+        entry = self._monitor.current(target)
         if entry is None:
             raise NodeUnavailableError(target)
         if _stale(entry):
             raise NodeUnavailableError(target, "its lease has expired")
         if process_gone(entry):  # crashed: do not fill an inbox nobody will read until the lease ends
             raise NodeUnavailableError(target, f"its process (pid {entry.pid}) has exited")
-        return entry
-
-    def _granting_peer(self, target: str) -> RegistryEntry:
-        """The target's live entry for the outbound check: a cached entry that lacks our grant is
-        read afresh before we refuse, so a grant published a moment ago is honoured (§4.2: "at once")."""
-        entry = self._peer(target)
-        if self.name not in entry.allow:
-            entry = self._monitor.refresh(target) or entry
         return entry
 
     # ----------------------------------------------------------------- sending
@@ -431,7 +422,7 @@ class Node(InboundMixin, CallsMixin):
         `body` the payload already encoded."""
         self._check_running()
         if entry is None:
-            entry = self._granting_peer(target)
+            entry = self._peer(target)
         if self.name not in entry.allow:
             raise AccessDeniedError(f"node {target} does not allow {self.name}; "
                                     f"grant it on {target} (allow {self.name}) before sending")

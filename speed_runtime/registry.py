@@ -23,6 +23,7 @@ from .fsutil import (BOOT_ID, HOSTNAME, REGISTRY_DIR, boottime, check_private_di
 from .lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry, is_stale
 
 SUFFIX = ".node"
+FileStamp = tuple[int, int, int]  # inode, modification time (ns), size
 _process_locks: dict[str, tuple[threading.Lock, int]] = {}
 _process_locks_guard = threading.Lock()
 
@@ -73,10 +74,23 @@ class Registry:
 
     def read(self, name: str) -> RegistryEntry | None:
         """The entry of `name`, None if there is none; BadEntryError if it is unreadable."""
+        return self.read_stamped(name)[0]
+
+    def stamp(self, name: str) -> FileStamp | None:
+        """What identifies the current version of `name`'s file, None if there is none. Every
+        write renames a new file over the old one, so a new version has a new inode."""
+        try:
+            st = os.stat(self.path(name), follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def read_stamped(self, name: str) -> tuple[RegistryEntry | None, FileStamp | None]:
+        """`read`, with the stamp of the version read (taken from the open descriptor)."""
         try:
             fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return None
+            return None, None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise BadEntryError(f"registry entry {name} is a symbolic link") from None
@@ -93,7 +107,7 @@ class Registry:
         entry = RegistryEntry.from_json(data)
         if entry.name != name:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")
-        return entry
+        return entry, (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _write(self, entry: RegistryEntry) -> None:
         tmp = os.path.join(self.dir, f".{entry.name}.{uuid.uuid4().hex[:12]}.tmp")

@@ -143,16 +143,23 @@ def test_a_sender_that_is_not_allowed_writes_nothing_and_is_discarded_unread(pro
 
 def test_a_fresh_grant_is_honoured_even_when_the_senders_cache_lags(root, key, monkeypatch):
     """Found by the soak (defect D4): a callee whose cache had not yet seen the caller's fresh grant
-    refused to write the response, and the call timed out. A refusal now re-reads the entry first."""
+    refused to write the response, and the call timed out. A sender now checks that its cached
+    entry is still the file's current version before every send (one stat)."""
     with Node(root, key, "a", allow=["b"], linger_seconds=0) as a, Node(root, key, "b", allow=[]) as b:
         wait_until(lambda: "b" in a.peers(), what="a to see b")
-        monkeypatch.setattr(a._monitor, "process_hints", lambda: None)  # a's cache stops following changes
+        monkeypatch.setattr(a._monitor, "process_hints", lambda: None)  # a's watch stops following changes
         monkeypatch.setattr(a._monitor, "rescan", lambda: None)
         b.allow("a")
         a.send("b", "right after the grant")
         assert b.receive(timeout=20).data == "right after the grant"
-        b.revoke("a")  # with the stale cache a still writes, and the inbound check discards it unread
-        a.send("b", "after the revoke")
+        granted = a._monitor.get("b")
+        b.revoke("a")  # honoured by the sender at once: nothing is written
+        with pytest.raises(AccessDeniedError, match="does not allow a"):
+            a.send("b", "after the revoke")
+        assert os.listdir(os.path.join(root, "b", "inbox")) == []
+        # a revoke that lands between the sender's read and its delivery: the inbound check discards it unread
+        monkeypatch.setattr(a._monitor, "current", lambda name: granted)
+        a.send("b", "raced the revoke")
         wait_until(lambda: b.counters()["rejected"] == {"unauthorized": 1}, timeout=20, what="the inbound check")
 
 

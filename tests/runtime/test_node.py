@@ -113,7 +113,9 @@ def test_grants_are_published_at_once(pair, root):
     assert "newcomer" in registry.read("callee").allow
     b.revoke("newcomer", "caller")
     assert registry.read("callee").allow == ()
-    wait_until(lambda: "caller" not in a.peers()["callee"].allow, what="the registry watch to carry the revoke")
+    # the callee may have started a moment ago: its entry reaches the caller's cache through the watch
+    wait_until(lambda: "callee" in a.peers() and "caller" not in a.peers()["callee"].allow,
+               what="the registry watch to carry the revoke")
     with pytest.raises(AccessDeniedError):
         a.send("callee", "x")
     assert registry.read("callee").services == tuple(sorted(DEMO_SERVICES))

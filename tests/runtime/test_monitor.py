@@ -1,0 +1,50 @@
+"""The registry monitor's cache against real registry files, without its watch thread: what a
+sender reads must be the entry the file holds now, whatever the watch has processed."""
+import os
+import time
+import uuid
+
+from speed_runtime.fsutil import prepare_root
+from speed_runtime.lease import RegistryEntry
+from speed_runtime.monitor import RegistryMonitor
+from speed_runtime.registry import Registry
+
+
+def entry(name, **fields):
+    return RegistryEntry(name=name, id=str(uuid.uuid4()), last_heartbeat=time.time(), pid=os.getpid(), **fields)
+
+
+def monitor(root):
+    registry = Registry(prepare_root(root))
+    return registry, RegistryMonitor(registry, "watcher", observe=lambda event, subject: None, wake=lambda: None)
+
+
+def test_current_sees_a_restarted_peer_before_any_hint(root):
+    registry, mon = monitor(root)
+    first = entry("b")
+    registry.register(first, time.time())
+    assert mon.current("b") == first
+    registry.deregister("b", first.id)
+    second = entry("b")
+    registry.register(second, time.time())
+    assert mon.get("b") == first          # the cache alone still holds the old instance
+    assert mon.current("b").id == second.id
+    assert mon.get("b").id == second.id   # and is brought up to date
+
+
+def test_current_sees_a_new_grant_and_a_departure(root):
+    registry, mon = monitor(root)
+    before = entry("b")
+    registry.register(before, time.time())
+    assert mon.current("b").allow == ()
+    registry.renew(RegistryEntry(**{**before.__dict__, "allow": ("a",)}))
+    assert mon.current("b").allow == ("a",)
+    registry.deregister("b", before.id)
+    assert mon.current("b") is None and "b" not in mon.entries()
+
+
+def test_current_reads_nothing_while_the_file_is_unchanged(root):
+    registry, mon = monitor(root)
+    registry.register(entry("b"), time.time())
+    first = mon.current("b")
+    assert mon.current("b") is first      # the same object: served from the cache, not parsed again
