@@ -45,7 +45,7 @@ async def test_palette_offers_views_themes_and_actions(fixture_app):
 
 
 @run_async
-async def test_header_shows_fingerprint_never_key(fixture_app, fixture_env):
+async def test_header_shows_directory_and_fingerprint_never_key(fixture_app, fixture_env):
     import base64
 
     _, key, _ = fixture_env
@@ -54,6 +54,7 @@ async def test_header_shows_fingerprint_never_key(fixture_app, fixture_env):
         await pilot.pause()
         svg = app.export_screenshot()
         assert key.fingerprint in svg
+        assert "/fixture/speed" in svg  # the directory, beside it
         assert base64.b64encode(FIXED_KEY).decode() not in svg
         assert FIXED_KEY.hex() not in svg
         assert "secret" not in repr(key)
