@@ -61,7 +61,8 @@ class RegistryMonitor:
         self._wake = wake
         self._lock = threading.Lock()
         self._entries: dict[str, RegistryEntry] = {}
-        self._stamps: dict[str, FileStamp] = {}  # the file version each cached entry was read from
+        # the file version each cached entry was read from, with that entry: one read gets both
+        self._versions: dict[str, tuple[FileStamp, RegistryEntry]] = {}
         self._seen: dict[str, Seen] = {}
         self._dirty: set[str] = set()
         self.bad_entries: dict[str, str] = {}
@@ -92,9 +93,9 @@ class RegistryMonitor:
         cached one while the file is the version it came from, else read afresh. One stat instead
         of a read, and no window in which a restarted peer's old instance ID is still used because
         the watch's hint has not been processed yet."""
-        cached = self._entries.get(name)
-        if cached is not None and self._stamps.get(name) == self._registry.stamp(name):
-            return cached
+        version = self._versions.get(name)
+        if version is not None and version[0] == self._registry.stamp(name):
+            return version[1]
         return self.refresh(name)
 
     def refresh(self, name: str) -> RegistryEntry | None:
@@ -105,16 +106,16 @@ class RegistryMonitor:
             with self._lock:
                 self.bad_entries[name] = str(exc)
                 self._entries.pop(name, None)
-                self._stamps.pop(name, None)
+                self._versions.pop(name, None)
             return None
         with self._lock:
             self.bad_entries.pop(name, None)
             if entry is None:
                 self._entries.pop(name, None)
-                self._stamps.pop(name, None)
+                self._versions.pop(name, None)
             else:
                 self._entries[name] = entry
-                self._stamps[name] = stamp
+                self._versions[name] = (stamp, entry)
         return entry
 
     def entries(self) -> dict[str, RegistryEntry]:
