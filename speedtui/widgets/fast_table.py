@@ -250,6 +250,10 @@ class FastTable(ScrollView, can_focus=True):
         super().notify_style_update()
 
     def _strip(self, text: Text, style: Style, scroll_x: int, width: int) -> Strip:
+        # cut the line where the view ends before it becomes segments: cropping inside a segment
+        # goes through rich's split cache (16,384 entries, never emptied), and rows whose text
+        # changes every second (countdowns, counters) kept adding to it for about 100 minutes
+        text.truncate(scroll_x + width, overflow="crop")
         segments = list(text.render(self.app.console))
         strip = Strip(segments).apply_style(style)
         return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
