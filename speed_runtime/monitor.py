@@ -60,8 +60,7 @@ class RegistryMonitor:
         self._observe = observe
         self._wake = wake
         self._lock = threading.Lock()
-        self._entries: dict[str, RegistryEntry] = {}
-        # the file version each cached entry was read from, with that entry: one read gets both
+        # each cached entry with the file version it was read from: one read gets both
         self._versions: dict[str, tuple[FileStamp, RegistryEntry]] = {}
         self._seen: dict[str, Seen] = {}
         self._dirty: set[str] = set()
@@ -86,7 +85,8 @@ class RegistryMonitor:
         self._wake()
 
     def get(self, name: str) -> RegistryEntry | None:
-        return self._entries.get(name)
+        version = self._versions.get(name)
+        return None if version is None else version[1]
 
     def current(self, name: str) -> RegistryEntry | None:
         """The entry as the file holds it now (§5.4 step 1: the sender reads the entry): the
@@ -105,27 +105,24 @@ class RegistryMonitor:
         except BadEntryError as exc:
             with self._lock:
                 self.bad_entries[name] = str(exc)
-                self._entries.pop(name, None)
                 self._versions.pop(name, None)
             return None
         with self._lock:
             self.bad_entries.pop(name, None)
             if entry is None:
-                self._entries.pop(name, None)
                 self._versions.pop(name, None)
             else:
-                self._entries[name] = entry
                 self._versions[name] = (stamp, entry)
         return entry
 
     def entries(self) -> dict[str, RegistryEntry]:
         with self._lock:
-            return dict(self._entries)
+            return {name: version[1] for name, version in self._versions.items()}
 
     def rescan(self) -> None:
         names = set(self._registry.names())
         with self._lock:
-            gone = set(self._entries) - names
+            gone = set(self._versions) - names
             self._dirty.clear()
         for name in names | gone:
             self.refresh(name)
