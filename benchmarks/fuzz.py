@@ -1,11 +1,11 @@
 """Fuzz the runtime's pure readers: only their own errors, bounded time and memory (issue 5, case 15).
 
 Targets and the one error each may raise:
-  envelope  speed_runtime.envelope.open_envelope        EnvelopeError
-  payload   speed_runtime.payloads.decode_payload       EnvelopeError
-  registry  speed_runtime.lease.RegistryEntry.from_json BadEntryError
-  keyfile   speed_runtime.keyfile.parse_key_text        KeyFileError
-  filename  speed_runtime.envelope.parse_filename       (returns None, raises nothing)
+  envelope  speed_runtime.core.envelope.open_envelope        EnvelopeError
+  payload   speed_runtime.core.payloads.decode_payload       EnvelopeError
+  registry  speed_runtime.core.entry.RegistryEntry.from_json BadEntryError
+  keyfile   speed_runtime.core.keys.parse_key_text      KeyFileError
+  filename  speed_runtime.core.envelope.parse_filename       (returns None, raises nothing)
 
 Engines: `mutate` (built in: structure-aware mutation of valid seeds, random JSON, random bytes)
 and `atheris` (coverage-guided libFuzzer, used when `import atheris` works).
@@ -43,9 +43,9 @@ RSS_LIMIT_MB = 1024          # peak resident memory of the fuzzing process
 
 
 def _runtime():
-    from speed_runtime import envelope, keyfile, lease, payloads
-    from speed_runtime.errors import EnvelopeError, KeyFileError
-    return envelope, keyfile, lease, payloads, EnvelopeError, KeyFileError
+    from speed_runtime.core import entry, envelope, keys, payloads
+    from speed_runtime.core.errors import EnvelopeError, KeyFileError
+    return envelope, keys, entry, payloads, EnvelopeError, KeyFileError
 
 
 def make_target(name: str):
@@ -60,7 +60,8 @@ def make_target(name: str):
             return payloads.decode_payload(data[1:], etype)
         return payload, EnvelopeError
     if name == "registry":
-        return lease.RegistryEntry.from_json, lease.BadEntryError
+        from speed_runtime.core import errors
+        return lease.RegistryEntry.from_json, errors.BadEntryError
     if name == "keyfile":
         return keyfile.parse_key_text, KeyFileError
     if name == "filename":

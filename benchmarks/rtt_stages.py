@@ -31,9 +31,9 @@ LABELS = {
 
 
 def instrument(marks: list) -> None:
-    import speed_runtime.calls as calls
     import speed_runtime.inotify as inotify
-    import speed_runtime.node as node
+    import speed_runtime.node.calls as calls
+    import speed_runtime.node.sender as sender
 
     def wrap(owner, name, before=None, after=None):
         original = getattr(owner, name)
@@ -47,10 +47,13 @@ def instrument(marks: list) -> None:
             return result
         setattr(owner, name, wrapper)
 
-    wrap(inotify.DirectoryWatch, "wait", after=lambda a, r: "woke" if r[0] else "idle")
-    wrap(node.Node, "_send", before=lambda a: "send_start:" + a[1].name, after=lambda a, r: "send_done:" + a[1].name)
-    wrap(calls.CallsMixin, "_serve", before="serve")
-    wrap(calls.CallsMixin, "_resolve_call", before="resolve")
+    from speed_runtime.core.envelope import type_name
+
+    wrap(inotify.Watch, "wait", after=lambda a, r: "woke" if r[0] else "idle")
+    wrap(sender.Sender, "send", before=lambda a: "send_start:" + type_name(a[1]),
+         after=lambda a, r: "send_done:" + type_name(a[1]))
+    wrap(calls.Callee, "submit", before="serve")
+    wrap(calls.Caller, "resolve", before="resolve")
 
 
 def callee(root: str, key: str, conn) -> None:

@@ -63,8 +63,17 @@ def worker(args: argparse.Namespace) -> int:
             elif e.outcome == "accepted":
                 accepted.append((e.peer, e.type, e.seq))
             else:
-                explained = e.reason == "unauthorized" and e.peer not in node.allowed
+                # unauthorized: the sender was revoked; unexpected_response: a response that came after
+                # its call had timed out (revokes make callers time out), contract 1.1 §5.5 step 6
+                explained = ((e.reason == "unauthorized" and (e.peer not in node.allowed or _revoked_lately(e.peer)))
+                             or (e.reason == "unexpected_response" and e.type == "SPC_RESPONSE"))
                 rejected.append((e.peer, e.seq, e.reason, explained))
+
+    def _revoked_lately(peer: str) -> bool:
+        """The grant may come back between the check and this record: a revoke that ended less than
+        a second ago explains the rejection too."""
+        now = time.time()
+        return any(r[0] == peer and (r[2] is None or r[2] >= now - 1.0) for r in revokes[-50:])
 
     def on_message(m) -> None:
         handled.append((m.sender, m.seq, m.data.get("k") if isinstance(m.data, dict) else None))

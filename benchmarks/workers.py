@@ -8,8 +8,8 @@ import struct
 import threading
 import time
 
-from speed_runtime.envelope import Header, open_envelope, seal
-from speed_runtime.inotify import DirectoryWatch
+from speed_runtime.core.envelope import Header, open_envelope, seal
+from speed_runtime.inotify import INBOX_EVENTS, Watch
 from speed_runtime.keyfile import Key
 from speed_runtime.transport import TargetDirs, _move_noreplace
 
@@ -26,7 +26,8 @@ class FloorEnd:
         self.key = Key(key)
         self.inbox = os.path.join(root, me, "inbox")
         self.inbox_fd = os.open(self.inbox, _DIR)
-        self.watch = DirectoryWatch(self.inbox)
+        self.watch = Watch()
+        self.watch.add(self.inbox, INBOX_EVENTS, "inbox")
         self.peer = TargetDirs(root, peer)
         self.seq = 0
 
@@ -41,9 +42,8 @@ class FloorEnd:
         _move_noreplace(name, self.peer.tmp_fd, self.peer.inbox_fd)
 
     def receive(self, timeout: float = 5.0) -> list[bytes]:
-        names, overflow = self.watch.wait(timeout)
-        if overflow:
-            names = os.listdir(self.inbox)
+        events, overflow = self.watch.wait(timeout)
+        names = os.listdir(self.inbox) if overflow else [name for _, name in events if name]
         out = []
         for name in sorted(names):
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.inbox_fd)
@@ -167,7 +167,7 @@ def runtime_sender(ctl, root: str, key_path: str, name: str, target: str, count:
 
     data = payload.decode("latin-1")
     with Node(root, key_path, name, allow=[target], trace=trace) as node:
-        node._peer(target)  # warm the registry cache
+        node.sender.live_entry(target)  # warm the registry cache
         ctl.send("ready")
         ctl.recv()
         for _ in range(count):

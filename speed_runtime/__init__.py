@@ -1,22 +1,39 @@
 """speed_runtime: a SPEED runtime (Secure Process to Process Encrypted Exchange and Delivery).
 
 Public API only; see docs/ARCHITECTURE.md. This package never imports a UI library.
+
+The names below are loaded on first use (PEP 562), so that importing the pure core
+(`speed_runtime.core`) loads nothing else: no threads, no file system, no logging.
 """
-from .errors import (AccessDeniedError, ConfigError, DeliveryError, DirectoryError, EnvelopeError,
-                     InvalidNameError, KeyFileError, LeaseLostError, NameInUseError, NodeClosedError,
-                     NodeUnavailableError, SpcError, SpeedError)
-from .keyfile import Key, generate_key_file, load_key
-from .lease import RegistryEntry
-from .message import Message
-from .node import Node
-from .spc import Service
-from .trace import EnvelopeTrace, LeaseTrace, SpcTrace
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import Any
 
-__all__ = [
-    "AccessDeniedError", "ConfigError", "DeliveryError", "DirectoryError", "EnvelopeError",
-    "EnvelopeTrace", "InvalidNameError", "Key", "KeyFileError", "LeaseLostError", "LeaseTrace",
-    "Message", "NameInUseError", "Node", "NodeClosedError", "NodeUnavailableError", "RegistryEntry",
-    "Service", "SpcError", "SpcTrace", "SpeedError", "generate_key_file", "load_key",
-]
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "RegistryEntry": ".core.entry", "Key": ".core.keys", "Message": ".core.message", "Service": ".core.services",
+    "EnvelopeTrace": ".core.records", "HealthTrace": ".core.records", "LeaseTrace": ".core.records",
+    "SpcTrace": ".core.records", "generate_key_file": ".keyfile", "load_key": ".keyfile", "Node": ".node",
+    "NodeConfig": ".node",
+    **dict.fromkeys((
+        "AccessDeniedError", "BadEntryError", "ConfigError", "DeliveryError", "DeliveryTimeoutError", "DirectoryError",
+        "EnvelopeError", "InvalidNameError", "KeyFileError", "LeaseLostError", "NameInUseError", "NodeClosedError",
+        "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
+        ".core.errors"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'speed_runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

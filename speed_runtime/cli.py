@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import os
 import signal
 import sys
@@ -18,12 +19,12 @@ import uuid
 from typing import Any, Sequence
 
 from . import __version__
+from .core.errors import (AccessDeniedError, ConfigError, DeliveryTimeoutError, LeaseLostError, NameInUseError,
+                          NodeUnavailableError, RegistryLockError, SpcError, SpeedError)
+from .core.liveness import judge
 from .demo import DEMO_SERVICES
-from .errors import (AccessDeniedError, ConfigError, LeaseLostError, NameInUseError, NodeUnavailableError,
-                     SpcError, SpeedError)
-from .fsutil import BOOT_ID, boottime
+from .fsutil import local_facts
 from .keyfile import generate_key_file, load_key
-from .lease import heartbeat_age, lease_state, remaining
 from .registry import Registry
 
 EXIT_OK, EXIT_REMOTE, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
@@ -35,6 +36,17 @@ def default_dir() -> str:
     if os.path.isdir("/dev/shm"):
         return "/dev/shm/speed"
     return os.path.join(os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/speed-{os.getuid()}", "speed")
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 and at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value <= 86_400):  # also refuses inf and nan
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and at most 86400")
+    return value
 
 
 def _common(p: argparse.ArgumentParser, key: bool = True) -> None:
@@ -80,9 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--service", action="append", default=[], metavar="S", choices=sorted(DEMO_SERVICES),
                    help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
-    p.add_argument("--lease", type=float, default=30.0, metavar="SECONDS")
-    p.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS")
-    p.add_argument("--reap", action="store_true", help="remove other nodes' stale entries")
+    p.add_argument("--lease", type=_seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
+    p.add_argument("--heartbeat", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="renewal interval (default 5)")
+    p.add_argument("--reap", action=argparse.BooleanOptionalAction, default=None,
+                   help="remove other nodes' entries once they have been stale for a minute (default: on)")
     p.add_argument("--echo-messages", action="store_true",
                    help="print every received MESSAGE as a JSON line on stdout (this prints plaintext)")
     p.add_argument("--control-stdin", action="store_true",
@@ -96,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("service")
     p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
     p.add_argument("--as", dest="name", default=None, help="caller node name (default: speed-cli-<random>)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
@@ -105,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="JSON value")
     p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
     p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_send)
 
     p = sub.add_parser("registry", help="list registry entries with their lease state")
@@ -126,15 +140,25 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _log_to_stderr() -> None:
+    """The runtime reports its own problems (a failing inbox, a held registry lock) through
+    logging; a headless node shows them on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("speed: %(message)s"))
+    logger = logging.getLogger("speed_runtime")
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from .node import Node
 
+    _log_to_stderr()
     stop = threading.Event()
     lost: list[LeaseLostError] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    options = {"reap_stale": args.reap} if args.reap is not None else {}
     node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
-                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, reap_stale=args.reap)
+                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, **options)
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     if args.echo_messages:
@@ -149,7 +173,12 @@ def cmd_node(args: argparse.Namespace) -> int:
     else:
         node.on_message(lambda msg: None)
     node.on_lease_lost(lambda exc: (lost.append(exc), stop.set()))
+    # Until the node runs, SIGTERM keeps its default (end the process: nothing is registered yet, and
+    # the kernel drops a registry lock we might hold) and SIGINT raises KeyboardInterrupt, so a
+    # start-up waiting for a held lock is never deaf to signals. Once it runs, both stop it gracefully.
     with node:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         print(f"ready {node.name} id={node.id} pid={os.getpid()}", flush=True)
         if args.control_stdin:
             threading.Thread(target=_control, args=(node, sys.stdin), name="speed-control", daemon=True).start()
@@ -181,7 +210,9 @@ def _temporary(args: argparse.Namespace):
     from .node import Node
 
     name = args.name or f"speed-cli-{uuid.uuid4().hex[:8]}"
-    return Node(args.dir, _key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10))
+    # a one-shot node: it follows no other entry than its target's, and its home goes with it
+    return Node(args.dir, _key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
+                heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0)
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -207,16 +238,17 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_registry(args: argparse.Namespace) -> int:
     records = Registry(args.dir, create=False).scan()
-    now, bt = time.time(), boottime()
+    now, facts = time.time(), local_facts()
     rows = []
     for rec in records:
         if rec.entry is None:
             rows.append({"name": rec.name, "state": "unreadable", "error": rec.error})
             continue
         e = rec.entry
-        rows.append({"name": e.name, "state": lease_state(e, now, BOOT_ID, bt),
-                     "leaseLeft": round(remaining(e, now, BOOT_ID, bt), 1),
-                     "heartbeatAge": round(heartbeat_age(e, now, BOOT_ID, bt), 1), "pid": e.pid, "host": e.host,
+        verdict = judge(e, now, facts)
+        rows.append({"name": e.name, "state": verdict.state, "reason": verdict.reason,
+                     "leaseLeft": round(verdict.remaining, 1),
+                     "heartbeatAge": round(verdict.age, 1), "pid": e.pid, "host": e.host,
                      "runtime": e.runtime, "groups": list(e.groups), "allow": list(e.allow),
                      "services": list(e.services), "id": e.id})
     if args.json:
@@ -231,7 +263,8 @@ def cmd_registry(args: argparse.Namespace) -> int:
         if r["state"] == "unreadable":
             table.append((r["name"], "unreadable", "-", "-", "-", "-", r["error"][:40], "", "", ""))
             continue
-        table.append((r["name"], r["state"], f"{r['leaseLeft']:.1f}s", f"{r['heartbeatAge']:.1f}s", str(r["pid"]),
+        state = f"stale ({r['reason']})" if r["reason"] else r["state"]
+        table.append((r["name"], state, f"{r['leaseLeft']:.1f}s", f"{r['heartbeatAge']:.1f}s", str(r["pid"]),
                       r["host"], r["runtime"], ",".join(r["groups"]) or "-", ",".join(r["allow"]) or "-",
                       ",".join(r["services"]) or "-"))
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
@@ -243,7 +276,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 def cmd_reap(args: argparse.Namespace) -> int:
     registry = Registry(args.dir, create=False)
     names = args.names or registry.names()
-    reaped = [name for name in names if registry.reap(name, time.time())]
+    reaped = [name for name in names if registry.reap(name, time.time(), local_facts())]
     for name in reaped:
         print(f"reaped {name}")
     kept = [n for n in args.names if n not in reaped]
@@ -260,10 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except SpcError as exc:
         print(f"speed: {exc}", file=sys.stderr)
-        if isinstance(exc, AccessDeniedError):
-            return EXIT_UNAVAILABLE
         return EXIT_TIMEOUT if exc.code == "TIMEOUT" else EXIT_REMOTE
-    except (NodeUnavailableError, NameInUseError) as exc:
+    except DeliveryTimeoutError as exc:
+        print(f"speed: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    except (NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError) as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except LeaseLostError as exc:

@@ -5,7 +5,7 @@ import math
 import time
 from typing import Any, Callable
 
-from .errors import SpcError
+from .core.errors import SpcError
 
 MAX_SLEEP_SECONDS = 3600.0
 

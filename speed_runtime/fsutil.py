@@ -1,4 +1,5 @@
-"""File-system safety (wire contract §1) and the host's clocks."""
+"""File-system safety (wire contract §1) and the facts about this host: its clocks, boot id,
+host name and processes."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,8 @@ import socket
 import stat
 import time
 
-from .errors import DirectoryError
+from .core.errors import DirectoryError
+from .core.liveness import HostFacts
 
 REGISTRY_DIR = "speed_registry"
 TRACES_DIR = "speed_traces"
@@ -91,3 +93,8 @@ def pid_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def local_facts() -> HostFacts:
+    """This host's facts now, for `core.liveness.judge`."""
+    return HostFacts(HOSTNAME, BOOT_ID, boottime(), pid_exists)

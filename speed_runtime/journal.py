@@ -1,50 +1,86 @@
-"""Trace journals (wire contract §8): an appending, rotating writer and a tolerant reader."""
+"""Trace journals on disk (wire contract §8): an appending, rotating writer, and the one reader
+of journal files (whole files and incremental tails). Records themselves are `core.records`.
+
+Journals are opened with O_NOFOLLOW | O_NONBLOCK and must be regular files: a FIFO or a symlink
+at a journal's path neither blocks a node nor feeds a reader. Lines are read in bounded chunks:
+a line longer than MAX_LINE_BYTES (or one that never ends) costs at most that much memory and
+counts as one malformed line.
+"""
 from __future__ import annotations
 
-import binascii
-import json
+import errno
 import os
+import stat
 import threading
 from typing import Iterator
 
+from .core.errors import DirectoryError
+from .core.records import ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, JournalEvent, encode_line, parse_line
 from .fsutil import TRACES_DIR, ensure_private_dir
-from .trace import EnvelopeTrace, LeaseTrace, parse_record
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_BACKUPS = 3
-MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024
+FLUSH_AT_EVENTS = 20_000           # the writer's buffer is flushed inline beyond this…
+FLUSH_AT_ENVELOPE_BYTES = 8 << 20  # …or beyond this many bytes of sealed envelopes held for it
+_READ_CHUNK = 256 * 1024
+_OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_regular(path: str, flags: int, mode: int = 0o600, what: str = "journal") -> int:
+    """Open `path` without following a symlink or blocking on a FIFO; refuse anything but a regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise DirectoryError(f"{what} {path} is not a regular file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory")
+    return fd
 
 
 class JournalWriter:
     """Buffers records and appends them on flush(); rotates at `max_bytes` (name.jsonl.1 …)."""
 
     def __init__(self, root: str, node: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 backups: int = DEFAULT_BACKUPS, envelope_limit: int = 64 * 1024):
+                 backups: int = DEFAULT_BACKUPS, envelope_limit: int = ENVELOPE_FIELD_LIMIT):
         self.dir = ensure_private_dir(os.path.join(root, TRACES_DIR), what="trace directory")
         self.path = os.path.join(self.dir, f"{node}.jsonl")
         self.max_bytes, self.backups, self.envelope_limit = max_bytes, backups, envelope_limit
         self._lock = threading.Lock()
-        self._pending: list[EnvelopeTrace | LeaseTrace] = []
+        self._pending: list[JournalEvent] = []
+        self._pending_envelope_bytes = 0
         self._fd = self._open()
         self.records_written = 0
         self._unwritten = b""  # bytes a failed append (ENOSPC, EIO) left over, written first next time
         self.bytes_dropped = 0
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        return open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="trace journal")
 
     def __call__(self, event: object) -> None:
-        """Observer entry point: keep the event; encoding waits for flush(), off the hot path."""
-        if isinstance(event, (EnvelopeTrace, LeaseTrace)):
-            with self._lock:
-                self._pending.append(event)
+        """Observer entry point: keep the event; encoding waits for flush(), off the hot path,
+        unless the buffer has grown past its bounds (then this caller flushes)."""
+        if not isinstance(event, JOURNALED):
+            return
+        envelope = getattr(event, "envelope", None)
+        if envelope is not None and len(envelope) > self.envelope_limit:
+            event = event._replace(envelope=None)  # not journaled: do not hold it until the flush
+            envelope = None
+        with self._lock:
+            self._pending.append(event)
+            self._pending_envelope_bytes += len(envelope) if envelope else 0
+            full = (len(self._pending) >= FLUSH_AT_EVENTS or self._pending_envelope_bytes >= FLUSH_AT_ENVELOPE_BYTES)
+        if full:
+            self.flush()
 
     def flush(self) -> None:
         with self._lock:
             if not (self._pending or self._unwritten) or self._fd < 0:
                 return
-            events, self._pending = self._pending, []
+            events, self._pending, self._pending_envelope_bytes = self._pending, [], 0
             data = self._unwritten + "".join(encode_line(e, self.envelope_limit) for e in events).encode("utf-8")
             view, done = memoryview(data), 0
             try:
@@ -63,11 +99,15 @@ class JournalWriter:
 
     def _rotate(self) -> None:
         os.close(self._fd)
+        self._fd = -1
         for i in range(self.backups, 0, -1):
             src = self.path if i == 1 else f"{self.path}.{i - 1}"
-            if os.path.exists(src):
+            if os.path.lexists(src):
                 os.replace(src, f"{self.path}.{i}")
-        self._fd = self._open()
+        try:
+            self._fd = self._open()
+        except (OSError, DirectoryError):
+            self._fd = -1  # someone put something else at the path: stop journaling, keep running
 
     def close(self) -> None:
         self.flush()
@@ -77,67 +117,106 @@ class JournalWriter:
                 self._fd = -1
 
 
-_dump = json.dumps
+LONG = object()      # iter_lines: an over-long line ended here (one malformed line)
+SKIPPED = object()   # iter_lines: bytes of an unfinished over-long line were passed over
 
 
-def encode_line(event: EnvelopeTrace | LeaseTrace, envelope_limit: int) -> str:
-    """One journal line; the same record as event.to_record(), built without a dict per record.
-    Node names, types, outcomes and reasons are the runtime's own tokens; every string that can
-    come from a peer goes through json.dumps."""
-    if isinstance(event, LeaseTrace):
-        return (f'{{"kind":"lease","ts":{event.ts!r},"node":{_dump(event.node)},"subject":{_dump(event.subject)},'
-                f'"event":{_dump(event.event)}}}\n')
-    e = event
-    line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":"{e.dir}","peer":{_dump(e.peer)},'
-            f'"type":{_dump(e.type)},"seq":{e.seq},"size":{e.size},"outcome":"{e.outcome}"')
-    if e.reason is not None:
-        line += f',"reason":{_dump(e.reason)}'
-    if e.request_id is not None:
-        line += f',"requestId":{_dump(e.request_id)}'
-    if e.service is not None:
-        line += f',"service":{_dump(e.service)}'
-    if e.status is not None:
-        line += f',"status":{_dump(e.status)}'
-    if e.error_code is not None:
-        line += f',"errorCode":{_dump(e.error_code)}'
-    if e.latency_ms is not None:
-        line += f',"latencyMs":{e.latency_ms!r}'
-    if e.envelope is not None and len(e.envelope) <= envelope_limit:
-        line += ',"envelope":"' + binascii.b2a_base64(e.envelope, newline=False).decode("ascii") + '"'
-    return line + "}\n"
-
-
-def iter_journal_lines(path: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:
-    """Complete lines from `offset`; a torn last line (no newline yet) is left for later."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        pos = offset
-        for line in f:
-            if not line.endswith(b"\n"):
-                return
-            pos += len(line)
-            yield pos, line
-
-
-def parse_line(line: bytes) -> EnvelopeTrace | LeaseTrace | None:
-    if len(line) > MAX_LINE_BYTES:
-        return None
-    try:
-        return parse_record(json.loads(line))
-    except (ValueError, RecursionError):
-        return None
-
-
-def read_journal(path: str) -> tuple[list[EnvelopeTrace | LeaseTrace], int]:
-    """Every valid record of one journal, and how many lines were not valid records."""
-    events, bad = [], 0
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
+def iter_lines(fd: int, offset: int = 0, *, final: bool = True,
+               skipping: bool = False) -> Iterator[tuple[int, object]]:
+    """(end offset, item) for each line of an open file from `offset`: the line's bytes, LONG for a
+    line over MAX_LINE_BYTES, or, when not `final`, SKIPPED for the part of an over-long line read
+    so far (resume with `skipping=True` from that offset). Memory stays within MAX_LINE_BYTES plus
+    one chunk. The last line without a newline is yielded only when `final` (a whole file); a tail
+    leaves it for later, as it may be a record still being written."""
+    pos, buf = offset, b""
+    while True:
+        chunk = os.pread(fd, _READ_CHUNK, pos + len(buf))
+        if not chunk:
+            break
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                pos += len(chunk)
                 continue
-            event = parse_line(line)
+            pos += nl + 1
+            skipping = False
+            yield pos, LONG
+            continue
+        buf += chunk
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            line = buf[start:nl + 1]
+            start = nl + 1
+            yield pos + start, (line if len(line) <= MAX_LINE_BYTES else LONG)
+        pos += start
+        buf = buf[start:]
+        if len(buf) > MAX_LINE_BYTES:
+            pos, buf, skipping = pos + len(buf), b"", True
+    if skipping:
+        yield pos, (LONG if final else SKIPPED)
+    elif buf and final:
+        yield pos + len(buf), buf
+
+
+def read_journal(path: str) -> tuple[list[JournalEvent], int]:
+    """Every valid record of one journal file, and how many lines were not valid records.
+    Raises DirectoryError when the path is not a regular file."""
+    fd = open_regular(path, os.O_RDONLY)
+    events, bad = [], 0
+    try:
+        for _, line in iter_lines(fd):
+            if line is not LONG and not line.strip():
+                continue
+            event = None if line is LONG else parse_line(line)
             if event is None:
                 bad += 1
             else:
                 events.append(event)
+    finally:
+        os.close(fd)
     return events, bad
+
+
+class JournalTail:
+    """Follows one journal path across appends, rotation (a new inode) and truncation, yielding
+    each complete record once. A torn last line waits until its newline arrives."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.inode: tuple[int, int] | None = None
+        self.bad_lines = 0
+        self.skipping = False  # inside an over-long line that has not ended yet
+        self.error: str | None = None  # why the path cannot be read (not a regular file, …)
+
+    def read(self, max_records: int = 50_000) -> list[JournalEvent]:
+        try:
+            fd = open_regular(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            self.error = None
+            return []
+        except (DirectoryError, OSError) as exc:
+            self.error = str(exc)
+            return []
+        self.error = None
+        out: list[JournalEvent] = []
+        try:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino)
+            if identity != self.inode or st.st_size < self.offset:  # rotated, replaced or truncated
+                self.inode, self.offset, self.skipping = identity, 0, False
+            for end, line in iter_lines(fd, self.offset, final=False, skipping=self.skipping):
+                self.offset = end
+                self.skipping = line is SKIPPED
+                if line is SKIPPED or (line is not LONG and not line.strip()):
+                    continue
+                event = None if line is LONG else parse_line(line)
+                if event is None:
+                    self.bad_lines += 1
+                else:
+                    out.append(event)
+                    if len(out) >= max_records:
+                        break
+        finally:
+            os.close(fd)
+        return out

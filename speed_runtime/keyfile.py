@@ -1,90 +1,33 @@
-"""Key files (wire contract §3): parse, load, generate. Errors never show key material."""
+"""Key files on disk (wire contract §3): load and generate. The format and the key itself are
+pure (`core.keys`); this module is the I/O around them. Errors never show key material.
+
+Both directions refuse anything but a regular file: reading opens with O_NOFOLLOW | O_NONBLOCK
+(a FIFO neither blocks nor feeds us), and writing never opens an existing path at all — a new key
+goes to a private temporary file that is renamed over the old one, so a FIFO or a symlink at the
+path can never receive key material.
+"""
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
+import errno
 import os
 import secrets
 import stat
 
-from .errors import KeyFileError
+from .core.errors import KeyFileError
+from .core.keys import KEY_SIZE, MAX_KEY_FILE_BYTES, Key, format_key_text, parse_key_text
 
-KEY_HEADER = "SPEED-KEY-V1"
-KEY_SIZE = 32
-MAX_KEY_FILE_BYTES = 4096
-
-
-class Key:
-    """A 32-byte pre-shared key. Its text forms show only a fingerprint."""
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: bytes):
-        if not isinstance(raw, (bytes, bytearray)) or len(raw) != KEY_SIZE:
-            raise KeyFileError(f"a SPEED key must be exactly {KEY_SIZE} bytes")
-        self._raw = bytes(raw)
-
-    @property
-    def raw(self) -> bytes:
-        return self._raw
-
-    @property
-    def fingerprint(self) -> str:
-        """First 16 hex digits of SHA-256 over a domain tag and the key: safe to show."""
-        return hashlib.sha256(b"SPEED-KEY-FINGERPRINT\x00" + self._raw).hexdigest()[:16]
-
-    def __repr__(self) -> str:
-        return f"Key(fingerprint={self.fingerprint})"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Key) and secrets.compare_digest(self._raw, other._raw)
-
-    def __hash__(self) -> int:
-        return hash(self.fingerprint)
-
-    def __reduce__(self):  # never pickle key material by accident
-        raise TypeError("a Key cannot be pickled")
-
-
-def parse_key_text(text: bytes) -> Key:
-    """Parse key-file bytes. Pure: no I/O."""
-    try:
-        decoded = text.decode("ascii")
-    except UnicodeDecodeError:
-        raise KeyFileError("the key file is not a SPEED key file: it contains non-ASCII bytes") from None
-    lines = [line.strip("\r") for line in decoded.split("\n")]
-    content = [line for line in lines if line.strip() != ""]
-    if not content:
-        raise KeyFileError("the key file is empty; create one with `speed keygen PATH`")
-    if content[0] != KEY_HEADER:
-        raise KeyFileError(f"the key file does not start with the line {KEY_HEADER!r}; create one with `speed keygen PATH`")
-    if len(content) != 2:
-        raise KeyFileError(f"the key file must hold exactly two lines, {KEY_HEADER!r} and the base64 key")
-    try:
-        raw = base64.b64decode(content[1].strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise KeyFileError("the key line of the key file is not valid standard base64") from None
-    if len(raw) != KEY_SIZE:
-        raise KeyFileError(f"the key file holds {len(raw)} bytes of key; a SPEED key is exactly {KEY_SIZE} bytes")
-    return Key(raw)
-
-
-def format_key_text(key: Key) -> bytes:
-    return f"{KEY_HEADER}\n{base64.b64encode(key.raw).decode('ascii')}\n".encode("ascii")
+__all__ = ["Key", "load_key", "generate_key_file", "write_private_file", "parse_key_text", "format_key_text"]
 
 
 def load_key(path: str | os.PathLike, *, allow_insecure: bool = False) -> Key:
-    """Read and validate a key file; refuse symlinks and files open to group or others."""
+    """Read and validate a key file; refuse symlinks, non-regular files and files open to group or others."""
     path = os.fspath(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise KeyFileError(f"key file {path} does not exist; create one with `speed keygen {path}`") from None
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the final component is a symlink
+        if exc.errno == errno.ELOOP:
             raise KeyFileError(f"key file {path} is a symbolic link; point to the real file instead") from None
         raise KeyFileError(f"key file {path} cannot be opened: {exc.strerror}") from None
     try:
@@ -107,21 +50,55 @@ def load_key(path: str | os.PathLike, *, allow_insecure: bool = False) -> Key:
         raise KeyFileError(f"key file {path}: {exc}") from None
 
 
-def generate_key_file(path: str | os.PathLike, *, overwrite: bool = False) -> Key:
-    """Create a new key file with mode 0600; never replaces an existing file unless asked."""
-    path = os.fspath(path)
-    key = Key(secrets.token_bytes(KEY_SIZE))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_TRUNC if overwrite else os.O_EXCL
+def write_private_file(path: str, data: bytes, *, overwrite: bool, what: str) -> None:
+    """Write `data` as a new 0600 file at `path`. An existing path is refused unless `overwrite`,
+    and even then only a regular file is replaced (by rename, never by opening it)."""
     try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise KeyFileError(f"key file {path} already exists; remove it first or pass --force") from None
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
     except OSError as exc:
-        raise KeyFileError(f"cannot create key file {path}: {exc.strerror}") from None
+        raise KeyFileError(f"cannot create {what} {path}: {exc.strerror}") from None
+    if st is not None:
+        if not overwrite:
+            raise KeyFileError(f"{what} {path} already exists; remove it first or pass --force")
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"{what} {path} exists and is not a regular file; refusing to replace it")
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, format_key_text(key))
-    finally:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise KeyFileError(f"cannot create {what} {path}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)  # the umask must not decide
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
         os.close(fd)
+        fd = -1
+        if overwrite:
+            os.rename(tmp, path)
+        else:
+            os.link(tmp, path)  # never replaces what appeared meanwhile
+            os.unlink(tmp)
+    except FileExistsError:
+        raise KeyFileError(f"{what} {path} already exists; remove it first or pass --force") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot write {what} {path}: {exc.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def generate_key_file(path: str | os.PathLike, *, overwrite: bool = False) -> Key:
+    """Create a new key file with mode 0600; never replaces an existing file unless asked, and
+    never anything but a regular file."""
+    key = Key(secrets.token_bytes(KEY_SIZE))
+    write_private_file(os.fspath(path), format_key_text(key), overwrite=overwrite, what="key file")
     return key

@@ -1,88 +1,53 @@
-"""Registry monitor: a cache of every entry, kept fresh by watchdog hints and rescans, and the
-observations (join, expiry, leave) that follow from comparing one view with the next."""
+"""Registry monitor: a cache of registry entries, kept fresh by inotify hints (from the node's one
+inotify instance) and by periodic rescans that only `stat` the files, and the observations
+(join, expiry, leave) that follow from comparing one verdict with the next.
+
+Cost is in proportion to changes, not to entries: a file is read only when its stamp (inode,
+mtime, size) changed; leases are re-judged when a file changed, when a lease is due to run out
+(a heap of expiry times), and in one pass per rescan period (which also asks the OS about pids).
+"""
 from __future__ import annotations
 
-import logging
-import os
+import heapq
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from watchdog.events import (FileClosedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
-                             FileSystemEvent, FileSystemEventHandler)
-from watchdog.observers import Observer
-
-from .fsutil import BOOT_ID, boottime
-from .lease import BadEntryError, RegistryEntry, lease_state
-from .registry import SUFFIX, FileStamp, Registry
+from .core.entry import RegistryEntry
+from .core.errors import BadEntryError
+from .core.liveness import STALE, HostFacts, Liveness, expires_at, judge
+from .registry import FileStamp, Registry
 
 
 @dataclass
 class Seen:
     id: str
-    state: str  # online | leaving | stale
-
-
-class _QuietStop(logging.Filter):
-    """watchdog logs an error when an emitter is stopped while it reads an event, a race inside its
-    own stop() that loses nothing we need (rescans follow); keep it from reaching users' stderr."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "called when the thread is inactive" not in record.getMessage()
-
-
-logging.getLogger("watchdog.observers.inotify").addFilter(_QuietStop())
-
-# Opens and closes without writing are left out on purpose: every node reads every entry, and a
-# hint per read would make the nodes' watches feed each other without end.
-_CHANGES = [FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent]
-
-
-class _Hints(FileSystemEventHandler):
-    def __init__(self, monitor: "RegistryMonitor"):
-        self._monitor = monitor
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        for path in (event.src_path, getattr(event, "dest_path", "")):
-            base = os.path.basename(os.fsdecode(path))
-            if base.endswith(SUFFIX) and not base.startswith("."):
-                self._monitor.hint(base[:-len(SUFFIX)])
+    state: str          # online | leaving | stale
+    stale_since: float  # wall-clock time it was first judged stale (0 while live)
 
 
 class RegistryMonitor:
-    """Thread-safe cache of registry entries. `observe` is called with (event, subject)."""
+    """Thread-safe cache of registry entries. `observe(event, subject)` gets the observations."""
 
     def __init__(self, registry: Registry, own_name: str, observe: Callable[[str, str], None],
-                 wake: Callable[[], None]):
+                 facts: Callable[[], HostFacts]):
         self._registry = registry
         self._own = own_name
         self._observe = observe
-        self._wake = wake
+        self._facts = facts
         self._lock = threading.Lock()
         # each cached entry with the file version it was read from: one read gets both
         self._versions: dict[str, tuple[FileStamp, RegistryEntry]] = {}
         self._seen: dict[str, Seen] = {}
         self._dirty: set[str] = set()
+        self._expiries: list[tuple[float, str]] = []
         self.bad_entries: dict[str, str] = {}
-        self._observer: Observer | None = None
 
-    def start(self) -> None:
-        self._observer = Observer()
-        self._observer.schedule(_Hints(self), self._registry.dir, recursive=False, event_filter=_CHANGES)
-        self._observer.start()
-        self.rescan()
-
-    def stop(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join()
-            self._observer = None
-
+    # ------------------------------------------------------------------ hints and reads
     def hint(self, name: str) -> None:
         with self._lock:
             self._dirty.add(name)
-        self._wake()
 
     def get(self, name: str) -> RegistryEntry | None:
         version = self._versions.get(name)
@@ -90,13 +55,22 @@ class RegistryMonitor:
 
     def current(self, name: str) -> RegistryEntry | None:
         """The entry as the file holds it now (§5.4 step 1: the sender reads the entry): the
-        cached one while the file is the version it came from, else read afresh. One stat instead
-        of a read, and no window in which a restarted peer's old instance ID is still used because
-        the watch's hint has not been processed yet."""
+        cached one while the file is the version it came from, else read afresh. One stat
+        instead of a read, and no window in which a restarted peer's old instance ID is used
+        because a hint has not been processed yet."""
         version = self._versions.get(name)
         if version is not None and version[0] == self._registry.stamp(name):
             return version[1]
         return self.refresh(name)
+
+    def stamp_of(self, name: str) -> FileStamp | None:
+        """The file version of the cached entry (as `current` last validated it)."""
+        version = self._versions.get(name)
+        return None if version is None else version[0]
+
+    def stamp_matches(self, name: str, stamp: FileStamp | None) -> bool:
+        """Whether the file is still the version `stamp` (one stat)."""
+        return stamp is not None and self._registry.stamp(name) == stamp
 
     def refresh(self, name: str) -> RegistryEntry | None:
         """Read one entry from disk now (a peer that has just started, or changed)."""
@@ -119,39 +93,72 @@ class RegistryMonitor:
         with self._lock:
             return {name: version[1] for name, version in self._versions.items()}
 
-    def rescan(self) -> None:
-        names = set(self._registry.names())
-        with self._lock:
-            gone = set(self._versions) - names
-            self._dirty.clear()
-        for name in names | gone:
-            self.refresh(name)
-        self.judge(time.time())
+    def verdict(self, name: str, now: float | None = None) -> Liveness | None:
+        entry = self.get(name)
+        return None if entry is None else judge(entry, time.time() if now is None else now, self._facts())
 
-    def process_hints(self) -> None:
+    # ------------------------------------------------------------------ keeping up
+    def rescan(self, now: float) -> None:
+        """Stat every entry file, read the changed ones, judge every entry (pids included)."""
+        stamps = self._registry.stamps()
+        with self._lock:
+            known = {name: version[0] for name, version in self._versions.items()}
+            self._dirty.clear()
+        for name, stamp in stamps.items():
+            if known.get(name) != stamp:
+                self.refresh(name)
+        for name in set(known) - set(stamps):
+            self.refresh(name)
+        for name in set(self.bad_entries) - set(stamps):
+            self.bad_entries.pop(name, None)
+        self._judge(list(self.entries()), now, check_pid=True)
+
+    def process_hints(self, now: float) -> None:
+        """Read the entries that hints named, and judge those and the leases now due."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         for name in dirty:
             self.refresh(name)
+        due = set(dirty)
+        while self._expiries and self._expiries[0][0] <= now:
+            due.add(heapq.heappop(self._expiries)[1])
+        if due:
+            self._judge(sorted(due), now, check_pid=bool(dirty))
 
-    def judge(self, now: float) -> None:
-        """Compare each entry's lease state with the last one seen and report the changes."""
-        bt = boottime()
-        current = self.entries()
-        for name, entry in current.items():
-            state = lease_state(entry, now, BOOT_ID, bt)
+    def _judge(self, names: list[str], now: float, check_pid: bool) -> None:
+        facts = self._facts()
+        for name in names:
+            entry = self.get(name)
             before = self._seen.get(name)
-            self._seen[name] = Seen(entry.id, state)
+            if entry is None:
+                if before is not None:
+                    del self._seen[name]
+                    if name != self._own and before.state == "online":
+                        self._observe("observed_leave", name)
+                continue
+            verdict = judge(entry, now, facts, check_pid=check_pid)
+            if not check_pid and before is not None and before.id == entry.id and before.state == STALE:
+                verdict = verdict._replace(state=STALE)  # a pid found gone stays gone
+            state = verdict.state
+            stale_since = (before.stale_since if before is not None and before.id == entry.id and before.stale_since
+                           else now) if state == STALE else 0.0
+            self._seen[name] = Seen(entry.id, state, stale_since)
+            if state != STALE:
+                heapq.heappush(self._expiries, (expires_at(entry, now, facts) + 0.001, name))
             if name == self._own:
                 continue
             if before is None or before.id != entry.id:
-                if state != "stale":
+                if state != STALE:
                     self._observe("observed_join", name)
-            elif before.state != "stale" and state == "stale":
+            elif before.state != STALE and state == STALE:
                 self._observe("observed_expiry", name)
             elif before.state == "online" and state == "leaving":
                 self._observe("observed_leave", name)
-        for name in set(self._seen) - set(current):
-            before = self._seen.pop(name)
-            if name != self._own and before.state == "online":
-                self._observe("observed_leave", name)
+        if len(self._expiries) > 4 * max(64, len(self._seen)):  # superseded expiry times pile up
+            self._expiries = [item for item in self._expiries if item[1] in self._seen]
+            heapq.heapify(self._expiries)
+
+    def stale_for(self, now: float) -> dict[str, float]:
+        """Names of other nodes judged stale, with how long they have been stale."""
+        return {name: now - seen.stale_since for name, seen in self._seen.items()
+                if seen.state == STALE and name != self._own}

@@ -1,8 +1,12 @@
-"""The registry directory (wire contract §4.2): lock, register, renew, deregister, reap, scan.
+"""The registry directory (wire contract §4.2): the lock, the one reader of entries, and the
+writes (register, renew, deregister, reap).
 
-POSIX record locks belong to a process, not a file descriptor or a thread: two threads of one
+POSIX record locks belong to a process, not to a file descriptor or a thread: two threads of one
 process would both "hold" the lock, and closing any descriptor of `.lock` drops every lock the
 process holds. So each process keeps one descriptor per registry and a thread lock beside it.
+The wait for the lock is bounded (contract 1.1): a process stopped inside the lock (SIGSTOP,
+Ctrl-Z) must not freeze the environment, so writers poll F_SETLK, answer signals meanwhile, and
+give up with the holder's pid (F_GETLK) in the error.
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import errno
 import fcntl
 import os
 import stat
+import struct
 import threading
 import time
 import uuid
@@ -17,13 +22,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from .errors import DirectoryError, LeaseLostError, NameInUseError
-from .fsutil import (BOOT_ID, HOSTNAME, REGISTRY_DIR, boottime, check_private_dir, ensure_private_dir, pid_exists,
-                     prepare_root)
-from .lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry, is_stale
+from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
+from .core.errors import BadEntryError, DirectoryError, LeaseLostError, NameInUseError, RegistryLockError
+from .core.liveness import HostFacts, judge
+from .fsutil import REGISTRY_DIR, check_private_dir, ensure_private_dir, local_facts, prepare_root
 
 SUFFIX = ".node"
-FileStamp = tuple[int, int, int]  # inode, modification time (ns), size
+LOCK_NAME = ".lock"
+DEFAULT_LOCK_TIMEOUT = 10.0
+FileStamp = tuple[int, int, int]  # inode, modification time (ns), size: every write renames a new file in
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux (x86_64, aarch64): type, whence, start, len, pid
 _process_locks: dict[str, tuple[threading.Lock, int]] = {}
 _process_locks_guard = threading.Lock()
 
@@ -32,10 +40,28 @@ def _lock_for(directory: str) -> tuple[threading.Lock, int]:
     with _process_locks_guard:
         found = _process_locks.get(directory)
         if found is None:
-            fd = os.open(os.path.join(directory, ".lock"),
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            path = os.path.join(directory, LOCK_NAME)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                kind = {errno.EISDIR: "a directory", errno.ELOOP: "a symbolic link"}.get(exc.errno)
+                if kind:
+                    raise DirectoryError(f"registry lock {path} is {kind}, not a regular file; remove it "
+                                         "(the runtime creates a new one)") from None
+                raise DirectoryError(f"registry lock {path} cannot be opened: {exc.strerror}") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise DirectoryError(f"registry lock {path} is not a regular file; remove it "
+                                     "(the runtime creates a new one)")
             found = _process_locks[directory] = (threading.Lock(), fd)
         return found
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid of another process holding a lock on `fd`'s file (F_GETLK), None if nobody does."""
+    result = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    l_type, _, _, _, pid = _FLOCK.unpack(result)
+    return None if l_type == fcntl.F_UNLCK else pid
 
 
 @dataclass(frozen=True)
@@ -45,12 +71,14 @@ class RegistryRecord:
     name: str
     entry: RegistryEntry | None
     error: str | None = None
+    stamp: FileStamp | None = None
 
 
 class Registry:
-    def __init__(self, root: str, *, create: bool = True):
+    def __init__(self, root: str, *, create: bool = True, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
         self.root = root
         self.dir = os.path.join(root, REGISTRY_DIR)
+        self.lock_timeout = lock_timeout
         if create:
             ensure_private_dir(self.dir, what="registry directory")
         else:  # readers and reapers refuse what a node would refuse (§1): symlink, foreign owner, loose mode
@@ -59,16 +87,44 @@ class Registry:
                 raise DirectoryError(f"{root} has no {REGISTRY_DIR}/ directory: no SPEED node has run there")
             check_private_dir(self.dir, what="registry directory")
 
+    # ------------------------------------------------------------------ the lock
     @contextmanager
     def locked(self) -> Iterator[None]:
         thread_lock, fd = _lock_for(self.dir)
-        with thread_lock:
-            fcntl.lockf(fd, fcntl.LOCK_EX)  # fcntl(F_SETLKW) on the whole file
+        deadline = time.monotonic() + self.lock_timeout
+        if not thread_lock.acquire(timeout=self.lock_timeout):
+            raise RegistryLockError(f"another thread of this process kept the registry lock for "
+                                    f"{self.lock_timeout:g} s")
+        try:
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fcntl(F_SETLK) on the whole file
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    holder = lock_holder(fd)
+                    who = f"pid {holder}" if holder else "another process"
+                    raise RegistryLockError(
+                        f"the registry lock {os.path.join(self.dir, LOCK_NAME)} is held by {who}, which kept "
+                        f"it for more than {self.lock_timeout:g} s; is it stopped? (resume it with "
+                        f"`kill -CONT {holder or 'PID'}` or end it)", holder_pid=holder)
+                time.sleep(delay)  # signal handlers run here
+                delay = min(delay * 2, 0.05)
             try:
                 yield
             finally:
                 fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            thread_lock.release()
 
+    def lock_holder(self) -> int | None:
+        """Who holds the registry lock now (another process), for the console's warning."""
+        return lock_holder(_lock_for(self.dir)[1])
+
+    # ------------------------------------------------------------------ reading (no lock: renames are atomic)
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name + SUFFIX)
 
@@ -77,8 +133,7 @@ class Registry:
         return self.read_stamped(name)[0]
 
     def stamp(self, name: str) -> FileStamp | None:
-        """What identifies the current version of `name`'s file, None if there is none. Every
-        write renames a new file over the old one, so a new version has a new inode."""
+        """What identifies the current version of `name`'s file, None if there is none."""
         try:
             st = os.stat(self.path(name), follow_symlinks=False)
         except OSError:
@@ -86,7 +141,8 @@ class Registry:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
     def read_stamped(self, name: str) -> tuple[RegistryEntry | None, FileStamp | None]:
-        """`read`, with the stamp of the version read (taken from the open descriptor)."""
+        """`read`, with the stamp of the version read (taken from the open descriptor). Anything
+        but a regular file (a FIFO, a device, a directory, a symlink) is reported, never read."""
         try:
             fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -102,6 +158,8 @@ class Registry:
             if st.st_size > MAX_ENTRY_BYTES:
                 raise BadEntryError(f"registry entry {name} is larger than {MAX_ENTRY_BYTES} bytes")
             data = os.read(fd, MAX_ENTRY_BYTES + 1)
+        except OSError as exc:
+            raise BadEntryError(f"registry entry {name} cannot be read: {exc.strerror}") from None
         finally:
             os.close(fd)
         entry = RegistryEntry.from_json(data)
@@ -109,6 +167,54 @@ class Registry:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")
         return entry, (st.st_ino, st.st_mtime_ns, st.st_size)
 
+    def read_record(self, name: str) -> RegistryRecord | None:
+        """One entry as a record (never raises for a bad entry); None if the file is gone."""
+        try:
+            entry, stamp = self.read_stamped(name)
+        except BadEntryError as exc:
+            return RegistryRecord(name, None, str(exc), self.stamp(name))
+        return None if entry is None else RegistryRecord(name, entry, None, stamp)
+
+    def names(self) -> list[str]:
+        try:
+            files = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(f[:-len(SUFFIX)] for f in files if f.endswith(SUFFIX) and not f.startswith("."))
+
+    def stamps(self) -> dict[str, FileStamp]:
+        """The current version of every entry file, by one lstat each (no reads)."""
+        out: dict[str, FileStamp] = {}
+        try:
+            it = os.scandir(self.dir)
+        except FileNotFoundError:
+            return out
+        with it:
+            for item in it:
+                name = item.name
+                if name.endswith(SUFFIX) and not name.startswith("."):
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    out[name[:-len(SUFFIX)]] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return out
+
+    def scan(self, previous: dict[str, RegistryRecord] | None = None) -> list[RegistryRecord]:
+        """Every entry, sorted by name. With the records of a previous scan, a file whose stamp did
+        not change is not read again (its record object is reused)."""
+        out = []
+        for name, stamp in sorted(self.stamps().items()):
+            old = previous.get(name) if previous else None
+            if old is not None and old.stamp == stamp:
+                out.append(old)
+                continue
+            record = self.read_record(name)
+            if record is not None:
+                out.append(record)
+        return out
+
+    # ------------------------------------------------------------------ writing (under the lock)
     def _write(self, entry: RegistryEntry) -> None:
         tmp = os.path.join(self.dir, f".{entry.name}.{uuid.uuid4().hex[:12]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -124,13 +230,21 @@ class Registry:
         os.rename(tmp, self.path(entry.name))
 
     def _remove(self, name: str) -> None:
+        """Remove whatever sits at the entry's path (a file, a symlink, an empty directory)."""
+        path = self.path(name)
         try:
-            os.unlink(self.path(name))
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
         except FileNotFoundError:
             pass
+        except OSError:
+            pass  # a non-empty directory: left for the operator; the name stays unusable
 
-    def register(self, entry: RegistryEntry, now: float) -> bool:
-        """Write `entry` if its name is free; returns True when a stale entry was reclaimed."""
+    def register(self, entry: RegistryEntry, now: float, facts: HostFacts | None = None) -> bool:
+        """Write `entry` if its name is free; returns True when a stale or unreadable entry was reclaimed."""
+        facts = facts or local_facts()
         with self.locked():
             try:
                 current = self.read(entry.name)
@@ -138,11 +252,11 @@ class Registry:
                 current, reclaim = None, True
             else:
                 reclaim = current is not None
-            if current is not None and not entry_is_dead(current, now):
+            if current is not None and not judge(current, now, facts).stale:
                 raise NameInUseError(entry.name, current.pid, current.host)
-            if reclaim:
-                self._remove(entry.name)
-            self._write(entry)
+            if reclaim and current is None:
+                self._remove(entry.name)  # unreadable: a symlink or a directory is not renamed over
+            self._write(entry)  # renamed over a stale entry: readers never see the name missing
             return reclaim
 
     def renew(self, entry: RegistryEntry) -> None:
@@ -168,28 +282,19 @@ class Registry:
             self._remove(name)
             return True
 
-    def reap(self, name: str, now: float) -> bool:
+    def reap(self, name: str, now: float, facts: HostFacts | None = None) -> bool:
         """Remove `name`'s entry if it is stale or unreadable; a live entry is never touched."""
+        facts = facts or local_facts()
         with self.locked():
             try:
                 current = self.read(name)
             except BadEntryError:
-                self._remove_any(name)
+                self._remove(name)
                 return True
-            if current is None or not entry_is_dead(current, now):
+            if current is None or not judge(current, now, facts).stale:
                 return False
             self._remove(name)
             return True
-
-    def _remove_any(self, name: str) -> None:
-        path = self.path(name)
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.rmdir(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
 
     def sweep_temporaries(self, older_than: float, now: float | None = None) -> int:
         """Remove temporaries that writers killed mid-write left behind (§4.2 writes a dot-file and
@@ -213,38 +318,3 @@ class Registry:
                 except FileNotFoundError:
                     continue
         return removed
-
-    def names(self) -> list[str]:
-        try:
-            files = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(f[:-len(SUFFIX)] for f in files if f.endswith(SUFFIX) and not f.startswith("."))
-
-    def scan(self) -> list[RegistryRecord]:
-        out = []
-        for name in self.names():
-            try:
-                entry = self.read(name)
-            except BadEntryError as exc:
-                out.append(RegistryRecord(name, None, str(exc)))
-                continue
-            if entry is not None:
-                out.append(RegistryRecord(name, entry))
-        return out
-
-
-def process_gone(entry: RegistryEntry) -> bool:
-    """A same-host, same-boot entry whose process no longer exists (§4.1: MAY be treated as stale).
-    A process that exists proves nothing: PIDs are reused."""
-    same_boot = entry.host == HOSTNAME and BOOT_ID is not None and entry.boot_id == BOOT_ID
-    return same_boot and not pid_exists(entry.pid)
-
-
-def entry_is_dead(entry: RegistryEntry, now: float) -> bool:
-    """Stale by lease (boot-time aware), or its process is gone."""
-    return is_stale(entry, now, BOOT_ID, boottime()) or process_gone(entry)
-
-
-def scan_registry(root: str) -> list[RegistryRecord]:
-    return Registry(root, create=False).scan()

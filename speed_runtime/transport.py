@@ -1,8 +1,14 @@
 """Moving sealed envelopes through inbox directories (wire contract §5.4, §5.5 steps 1–2).
 
-Delivery writes `tmp/<file>` and hard-links it into `inbox/<file>`, which never replaces an
-existing file; reception opens without following links and judges the open descriptor, so a
-file swapped in between is judged as what was actually opened.
+Delivery writes `tmp/<file>` and moves it into `inbox/<file>` with an operation that never
+replaces an existing file; reception opens without following links and judges the open
+descriptor (`core.receiving.judge_file`), so a file swapped in between is judged as what was
+actually opened.
+
+Taking a file is its removal: a receiver dispatches only what its own unlink removed, and a
+sender may withdraw a file it delivered by unlinking it (`retract`) — whichever unlink succeeds
+decides, so a file is either handled by the receiver or reported as not delivered by the sender,
+never both and never neither.
 """
 from __future__ import annotations
 
@@ -10,12 +16,13 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import shutil
 import stat
 import time
 
-from .envelope import OVERHEAD
-from .errors import DeliveryError, EnvelopeError
+from .core.errors import DeliveryError, EnvelopeError
+from .core.receiving import DEFER, FileFacts, header_type, judge_file
 from .fsutil import ensure_private_dir
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -24,7 +31,6 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 RENAME_NOREPLACE = 1
-LINK_GRACE_SECONDS = 2.0
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None)
 if _renameat2 is not None:
@@ -37,10 +43,6 @@ class NameTaken(Exception):
 
 class DirectoryGone(DeliveryError):
     """The target's tmp/ or inbox/ behind our descriptor was removed: reopen and try again."""
-
-
-class NotReady(Exception):
-    """A file with extra links that may be a sender between link() and unlink(): look again soon."""
 
 
 def _move_noreplace(name: str, src_fd: int, dst_fd: int) -> bool:
@@ -65,19 +67,29 @@ def prepare_home(root: str, name: str) -> tuple[str, str]:
 
 
 class TargetDirs:
-    """Open descriptors of one target's tmp/ and inbox/, so each delivery skips path lookups."""
+    """Open descriptors of one target's tmp/ and inbox/, so each delivery skips path lookups.
+    `current()` tells whether the paths still name the directories behind the descriptors (an
+    operator may replace an inbox: `mv inbox inbox.old; mkdir inbox`)."""
 
     def __init__(self, root: str, target: str):
         home = os.path.join(root, target)
+        self.tmp_path, self.inbox_path = os.path.join(home, "tmp"), os.path.join(home, "inbox")
         try:
-            self.tmp_fd = os.open(os.path.join(home, "tmp"), _DIR)
+            self.tmp_fd = os.open(self.tmp_path, _DIR)
         except OSError as exc:
             raise DeliveryError(f"node {target} has no usable tmp/ directory: {exc.strerror}") from None
         try:
-            self.inbox_fd = os.open(os.path.join(home, "inbox"), _DIR)
+            self.inbox_fd = os.open(self.inbox_path, _DIR)
         except OSError as exc:
             os.close(self.tmp_fd)
             raise DeliveryError(f"node {target} has no usable inbox/ directory: {exc.strerror}") from None
+        self._ids = (_dir_id(self.tmp_fd), _dir_id(self.inbox_fd))
+
+    def current(self) -> bool:
+        try:
+            return (_path_id(self.tmp_path), _path_id(self.inbox_path)) == self._ids
+        except OSError:
+            return False
 
     def close(self) -> None:
         for fd in (self.tmp_fd, self.inbox_fd):
@@ -85,6 +97,16 @@ class TargetDirs:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _dir_id(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _path_id(path: str) -> tuple[int, int]:
+    st = os.stat(path, follow_symlinks=False)
+    return st.st_dev, st.st_ino
 
 
 def deliver(dirs: TargetDirs, filename: str, data: bytes) -> None:
@@ -131,38 +153,59 @@ def inject(root: str, target: str, filename: str, data: bytes) -> None:
         dirs.close()
 
 
+class NotReady(Exception):
+    """A file with extra links that may be a sender between link() and unlink(): look again soon."""
+
+
 def read_inbox_file(inbox_fd: int, name: str, max_size: int, trusted_uids: frozenset[int],
                     now: float | None = None) -> bytes:
-    """Read one inbox file safely, or raise EnvelopeError('bad_file' | 'too_large' | 'bad_size'),
-    or NotReady for a freshly hard-linked file that its sender has not unlinked from tmp/ yet."""
+    """Read one inbox file safely, or raise EnvelopeError (reason of §5.5 step 2, with the file's
+    size and header type whenever known), NotReady for a two-link file still within its grace,
+    or FileNotFoundError when it is gone."""
     try:
         fd = os.open(name, _OPEN, dir_fd=inbox_fd)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EACCES, errno.EPERM):
-            raise EnvelopeError("bad_file", f"cannot open safely: {exc.strerror}") from None
+            raise FileRejected("bad_file", f"cannot open safely: {exc.strerror}") from None
         raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise EnvelopeError("bad_file", "not a regular file")
-        if st.st_nlink != 1:
-            if (time.time() if now is None else now) - st.st_ctime < LINK_GRACE_SECONDS:
-                raise NotReady(name)
-            raise EnvelopeError("bad_file", f"the file has {st.st_nlink} links")
-        if st.st_uid not in trusted_uids:
-            raise EnvelopeError("bad_file", f"owned by untrusted uid {st.st_uid}")
-        if st.st_size > max_size:
-            raise EnvelopeError("too_large", f"{st.st_size} bytes exceeds the limit of {max_size}")
-        if st.st_size < OVERHEAD:
-            raise EnvelopeError("bad_size", f"{st.st_size} bytes is shorter than any envelope")
+        facts = FileFacts(st.st_mode, st.st_nlink, st.st_uid, st.st_size, st.st_ctime)
+        verdict = judge_file(facts, time.time() if now is None else now, max_size, trusted_uids)
+        if verdict == DEFER:
+            raise NotReady(name)
+        if verdict is not None:
+            readable = stat.S_ISREG(st.st_mode) and verdict in ("too_large", "bad_size")
+            raise FileRejected(verdict, f"{verdict} ({st.st_size} bytes)",
+                               size=st.st_size if stat.S_ISREG(st.st_mode) else 0,
+                               type=header_type(os.pread(fd, 64, 0)) if readable else "UNKNOWN")
         data = os.read(fd, st.st_size + 1)
         if len(data) != st.st_size:  # changed under us: judge nothing we did not fully read
-            raise EnvelopeError("bad_size", "the file changed size while being read")
+            raise FileRejected("bad_size", "the file changed size while being read", size=len(data),
+                               type=header_type(data))
         return data
     finally:
         os.close(fd)
+
+
+class FileRejected(EnvelopeError):
+    """A file refused at §5.5 step 2, with what is known of it for the journal (§8)."""
+
+    def __init__(self, reason: str, detail: str = "", *, size: int = 0, type: str = "UNKNOWN"):
+        super().__init__(reason, detail)
+        self.size, self.type = size, type
+
+
+def retract(dirs: TargetDirs, filename: str) -> bool:
+    """Withdraw a file this sender delivered; True if it was still there (the receiver never takes
+    it now), False if the receiver already took it."""
+    try:
+        os.unlink(filename, dir_fd=dirs.inbox_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def remove_entry(dir_fd: int, dir_path: str, name: str) -> bool:
@@ -179,6 +222,43 @@ def remove_entry(dir_fd: int, dir_path: str, name: str) -> bool:
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
     return True
+
+
+TEMPORARY_HOME = re.compile(r"speed-cli-[0-9a-f]{8}")  # homes of one-shot `speed call/send` nodes
+TEMPORARY_HOME_GRACE = 60.0
+
+
+def remove_home(root: str, name: str) -> None:
+    """Remove a node's home directory (a temporary node's, on close)."""
+    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def sweep_temporary_homes(root: str, registry, now: float, grace: float = TEMPORARY_HOME_GRACE) -> int:
+    """Remove the homes of one-shot CLI nodes that are gone (killed before they could clean up):
+    no live registry entry, and older than `grace` (a new one registers within milliseconds)."""
+    from .core.errors import BadEntryError
+    from .core.liveness import judge
+    from .fsutil import local_facts
+
+    removed = 0
+    try:
+        items = [item for item in os.scandir(root) if TEMPORARY_HOME.fullmatch(item.name)]
+    except OSError:
+        return 0
+    for item in items:
+        try:
+            if not item.is_dir(follow_symlinks=False) or now - item.stat(follow_symlinks=False).st_mtime < grace:
+                continue
+            entry = registry.read(item.name)
+        except BadEntryError:
+            entry = None
+        except OSError:
+            continue
+        if entry is not None and not judge(entry, now, local_facts()).stale:
+            continue
+        remove_home(root, item.name)
+        removed += 1
+    return removed
 
 
 def sweep_orphans(tmp_dir: str, older_than: float, now: float | None = None) -> int:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from speed_runtime import keyfile, transport
-from speed_runtime.envelope import (HEADER_SIZE, NONCE_SIZE, OVERHEAD, Header, check_framing, decode_header,
+from speed_runtime.core.envelope import (HEADER_SIZE, NONCE_SIZE, OVERHEAD, Header, check_framing, decode_header,
                                     envelope_filename as _filename, open_envelope, seal, type_name)
-from speed_runtime.errors import EnvelopeError, SpeedError
-from speed_runtime.lease import BadEntryError
-from speed_runtime.names import validate_name  # noqa: F401  (re-exported for the actions)
+from speed_runtime.core.errors import EnvelopeError, SpeedError
+from speed_runtime.core.errors import BadEntryError
+from speed_runtime.core.names import validate_name  # noqa: F401  (re-exported for the actions)
 from speed_runtime.registry import Registry
 
 

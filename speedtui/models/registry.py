@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from speed_runtime.lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry
+from speed_runtime.core.entry import MAX_ENTRY_BYTES, RegistryEntry
+from speed_runtime.core.errors import BadEntryError
 
 REGISTRY_DIR = "speed_registry"
 EXPIRING = "expiring"

@@ -743,7 +743,7 @@ def test_c_node_refuses_unauthorized_python_sender(procs, env):
 
 def test_python_opens_shared_vectors():
     rt = _runtime()
-    from speed_runtime import envelope
+    from speed_runtime.core import envelope
     doc = json.loads(VECTORS.read_text(encoding="utf-8"))
     for v in doc["vectors"]:
         key = rt.Key(bytes.fromhex(v["key_hex"]))

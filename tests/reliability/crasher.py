@@ -6,7 +6,7 @@ Kills at least MIN_KILLS children, then goes on until MAX_KILLS or until BUDGET_
 
 MODE deliver: the zygote registers the name `crasher` once; each child seals and delivers up to 8
   MESSAGEs {"i": iteration, "k": k, "blob": "x" * size} (sizes from 0 B to 512 KiB) through the
-  runtime's transport (TargetDirs + deliver, the code under Node._send), sequence i*10**6 + k + 1.
+  runtime's transport (TargetDirs + deliver, the code under Node._send), sequence i*16 + k + 1 (2,000 children leave gaps far below the 65,536 a receiver accepts).
 MODE node: each child starts a full Node `victim` (registration included) and sends the same
   MESSAGEs with Node.send until it is killed.
 The zygote kills each child after a random delay in [0, MAX_DELAY_MS], reaps it, and records the
@@ -19,10 +19,11 @@ import sys
 import time
 import uuid
 
-from speed_runtime import Node, load_key, payloads
-from speed_runtime.envelope import EnvelopeType, Header, envelope_filename, seal
+from speed_runtime import Node, load_key
+from speed_runtime.core import payloads
+from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
 from speed_runtime.fsutil import BOOT_ID, HOSTNAME, boottime
-from speed_runtime.lease import RegistryEntry
+from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.registry import Registry
 from speed_runtime.transport import TargetDirs, deliver
 
@@ -36,7 +37,7 @@ def deliver_child(root, key, target, target_id, source_id, i, rng):
     for k in range(8):
         body = payloads.encode_payload(payloads.message("crasher", target, {"i": i, "k": k,
                                                                          "blob": "x" * blob_size(rng)}))
-        seq, nonce = i * 10**6 + k + 1, os.urandom(12)
+        seq, nonce = i * 16 + k + 1, os.urandom(12)
         header = Header(EnvelopeType.MESSAGE, seq, int(time.time() * 1000), len(body), source_id, target_id)
         deliver(dirs, envelope_filename("crasher", source_id, seq, nonce), seal(header, body, key, nonce))
     signal.pause()

@@ -9,7 +9,7 @@ import threading
 from collections import defaultdict
 
 from speed_runtime import EnvelopeTrace, Node
-from speed_runtime.envelope import parse_filename
+from speed_runtime.core.envelope import parse_filename
 from speed_runtime.journal import read_journal
 
 from ..helpers.wait import wait_until
@@ -66,16 +66,22 @@ def test_senders_killed_at_random_points_never_deliver_a_partial_envelope(root, 
                       "childrenWithDeliveries": len(per_child), "registryTmpLeftovers": len(leftovers)}))
 
 
-def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs, root, key):
+def test_a_receiver_killed_under_load_loses_at_most_what_it_was_handling(procs, root, key):
+    """kill -9 of a receiver under a stream of messages: everything in its inbox at the crash (and written
+    while it was down) is judged by the next instance with a reason, nothing is handled twice, and what is
+    lost is at most what the killed process was handling at that moment: accepted envelopes stay in the
+    inbox until their handler starts (§5.5 step 6), so with one sender that is one envelope."""
     first = procs.start("r", allow=["s"], trace=True, echo=True)
-    total, sent, stop, errors = 6000, [], threading.Event(), []
+    total, stop, errors = 6000, threading.Event(), []
+    sent_old, sent_new = [], []  # (n, seq) of each successful send, before and after the first failure
     inbox = os.path.join(root, "r", "inbox")
     with Node(root, key, "s", allow=["r"], linger_seconds=0) as s:
         def pump():
             n = 0
             while not stop.is_set() and n < total:
                 try:
-                    sent.append(s.send("r", {"n": n}))
+                    seq = s.send("r", {"n": n})
+                    (sent_new if errors else sent_old).append((n, seq))
                     n += 1
                 except Exception as exc:  # noqa: BLE001 - recorded and asserted on below
                     errors.append(repr(exc))
@@ -86,7 +92,6 @@ def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs,
             echoed_old = [json.loads(first.read_line(60)) for _ in range(300)]
             first.proc.kill()  # kill -9 under load
             first.proc.wait()
-            at_crash = sorted(os.listdir(inbox))
             # the entry still has lease left, but its process is gone: the sender stops writing at once
             wait_until(lambda: len(errors) >= 3, timeout=60, what="the sender to notice the crash")
             while True:  # what the old instance printed before it died (the pipe is closed: no waiting)
@@ -101,7 +106,7 @@ def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs,
             sender.join()
         assert errors and all("has exited" in e and "NodeUnavailableError" in e for e in errors), errors[:3]
         for n in range(200):  # the new instance is up: what is sent now is for it
-            sent.append(s.send("r", {"n": f"after {n}"}))
+            sent_new.append((f"after {n}", s.send("r", {"n": f"after {n}"})))
         journal = os.path.join(root, "speed_traces", "r.jsonl")
         waiting = {parse_filename(n).sequence for n in at_restart if parse_filename(n)}
         echoed_new, rejected = [], {}
@@ -109,31 +114,32 @@ def test_a_receiver_killed_under_load_loses_nothing_that_was_in_its_inbox(procs,
         def judged():
             while True:
                 try:
-                    echoed_new.append(json.loads(second.lines.get_nowait())["seq"])
+                    echoed_new.append(json.loads(second.lines.get_nowait()))
                 except Exception:
                     break
             rejected.clear()
             rejected.update({e.seq: e.reason for e in read_journal(journal)[0]
                              if isinstance(e, EnvelopeTrace) and e.outcome == "rejected" and e.peer == "s"})
-            return echoed_new and echoed_new[-1] == sent[-1] and waiting <= set(rejected) | set(echoed_new)
+            handled = {m["data"]["n"] for m in echoed_new}
+            return all(n in handled for n, _ in sent_new) and waiting <= set(rejected)
         try:
             wait_until(judged, timeout=180, interval=0.1, what="the new instance to judge every envelope it found")
         except TimeoutError:
-            missing = sorted(waiting - set(rejected) - set(echoed_new))
-            raise AssertionError(f"{len(missing)} of {len(waiting)} never judged (first {missing[:5]}); last sent "
-                                 f"{sent[-1]}, last echoed {echoed_new[-1:] }, inbox now {len(os.listdir(inbox))}, "
-                                 f"rejected {len(rejected)}, stderr {''.join(second.stderr)[-500:]}") from None
-    old_seqs = [m["seq"] for m in echoed_old]
-    assert old_seqs == sorted(old_seqs) and echoed_new == sorted(echoed_new)
-    assert not set(old_seqs) & set(echoed_new), "an envelope was handed to the application twice"
+            missing = sorted(waiting - set(rejected))
+            raise AssertionError(f"{len(missing)} of {len(waiting)} never judged (first {missing[:5]}); "
+                                 f"{len(echoed_new)} of {len(sent_new)} new ones handled, inbox now "
+                                 f"{len(os.listdir(inbox))}, stderr {''.join(second.stderr)[-500:]}") from None
+    handled_old = [m["data"]["n"] for m in echoed_old]
+    handled_new = [m["data"]["n"] for m in echoed_new]
+    assert handled_old == sorted(handled_old), "the old instance handled a sender out of order"
+    assert [m["seq"] for m in echoed_new] == sorted(m["seq"] for m in echoed_new)
+    assert not set(handled_old) & set(handled_new), "an envelope was handed to the application twice"
+    assert len(handled_new) == len(set(handled_new)) == len(sent_new)
     # every envelope in the inbox at the crash, or written into it while the node was down, was judged by
     # the new instance with a reason (they name the dead instance: wrong_target, docs/PROTOCOL.md reading 7)
-    assert {rejected[q] for q in waiting if q in rejected} <= {"wrong_target"}
-    assert waiting <= set(rejected) | set(echoed_new)
-    # what is neither handled nor rejected is what the killed process had already taken out of its inbox and
-    # not yet handed to its application: contract §5.5 step 6 removes before dispatching (at most once)
-    in_flight = sorted(set(sent) - set(old_seqs) - set(echoed_new) - set(rejected))
-    assert len(in_flight) < 300 and all(q > old_seqs[299] for q in in_flight), in_flight[:20]
-    print(json.dumps({"sent": len(sent), "echoedBeforeKill": len(old_seqs), "inInboxAtCrash": len(at_crash),
+    assert {rejected[q] for q in waiting} <= {"wrong_target"}
+    lost = [n for n, seq in sent_old if n not in set(handled_old) and seq not in rejected]
+    assert len(lost) <= 1, f"lost {len(lost)} envelopes (at most the one being handled): {lost[:10]}"
+    print(json.dumps({"sent": len(sent_old) + len(sent_new), "handledBeforeKill": len(handled_old),
                       "inInboxAtRestart": len(waiting), "rejectedAfterRestart": len(rejected),
-                      "acceptedAfterRestart": len(echoed_new), "inFlightAtKill": len(in_flight)}))
+                      "handledAfterRestart": len(handled_new), "lostAtKill": len(lost)}))

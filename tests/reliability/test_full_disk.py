@@ -84,7 +84,7 @@ def test_a_full_file_system_fails_sends_cleanly_and_recovers(small_fs, key):
         for name in ("r", "s"):
             before = registry.read(name).last_heartbeat
             wait_until(lambda: registry.read(name).last_heartbeat > before, timeout=20, what=f"{name} to renew")
-        assert all(t.is_alive() for t in r._threads + s._threads) and r.state == s.state == "running"
+        assert all(t.is_alive() for t in r.threads() + s.threads()) and r.state == s.state == "running"
         assert s.send("r", "after") == 2  # the failed send consumed no sequence number (reading 5)
         assert r.receive(timeout=20).data == "after"
         assert s.call("r", "echo", {"ok": 1}, timeout=20) == {"ok": 1}

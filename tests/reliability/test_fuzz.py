@@ -17,12 +17,13 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speed_runtime import payloads
-from speed_runtime.envelope import (DEFAULT_MAX_PAYLOAD, OVERHEAD, EnvelopeType, Header, open_envelope,
+from speed_runtime.core import payloads
+from speed_runtime.core.envelope import (DEFAULT_MAX_PAYLOAD, OVERHEAD, EnvelopeType, Header, open_envelope,
                                     parse_filename, seal)
-from speed_runtime.errors import EnvelopeError, KeyFileError
+from speed_runtime.core.errors import EnvelopeError, KeyFileError
 from speed_runtime.keyfile import Key, parse_key_text
-from speed_runtime.lease import BadEntryError, RegistryEntry
+from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.errors import BadEntryError
 
 KEY = Key(bytes(range(32)))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

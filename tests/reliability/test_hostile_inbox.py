@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from speed_runtime import AccessDeniedError, Node, payloads
-from speed_runtime.envelope import EnvelopeType, Header, envelope_filename, seal
+from speed_runtime import AccessDeniedError, Node
+from speed_runtime.core import payloads
+from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
 from speed_runtime.journal import read_journal
 
 from ..helpers.wait import wait_until
@@ -25,9 +26,9 @@ def rchar(pid):
 def craft(sender, target_name, target_id, key, data, seq):
     body = payloads.encode_payload(payloads.message(sender.name, target_name, data))
     nonce = os.urandom(12)
-    header = Header(EnvelopeType.MESSAGE, seq, int(time.time() * 1000), len(body), sender._id_bytes,
+    header = Header(EnvelopeType.MESSAGE, seq, int(time.time() * 1000), len(body), sender.id_bytes,
                     bytes.fromhex(target_id.replace("-", "")))
-    return envelope_filename(sender.name, sender._id_bytes, seq, nonce), seal(header, body, key, nonce)
+    return envelope_filename(sender.name, sender.id_bytes, seq, nonce), seal(header, body, key, nonce)
 
 
 def journal_rejections(root, name):
@@ -147,18 +148,18 @@ def test_a_fresh_grant_is_honoured_even_when_the_senders_cache_lags(root, key, m
     entry is still the file's current version before every send (one stat)."""
     with Node(root, key, "a", allow=["b"], linger_seconds=0) as a, Node(root, key, "b", allow=[]) as b:
         wait_until(lambda: "b" in a.peers(), what="a to see b")
-        monkeypatch.setattr(a._monitor, "process_hints", lambda: None)  # a's watch stops following changes
-        monkeypatch.setattr(a._monitor, "rescan", lambda: None)
+        monkeypatch.setattr(a.monitor, "process_hints", lambda *_: None)  # a's watch stops following changes
+        monkeypatch.setattr(a.monitor, "rescan", lambda *_: None)
         b.allow("a")
         a.send("b", "right after the grant")
         assert b.receive(timeout=20).data == "right after the grant"
-        granted = a._monitor.get("b")
+        granted = a.monitor.get("b")
         b.revoke("a")  # honoured by the sender at once: nothing is written
         with pytest.raises(AccessDeniedError, match="does not allow a"):
             a.send("b", "after the revoke")
         assert os.listdir(os.path.join(root, "b", "inbox")) == []
         # a revoke that lands between the sender's read and its delivery: the inbound check discards it unread
-        monkeypatch.setattr(a._monitor, "current", lambda name: granted)
+        monkeypatch.setattr(a.monitor, "current", lambda name: granted)
         a.send("b", "raced the revoke")
         wait_until(lambda: b.counters()["rejected"] == {"unauthorized": 1}, timeout=20, what="the inbound check")
 
@@ -174,6 +175,6 @@ def test_a_late_look_at_a_consumed_file_records_no_second_judgement(root, key):
         a.add_observer(lambda e: sent.append(e) if getattr(e, "outcome", "") == "sent" else None)
         a.send("b", "once", confirm=True, timeout=20)
         b.revoke("a")
-        b._receive_batch([sent[0].file, "not-an-envelope"])  # the late wake-up, as the protocol thread sees it
+        b.receiver.look_again([sent[0].file, "not-an-envelope"])  # the late wake-up, as the protocol thread sees it
         assert [(e.outcome, e.reason) for e in events] == [("accepted", None)]
         assert b.counters()["rejected"] == {}

@@ -11,8 +11,9 @@ import time
 import uuid
 
 from speed_runtime import EnvelopeTrace, Node
-from speed_runtime.fsutil import BOOT_ID, HOSTNAME, boottime, prepare_root
-from speed_runtime.lease import RegistryEntry, lease_state
+from speed_runtime.fsutil import BOOT_ID, HOSTNAME, boottime, local_facts, prepare_root
+from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.liveness import judge
 from speed_runtime.registry import Registry
 
 from ..helpers.processes import SPEED
@@ -73,16 +74,16 @@ def test_malformed_entries_never_crash_any_reader(root, key, procs, workdir):
         names = plant_hostile_entries(registry.dir, workdir)
         # a running node's monitor sees them all (rescans every 0.2 s) ...
         bad_expected = set(names) - {"hugelease", "hugepid"}  # these two are valid entries
-        wait_until(lambda: bad_expected <= set(a._monitor.bad_entries), timeout=20, what="a's monitor to see them")
+        wait_until(lambda: bad_expected <= set(a.monitor.bad_entries), timeout=20, what="a's monitor to see them")
         # ... and keeps renewing and delivering
         beat = registry.read("a").last_heartbeat
         wait_until(lambda: registry.read("a").last_heartbeat > beat, timeout=20, what="a to renew its lease")
-        assert all(t.is_alive() for t in a._threads + b._threads)
+        assert all(t.is_alive() for t in a.threads() + b.threads())
         a.send("b", "still fine")
         assert b.receive(timeout=20).data == "still fine"
         # a node started among them starts
         with Node(root, key, "c") as c:
-            assert c.state == "running" and set(c._monitor.bad_entries) >= bad_expected
+            assert c.state == "running" and set(c.monitor.bad_entries) >= bad_expected
         records = {r.name: r for r in registry.scan()}
         assert {n for n, r in records.items() if r.entry is None} == bad_expected
         listing = cli(procs, "registry")
@@ -161,7 +162,7 @@ def test_paused_owner_is_fenced_and_its_later_envelopes_are_rejected(root, key, 
             inbox = os.path.join(root, "sink", "inbox")
             wait_until(lambda: not os.listdir(inbox), timeout=30, what="the sink to drain")
             registry = Registry(root)
-            wait_until(lambda: lease_state(registry.read("chatty"), time.time()) == "stale", timeout=30,
+            wait_until(lambda: judge(registry.read("chatty"), time.time()).stale, timeout=30,
                        what="the paused owner's lease to expire")
             accepted_before = len(got)
             with Node(root, key, "chatty", allow=["sink"]) as usurper:
@@ -207,7 +208,7 @@ def test_a_pid_never_evicts_a_live_owner(procs, root, key):
     else:
         raise AssertionError("unreachable")
     try:
-        wait_until(lambda: lease_state(registry.read("ghost"), time.time(), BOOT_ID, boottime()) == "stale",
+        wait_until(lambda: judge(registry.read("ghost"), time.time(), local_facts()).stale,
                    timeout=10, what="the ghost's lease to pass")
         with Node(root, key, "ghost") as heir:
             assert registry.read("ghost").id == heir.id

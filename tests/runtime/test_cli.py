@@ -10,7 +10,7 @@ import pytest
 
 from speed_runtime import Node
 from speed_runtime.keyfile import load_key
-from speed_runtime.lease import RegistryEntry
+from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.registry import Registry
 
 SPEED = [sys.executable, "-m", "speed_runtime"]

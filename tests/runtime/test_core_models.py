@@ -6,13 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speed_runtime import payloads
-from speed_runtime.access import AccessRegistry, explain_call, policy_allows
-from speed_runtime.envelope import EnvelopeType
-from speed_runtime.errors import EnvelopeError, InvalidNameError
-from speed_runtime.lease import BadEntryError, RegistryEntry, heartbeat_age, is_stale, lease_state, remaining
-from speed_runtime.names import validate_name
-from speed_runtime.replay import ReplayGuard
+from speed_runtime.core import payloads
+from speed_runtime.core.access import explain_call, policy_allows
+from speed_runtime.core.envelope import EnvelopeType
+from speed_runtime.core.errors import EnvelopeError, InvalidNameError
+from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.errors import BadEntryError
+from speed_runtime.core.liveness import HostFacts, judge
+from speed_runtime.core.liveness import heartbeat_age as _age
+from speed_runtime.node.grants import AccessRegistry
+from speed_runtime.core.names import validate_name
+from speed_runtime.core.replay import ReplayGuard
 
 SRC = b"\x01" * 16
 
@@ -62,6 +66,26 @@ def test_replay_accepts_exactly_the_increasing_fresh_envelopes(steps):
 
 
 # ---------------------------------------------------------------- lease
+def _facts(boot_id, boottime_now):
+    return None if boot_id is None else HostFacts("elsewhere", boot_id, boottime_now, lambda pid: True)
+
+
+def lease_state(e, now, boot_id=None, boottime_now=None):
+    return judge(e, now, _facts(boot_id, boottime_now)).state
+
+
+def is_stale(e, now):
+    return judge(e, now).stale
+
+
+def remaining(e, now):
+    return judge(e, now).remaining
+
+
+def heartbeat_age(e, now, boot_id, boottime_now):
+    return _age(e, now, _facts(boot_id, boottime_now))
+
+
 def entry(**kw):
     base = dict(name="n", id=str(uuid.uuid4()), last_heartbeat=1000.0, lease_seconds=30.0)
     base.update(kw)
@@ -165,7 +189,7 @@ def test_explain_call_names_each_missing_grant():
 
 # ---------------------------------------------------------------- journal lines
 @given(st.builds(
-    __import__("speed_runtime.trace", fromlist=["EnvelopeTrace"]).EnvelopeTrace,
+    __import__("speed_runtime.core.records", fromlist=["EnvelopeTrace"]).EnvelopeTrace,
     ts=st.floats(0, 2e9), node=st.just("n"), dir=st.sampled_from(["in", "out"]), peer=st.text(max_size=20),
     type=st.sampled_from(["MESSAGE", "SPC_REQUEST"]), seq=st.integers(0, 2**64 - 1), size=st.integers(0, 10**6),
     outcome=st.sampled_from(["sent", "accepted", "rejected"]), reason=st.none() | st.just("bad_tag"),
@@ -174,7 +198,7 @@ def test_explain_call_names_each_missing_grant():
     latency_ms=st.none() | st.floats(0, 1e6), envelope=st.none() | st.binary(max_size=200)))
 @settings(max_examples=200, deadline=None)
 def test_journal_line_encoder_writes_exactly_the_record(event):
-    from speed_runtime.journal import encode_line, parse_line
+    from speed_runtime.core.records import encode_line, parse_line
     line = encode_line(event, 64 * 1024)
     assert line.endswith("\n") and line.count("\n") == 1
     assert json.loads(line) == event.to_record()

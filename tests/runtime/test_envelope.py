@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speed_runtime.envelope import (HEADER_SIZE, OVERHEAD, EnvelopeType, Header, decode_header, envelope_filename,
+from speed_runtime.core.envelope import (HEADER_SIZE, OVERHEAD, EnvelopeType, Header, decode_header, envelope_filename,
                                     open_envelope, parse_filename, seal)
-from speed_runtime.errors import EnvelopeError
+from speed_runtime.core.errors import EnvelopeError
 from speed_runtime.keyfile import Key
 
 KEY = Key(bytes(range(32)))

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from speed_runtime.errors import KeyFileError
+from speed_runtime.core.errors import KeyFileError
 from speed_runtime.keyfile import Key, format_key_text, generate_key_file, load_key, parse_key_text
 
 RAW = bytes(range(32))

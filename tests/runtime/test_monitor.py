@@ -4,8 +4,8 @@ import os
 import time
 import uuid
 
-from speed_runtime.fsutil import prepare_root
-from speed_runtime.lease import RegistryEntry
+from speed_runtime.fsutil import local_facts, prepare_root
+from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.monitor import RegistryMonitor
 from speed_runtime.registry import Registry
 
@@ -16,7 +16,7 @@ def entry(name, **fields):
 
 def monitor(root):
     registry = Registry(prepare_root(root))
-    return registry, RegistryMonitor(registry, "watcher", observe=lambda event, subject: None, wake=lambda: None)
+    return registry, RegistryMonitor(registry, "watcher", observe=lambda event, subject: None, facts=local_facts)
 
 
 def test_current_sees_a_restarted_peer_before_any_hint(root):

@@ -9,7 +9,7 @@ import time
 
 from speed_runtime import Node
 from speed_runtime.journal import read_journal
-from speed_runtime.lease import lease_state
+from speed_runtime.core.liveness import judge
 from speed_runtime.registry import Registry
 from speed_runtime.transport import inject
 
@@ -46,7 +46,7 @@ def test_killed_node_goes_stale_and_its_name_is_reclaimed(procs, key):
     victim.proc.wait()
     registry = Registry(procs.root)
     assert registry.read("victim").id == victim.id  # a crash leaves the entry behind ...
-    wait_until(lambda: lease_state(registry.read("victim"), time.time()) == "stale", what="the lease to expire")
+    wait_until(lambda: judge(registry.read("victim"), time.time()).stale, what="the lease to expire")
     events = []
     node = Node(procs.root, key, "victim")
     node.add_observer(events.append)
@@ -60,7 +60,7 @@ def test_paused_owner_loses_its_lease_and_stops(procs, key):
     paused.signal(signal.SIGSTOP)
     registry = Registry(procs.root)
     try:
-        wait_until(lambda: lease_state(registry.read("paused"), time.time()) == "stale", what="the lease to expire")
+        wait_until(lambda: judge(registry.read("paused"), time.time()).stale, what="the lease to expire")
         with Node(procs.root, key, "paused") as usurper:
             paused.signal(signal.SIGCONT)
             assert paused.proc.wait(30) == 5

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from speed_runtime.errors import DeliveryError
+from speed_runtime.core.errors import DeliveryError
 from speed_runtime.transport import DirectoryGone, NameTaken, TargetDirs, deliver, prepare_home
 
 

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from speed_runtime.envelope import Header, envelope_filename, open_envelope, seal
-from speed_runtime.errors import EnvelopeError
+from speed_runtime.core.envelope import Header, envelope_filename, open_envelope, seal
+from speed_runtime.core.errors import EnvelopeError
 from speed_runtime.keyfile import Key, parse_key_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

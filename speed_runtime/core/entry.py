@@ -1,14 +1,15 @@
-"""Registry entries and lease arithmetic (wire contract §4). Pure: time is an argument."""
+"""Registry entries (wire contract §4): the model, and its JSON form with the validation every
+reader applies. Pure. Liveness is judged in `core.liveness`."""
 from __future__ import annotations
 
 import json
 import math
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .errors import SpeedError
+from .errors import BadEntryError
 from .names import is_valid_name
 
 PROTOCOL = 1
@@ -18,11 +19,7 @@ MAX_ENTRY_BYTES = 64 * 1024
 
 _KNOWN = ("name", "id", "pid", "host", "status", "startupTimestamp", "lastHeartbeat", "leaseSeconds",
           "heartbeatSeconds", "protocol", "groups", "allow", "services", "runtime", "bootId",
-          "bootTimeHeartbeat")
-
-
-class BadEntryError(SpeedError):
-    """A registry entry cannot be parsed; readers treat it as stale and report it."""
+          "bootTimeHeartbeat", "features")
 
 
 @dataclass(frozen=True)
@@ -43,14 +40,12 @@ class RegistryEntry:
     runtime: str = ""
     boot_id: str | None = None
     boot_time_heartbeat: float | None = None
+    features: tuple[str, ...] = ()  # contract §9: extensions this node speaks
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @cached_property
     def id_bytes(self) -> bytes:
         return uuid.UUID(self.id).bytes
-
-    def renewed(self, now: float, boottime: float | None) -> "RegistryEntry":
-        return replace(self, last_heartbeat=now, boot_time_heartbeat=boottime)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)
@@ -65,6 +60,8 @@ class RegistryEntry:
             out["bootId"] = self.boot_id
         if self.boot_time_heartbeat is not None:
             out["bootTimeHeartbeat"] = self.boot_time_heartbeat
+        if self.features:
+            out["features"] = list(self.features)
         return out
 
     def to_json(self) -> bytes:
@@ -105,6 +102,7 @@ class RegistryEntry:
             services=_names(obj.get("services")), runtime=_str(obj.get("runtime"), ""),
             boot_id=obj.get("bootId") if isinstance(obj.get("bootId"), str) else None,
             boot_time_heartbeat=float(obj["bootTimeHeartbeat"]) if _finite(obj.get("bootTimeHeartbeat")) else None,
+            features=_names(obj.get("features")),
             extra={k: v for k, v in obj.items() if k not in _KNOWN},
         )
 
@@ -134,31 +132,3 @@ def _names(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list):
         return ()
     return tuple(x for x in v if isinstance(x, str))
-
-
-def heartbeat_age(entry: RegistryEntry, now: float, boot_id: str | None = None,
-                  boottime_now: float | None = None) -> float:
-    """Seconds since the last renewal; on the same boot, measured on CLOCK_BOOTTIME (§4.1)."""
-    if (boot_id is not None and entry.boot_id == boot_id and entry.boot_time_heartbeat is not None
-            and boottime_now is not None):
-        return boottime_now - entry.boot_time_heartbeat
-    return now - entry.last_heartbeat
-
-
-def remaining(entry: RegistryEntry, now: float, boot_id: str | None = None,
-              boottime_now: float | None = None) -> float:
-    """Seconds of lease left (negative once stale)."""
-    return entry.lease_seconds - heartbeat_age(entry, now, boot_id, boottime_now)
-
-
-def is_stale(entry: RegistryEntry, now: float, boot_id: str | None = None,
-             boottime_now: float | None = None) -> bool:
-    return remaining(entry, now, boot_id, boottime_now) < 0
-
-
-def lease_state(entry: RegistryEntry, now: float, boot_id: str | None = None,
-                boottime_now: float | None = None) -> str:
-    """"online", "leaving" or "stale"."""
-    if is_stale(entry, now, boot_id, boottime_now):
-        return "stale"
-    return "leaving" if entry.status == "leaving" else "online"

@@ -1,7 +1,10 @@
 """Replay protection (wire contract §5.5 step 5). Pure: time is an argument.
 
 State is kept per sender instance (the 16-byte source node ID): the last accepted sequence
-number and the gaps seen. Nonces are remembered for as long as an envelope carrying them could
+number and the gaps seen. A gap (envelopes skipped over) is accepted and counted up to `max_gap`
+(65,536 by default, contract 1.1); a larger jump is `bad_sequence`, so one forged envelope with a
+huge sequence number cannot make a link's genuine envelopes look replayed. For a sender instance
+not seen before, the last accepted sequence is 0. Nonces are remembered for as long as an envelope carrying them could
 still pass the timestamp check, so memory is bounded by the accepted rate times twice the window.
 """
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from .errors import EnvelopeError
 
 DEFAULT_WINDOW_MS = 60_000
+DEFAULT_MAX_GAP = 65_536
 
 
 @dataclass
@@ -26,6 +30,7 @@ class SenderState:
 @dataclass
 class ReplayGuard:
     window_ms: int = DEFAULT_WINDOW_MS
+    max_gap: int = DEFAULT_MAX_GAP
     senders: dict[bytes, SenderState] = field(default_factory=dict)
     _nonces: "OrderedDict[bytes, int]" = field(default_factory=OrderedDict)
     _next_prune_ms: int = 0
@@ -42,9 +47,12 @@ class ReplayGuard:
         last = state.last_seq if state else 0
         if seq <= last:
             raise EnvelopeError("replayed_sequence", f"sequence {seq} is not after {last}")
+        gap = seq - last - 1
+        if gap > self.max_gap:
+            raise EnvelopeError("bad_sequence", f"sequence {seq} skips {gap} envelopes after {last} "
+                                                f"(at most {self.max_gap} may be missing)")
         if state is None:
             state = self.senders[source_id] = SenderState(sender)
-        gap = seq - last - 1
         if gap:
             state.gaps += 1
             state.missing += gap
@@ -63,9 +71,6 @@ class ReplayGuard:
             if expiry >= now_ms:
                 break
             del nonces[oldest]
-
-    def forget_sender(self, source_id: bytes) -> None:
-        self.senders.pop(source_id, None)
 
     @property
     def remembered_nonces(self) -> int:

@@ -16,7 +16,7 @@ from nacl import bindings as _sodium
 from nacl.exceptions import CryptoError
 
 from .errors import EnvelopeError
-from .keyfile import Key
+from .keys import Key
 
 VERSION = 1
 HEADER_SIZE = 64

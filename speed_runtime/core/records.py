@@ -1,0 +1,193 @@
+"""Trace events and their journal records (wire contract §8): the one writer (`encode_line`) and
+the one parser (`parse_line`, `parse_record`) of journal lines. Pure.
+
+An event is a NamedTuple (one is built per envelope, so they are cheap). `encode_line` builds the
+line without a dict per record, because the journal writes one line per envelope; every string a
+peer can influence goes through `json.dumps`. `to_record()` is that same line as a dict.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import sys
+from typing import Any, NamedTuple
+
+REJECT_REASONS = (
+    "unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target", "unknown_sender",
+    "stale_timestamp", "replayed_nonce", "replayed_sequence", "bad_sequence", "unexpected_response",
+    "too_large", "bad_payload", "bad_file",
+)
+LEASE_EVENTS = (
+    "registered", "reclaimed", "renewed_late", "lost", "deregistered", "observed_join",
+    "observed_expiry", "observed_leave", "reaped",
+)
+# health events of a node about itself (kind "health", an addition to §8 that readers skip)
+HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
+                 "renewal_failed", "stopped_renewing", "services_abandoned")
+RECORD_KINDS = ("envelope", "lease", "health")
+MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
+ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
+
+
+class EnvelopeTrace(NamedTuple):
+    """One envelope sent, accepted or rejected."""
+
+    ts: float
+    node: str
+    dir: str            # "out" | "in"
+    peer: str
+    type: str
+    seq: int
+    size: int
+    outcome: str        # "sent" | "accepted" | "rejected"
+    reason: str | None = None
+    request_id: str | None = None
+    service: str | None = None
+    status: str | None = None
+    error_code: str | None = None
+    latency_ms: float | None = None
+    envelope: bytes | None = None
+    file: str | None = None  # inbox file name (observers only, not journaled)
+
+    kind = "envelope"
+
+    def to_record(self, *, include_envelope: bool = True) -> dict[str, Any]:
+        return json.loads(encode_line(self, ENVELOPE_FIELD_LIMIT if include_envelope else -1))
+
+
+class LeaseTrace(NamedTuple):
+    ts: float
+    node: str
+    subject: str
+    event: str
+
+    kind = "lease"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
+class HealthTrace(NamedTuple):
+    """A node's report about itself: its receiving failed or recovered, its renewals stopped…"""
+
+    ts: float
+    node: str
+    event: str
+    detail: str = ""
+
+    kind = "health"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
+class SpcTrace(NamedTuple):
+    """An SPC call finished on the caller's side (observers only: the journal has it on the
+    SPC_RESPONSE record with `latencyMs`)."""
+
+    ts: float
+    node: str
+    target: str
+    service: str
+    request_id: str
+    status: str
+    error_code: str | None
+    latency_ms: float
+
+    kind = "spc"
+
+
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | SpcTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace)
+
+_dump = json.dumps
+_OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12))
+
+
+def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT) -> str:
+    """One journal line (with its newline). The envelope is kept when it is at most
+    `envelope_limit` bytes."""
+    if isinstance(event, LeaseTrace):
+        return (f'{{"kind":"lease","ts":{event.ts!r},"node":{_dump(event.node)},"subject":{_dump(event.subject)},'
+                f'"event":{_dump(event.event)}}}\n')
+    if isinstance(event, HealthTrace):
+        return (f'{{"kind":"health","ts":{event.ts!r},"node":{_dump(event.node)},"event":{_dump(event.event)},'
+                f'"detail":{_dump(event.detail)}}}\n')
+    e = event
+    line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
+            f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
+            f'"outcome":{_dump(e.outcome)}')
+    for key, index in _OPTIONAL:
+        value = e[index]
+        if value is not None:
+            line += f',"{key}":{_dump(value)}'
+    if e.latency_ms is not None:
+        line += f',"latencyMs":{float(e.latency_ms)!r}'
+    if e.envelope is not None and len(e.envelope) <= envelope_limit:
+        line += ',"envelope":"' + binascii.b2a_base64(e.envelope, newline=False).decode("ascii") + '"'
+    return line + "}\n"
+
+
+def parse_line(line: bytes | str) -> JournalEvent | None:
+    """One journal line back as an event; None for anything that is not a valid record (torn,
+    not JSON, nested beyond the parser's depth, over MAX_LINE_BYTES, unknown kind)."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        return parse_record(json.loads(line))
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        return None
+
+
+def _name(v: Any) -> str:
+    """Node names, types, outcomes and reasons repeat in every record: share one string each
+    (readers such as the console keep tens of thousands of records)."""
+    if not isinstance(v, str):
+        raise TypeError("not a string")
+    return sys.intern(v) if len(v) <= 64 else v
+
+
+def parse_record(rec: Any) -> JournalEvent | None:
+    """A decoded journal record back as an event; None if it is not a valid record."""
+    if not isinstance(rec, dict):
+        return None
+    try:
+        kind = rec.get("kind", "envelope")
+        ts = _number(rec["ts"])
+        node = _name(rec["node"])
+        if kind == "lease":
+            return LeaseTrace(ts, node, _name(rec["subject"]), _name(rec["event"]))
+        if kind == "health":
+            return HealthTrace(ts, node, _name(rec["event"]), _opt(rec, "detail") or "")
+        if kind != "envelope":
+            return None
+        envelope = rec.get("envelope")
+        return EnvelopeTrace(
+            ts=ts, node=node, dir=_name(rec["dir"]), peer=_name(rec["peer"]), type=_name(rec["type"]),
+            seq=int(_number(rec.get("seq", 0))), size=int(_number(rec.get("size", 0))),
+            outcome=_name(rec["outcome"]), reason=_opt_name(rec, "reason"), request_id=_opt(rec, "requestId"),
+            service=_opt_name(rec, "service"), status=_opt_name(rec, "status"),
+            error_code=_opt_name(rec, "errorCode"),
+            latency_ms=_number(rec["latencyMs"]) if rec.get("latencyMs") is not None else None,
+            envelope=base64.b64decode(envelope, validate=True) if isinstance(envelope, str) else None,
+        )
+    except (KeyError, TypeError, ValueError, OverflowError, binascii.Error):
+        return None
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError("not a number")
+    return float(v)
+
+
+def _opt(rec: dict, key: str) -> str | None:
+    v = rec.get(key)
+    return v if isinstance(v, str) else None
+
+
+def _opt_name(rec: dict, key: str) -> str | None:
+    v = rec.get(key)
+    return _name(v) if isinstance(v, str) else None

@@ -1,0 +1,5 @@
+"""A SPEED node: the threads and the file system around the pure core (see node.py)."""
+from .config import NodeConfig
+from .node import RUNTIME, Node
+
+__all__ = ["Node", "NodeConfig", "RUNTIME"]

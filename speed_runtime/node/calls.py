@@ -1,0 +1,337 @@
+"""Speed Procedure Calls on a node (wire contract §5.6): the caller's side (requests, its own
+deadline, responses accepted only from the instance called) and the callee's side (checks,
+per-service concurrency, deadlines honoured before a service starts, one response).
+
+Callee scheduling: at most `service_concurrency` requests of one service run at once and at most
+`spc_workers` in all, so one slow service cannot take every worker; a request that cannot start
+before its deadline (the request's timestamp + timeoutMs) is answered TIMEOUT at the deadline and
+never runs, so a caller that retries after a TIMEOUT does not execute it twice.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..core import payloads
+from ..core.envelope import EnvelopeType
+from ..core.errors import AccessDeniedError, ConfigError, SpcError
+from ..core.records import SpcTrace
+from ..core.services import RegisteredService, precheck
+from .sender import Sender
+from .telemetry import Telemetry
+from .threads import Deadlines, WorkerPool, settle
+
+
+# ============================================================================ the caller's side
+@dataclass
+class PendingCall:
+    future: Future
+    target: str
+    target_id: bytes   # the instance the request went to: only it may answer
+    service: str
+    started: float     # time.perf_counter() when sent
+    deadline: float    # time.monotonic() after which any response is late
+    timeout: float
+
+
+class Caller:
+    def __init__(self, name: str, sender: Sender, allows: Callable[[str], bool], deadlines: Deadlines,
+                 telemetry: Telemetry):
+        self.name, self._sender, self._allows = name, sender, allows
+        self._deadlines, self._telemetry = deadlines, telemetry
+        self._lock = threading.Lock()
+        self._pending: dict[str, PendingCall] = {}
+
+    def call_async(self, target: str, service: str, arguments: Any, timeout: float) -> Future:
+        entry = self._sender.live_entry(target)
+        self._sender.check_grant(target, entry)
+        if not self._allows(target):
+            raise AccessDeniedError(f"{self.name} does not allow {target}, so the response could not come back; "
+                                    f"grant it on {self.name} (allow {target}) first", missing=(self.name, target))
+        request_id = uuid.uuid4().hex
+        future: Future = Future()
+        call = PendingCall(future, target, entry.id_bytes, service, time.perf_counter(), time.monotonic() + timeout,
+                           timeout)
+        with self._lock:
+            self._pending[request_id] = call
+        body = payloads.encode_payload(payloads.spc_request(self.name, target, request_id, service,
+                                                            {} if arguments is None else arguments,
+                                                            max(1, int(timeout * 1000))))
+        try:
+            self._sender.send(target, EnvelopeType.SPC_REQUEST, body, entry=entry,
+                              trace_extra={"request_id": request_id, "service": service})
+        except BaseException:
+            self._pop(request_id)
+            raise
+        self._telemetry.count("spcCalls")
+        future.add_done_callback(lambda f: self._pop(request_id) if f.cancelled() else None)
+        self._deadlines.at(call.deadline, lambda: self._expire(request_id))
+        return future
+
+    def _pop(self, request_id: str) -> PendingCall | None:
+        with self._lock:
+            return self._pending.pop(request_id, None)
+
+    def _expire(self, request_id: str) -> None:
+        call = self._pop(request_id)
+        if call is None:
+            return
+        self._telemetry.count("spcErrors")
+        self._finish(call, request_id, "ERROR", "TIMEOUT")
+        settle(call.future, error=SpcError("TIMEOUT", f"{call.target} did not answer {call.service} "
+                                           f"within {call.timeout:g} s", request_id=request_id))
+
+    def _finish(self, call: PendingCall, request_id: str, status: str, code: str | None) -> float:
+        latency = (time.perf_counter() - call.started) * 1000
+        self._telemetry.emit(SpcTrace(time.time(), self.name, call.target, call.service, request_id, status, code,
+                                      latency))
+        return latency
+
+    def expects(self, sender: str, source_id: bytes, payload: dict) -> bool:
+        """Whether this response answers a pending call to exactly that node instance, in time. A
+        response after the call's deadline is late whether or not the deadline thread has run yet."""
+        request_id = payload["requestId"]
+        call = self._pending.get(request_id)
+        if call is None or call.target != sender or call.target_id != source_id:
+            return False
+        if time.monotonic() >= call.deadline:
+            self._expire(request_id)
+            return False
+        return True
+
+    def pending(self, request_id: str) -> bool:
+        return request_id in self._pending
+
+    def resolve(self, payload: dict) -> dict[str, Any]:
+        """Settle the call a response answers (checked with `expects` first); returns trace fields."""
+        request_id = payload["requestId"]
+        call = self._pop(request_id)
+        extra: dict[str, Any] = {"request_id": request_id, "status": payload["status"],
+                                 "error_code": payload.get("errorCode")}
+        if call is None:  # expired between the check and now
+            self._telemetry.count("lateResponses")
+            return extra
+        status, code = payload["status"], payload.get("errorCode")
+        extra["latency_ms"] = self._finish(call, request_id, status, code)
+        extra["service"] = call.service
+        if status == "SUCCESS":
+            settle(call.future, payload["result"])
+        else:
+            self._telemetry.count("spcErrors")
+            settle(call.future, error=SpcError(code, payload.get("errorMessage", ""), request_id=request_id))
+        return extra
+
+    def fail_all(self, error: Exception) -> None:
+        with self._lock:
+            calls, self._pending = list(self._pending.values()), {}
+        for call in calls:
+            settle(call.future, error=error)
+
+
+# ============================================================================ the callee's side
+class ServiceTable:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._services: dict[str, RegisteredService] = {}
+
+    def add(self, service: RegisteredService) -> None:
+        with self._lock:
+            if service.name in self._services:
+                raise ConfigError(f"a service named {service.name!r} is already registered on this node")
+            self._services[service.name] = service
+
+    def remove(self, name: str) -> bool:
+        with self._lock:
+            return self._services.pop(name, None) is not None
+
+    def get(self, name: str) -> RegisteredService | None:
+        return self._services.get(name)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._services)
+
+
+@dataclass
+class Request:
+    caller: str
+    request_id: str
+    service_name: str
+    arguments: Any
+    deadline: float | None         # monotonic; None when the request carries no timeoutMs
+    take: Callable[[], bool]       # remove the request's file; False when its sender withdrew it
+    done: Callable[[], None]       # the receiver may read ahead again
+    answered: threading.Lock = field(default_factory=threading.Lock)
+    state: str = "waiting"         # waiting | running | finished
+
+
+Reply = Callable[[str, EnvelopeType, dict, dict, bytes | None], None]
+
+
+class Callee:
+    def __init__(self, name: str, services: ServiceTable, allows: Callable[[str], bool], reply: Reply,
+                 deadlines: Deadlines, telemetry: Telemetry, workers: int, per_service: int):
+        self.name, self.services, self._allows, self._reply = name, services, allows, reply
+        self._deadlines, self._telemetry = deadlines, telemetry
+        self._per_service = per_service
+        self._pool = WorkerPool(workers, f"speed-{name}-spc", lambda exc: telemetry.count("handlerErrors"))
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+        self._total = 0
+        self._waiting: dict[str, deque[Request]] = {}
+
+    def submit(self, request: Request) -> None:
+        """A request that passed the receiver's checks: check it as a callee, then run or queue it."""
+        service = self.services.get(request.service_name)
+        try:
+            if not self._allows(request.caller):
+                raise SpcError("ACCESS_DENIED", f"{self.name} does not allow {request.caller}")
+            precheck(service, request.service_name, request.caller, request.arguments)
+        except SpcError as exc:
+            if request.take():
+                self._respond(request, error=exc)
+            self._finish(request)
+            return
+        with self._lock:
+            if self._room(request.service_name):
+                self._start(request, service)
+                return
+            self._waiting.setdefault(request.service_name, deque()).append(request)
+        if request.deadline is not None:
+            self._deadlines.at(request.deadline, lambda: self._expire_waiting(request))
+
+    def _room(self, service_name: str) -> bool:
+        return self._total < self._workers and self._running.get(service_name, 0) < self._per_service
+
+    def _start(self, request: Request, service: RegisteredService) -> None:
+        """Under the lock: mark running and hand to a worker."""
+        request.state = "running"
+        self._running[request.service_name] = self._running.get(request.service_name, 0) + 1
+        self._total += 1
+        try:
+            self._pool.submit(lambda: self._run(request, service))
+        except RuntimeError:  # the pool stopped with the node
+            self._running[request.service_name] -= 1
+            self._total -= 1
+            request.state = "finished"
+            threading.Thread(target=self._refuse_stopping, args=(request,), daemon=True).start()
+
+    def _refuse_stopping(self, request: Request) -> None:
+        if request.take():
+            self._respond(request, error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))
+        request.done()
+
+    def _run(self, request: Request, service: RegisteredService) -> None:
+        try:
+            now = time.monotonic()
+            if request.deadline is not None and now >= request.deadline:
+                if request.take():
+                    self._late(request)
+                return
+            if not request.take():
+                self._telemetry.count("withdrawn")
+                return
+            if service.timeout:  # a running service is bounded by its own limit; the deadline bounds its start
+                limit = service.timeout
+                self._deadlines.at(now + limit, lambda: self._respond(request, error=SpcError(
+                    "TIMEOUT", f"service {request.service_name!r} exceeded its time limit of {limit:g} s")))
+            try:
+                result = service.run(request.arguments, request.caller)
+            except SpcError as exc:
+                self._respond(request, error=exc)
+            except Exception as exc:
+                self._respond(request, error=SpcError(
+                    "EXECUTION_FAILED", f"{request.service_name} raised {type(exc).__name__}: {exc}"[:500]))
+            else:
+                self._respond(request, result)
+        finally:
+            self._finish(request, running=True)
+
+    def _finish(self, request: Request, running: bool = False) -> None:
+        nxt: list[tuple[Request, RegisteredService]] = []
+        with self._lock:
+            request.state = "finished"
+            if running:
+                self._running[request.service_name] -= 1
+                self._total -= 1
+            for name in [request.service_name, *self._waiting]:  # the same service first, then the others
+                queue = self._waiting.get(name)
+                while queue and self._room(name):
+                    waiting = queue.popleft()
+                    service = self.services.get(name)
+                    if service is None:
+                        waiting.state = "finished"
+                        nxt.append((waiting, None))
+                        continue
+                    self._start(waiting, service)
+                if queue is not None and not queue:
+                    self._waiting.pop(name, None)
+        request.done()
+        for waiting, _ in nxt:  # unregistered while it waited
+            if waiting.take():
+                self._respond(waiting, error=SpcError("SERVICE_NOT_FOUND",
+                                                      f"no service named {waiting.service_name!r} is registered"))
+            waiting.done()
+
+    def _expire_waiting(self, request: Request) -> None:
+        with self._lock:
+            if request.state != "waiting":
+                return
+            request.state = "finished"
+            queue = self._waiting.get(request.service_name)
+            if queue is not None:
+                try:
+                    queue.remove(request)
+                except ValueError:
+                    pass
+        if request.take():
+            self._late(request)
+        request.done()
+
+    def _late(self, request: Request) -> None:
+        self._telemetry.count("servicesTimedOutUnstarted")
+        self._respond(request, error=SpcError("TIMEOUT", f"service {request.service_name!r} could not start "
+                                                         "before the request's deadline; it was not run"))
+
+    def _respond(self, request: Request, result: Any = None, error: SpcError | None = None) -> None:
+        if not request.answered.acquire(blocking=False):
+            return  # already answered (result and deadline raced)
+        encoded = None
+        caller, name, request_id = request.caller, request.service_name, request.request_id
+        if error is None:
+            try:  # encoded once, here, so that a result that is not JSON becomes an error response
+                body = payloads.spc_success(self.name, caller, request_id, result)
+                encoded = payloads.encode_payload(body)
+            except (TypeError, ValueError):
+                error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a value that is not JSON")
+        if error is not None:
+            body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
+        self._reply(caller, EnvelopeType.SPC_RESPONSE, body,
+                    {"request_id": request_id, "service": name, "status": body["status"],
+                     "error_code": body.get("errorCode")}, encoded)
+
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._total or any(self._waiting.values()))
+
+    def stop(self, deadline: float) -> bool:
+        """Let running and waiting requests finish until `deadline`; then answer what still waits
+        and leave what runs (its thread is a daemon; its result is dropped). False if any was left."""
+        while self.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            left = [r for queue in self._waiting.values() for r in queue]
+            self._waiting.clear()
+            for r in left:
+                r.state = "finished"
+        for request in left:
+            if request.take():
+                self._respond(request, error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))
+            request.done()
+        return self._pool.stop(deadline) and not left

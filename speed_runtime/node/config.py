@@ -1,0 +1,98 @@
+"""Every setting of a Node, with its default and its bounds, checked once at construction."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Iterable
+
+from ..core.envelope import DEFAULT_MAX_PAYLOAD
+from ..core.errors import ConfigError
+from ..core.liveness import MAX_LEASE_SECONDS
+from ..core.names import validate_name
+from ..core.replay import DEFAULT_MAX_GAP
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    groups: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 5.0
+    trace: bool = False
+    journal_max_bytes: int = 64 * 1024 * 1024
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    replay_window: float = 60.0
+    max_gap: int = DEFAULT_MAX_GAP             # §5.5 step 5: larger sequence jumps are bad_sequence
+    rescan_seconds: float = 1.0                # inbox rescan, the backstop of inotify
+    registry_rescan_seconds: float = 5.0       # registry rescan: one stat per entry, reads only changes
+    orphan_seconds: float = 30.0               # temporaries older than this are a crashed writer's
+    reap_stale: bool = True                    # remove other nodes' stale entries…
+    reap_grace_seconds: float = 60.0           # …once they have been stale this long
+    trusted_uids: frozenset[int] | None = None  # owners of inbox files we read (default: our euid)
+    lane_workers: int = 4                      # threads running message handlers (one sender at a time each)
+    spc_workers: int = 16                      # services running at once, in all
+    service_concurrency: int = 4               # services running at once, per service
+    read_ahead: int = 8                        # envelopes taken from the inbox per sender before handled
+    read_ahead_total: int = 256                # … and from all senders together
+    linger_seconds: float = 10.0               # on close: wait for receivers to take what we delivered
+    drain_seconds: float = 30.0                # on close: the most time spent handling what is left in the inbox
+    stop_grace_seconds: float = 5.0            # on close: the most time to wait for running services
+    lock_timeout: float = 10.0                 # registry lock wait (§4.2)
+    observe_registry: bool = True              # follow every entry (joins, expiries); off for one-shot CLI nodes
+    temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise ConfigError(f"unknown Node option {unknown[0]!r}; the options are: {', '.join(sorted(names))}")
+        values = dict(options)
+        for key in ("groups", "allow"):
+            if key in values:
+                values[key] = tuple(dict.fromkeys(values[key]))
+        if values.get("trusted_uids") is not None:
+            values["trusted_uids"] = frozenset(values["trusted_uids"])
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        _positive("lease_seconds", self.lease_seconds, MAX_LEASE_SECONDS)
+        _positive("heartbeat_seconds", self.heartbeat_seconds, MAX_LEASE_SECONDS)
+        if not self.heartbeat_seconds < self.lease_seconds:
+            raise ConfigError("the heartbeat interval must be shorter than the lease")
+        for name in ("replay_window", "rescan_seconds", "registry_rescan_seconds", "orphan_seconds",
+                     "lock_timeout"):
+            _positive(name, getattr(self, name), 86_400.0)
+        for name in ("reap_grace_seconds", "linger_seconds", "drain_seconds", "stop_grace_seconds"):
+            _non_negative(name, getattr(self, name))
+        for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
+                     "read_ahead_total", "journal_max_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+        if isinstance(self.max_gap, bool) or not isinstance(self.max_gap, int) or self.max_gap < 0:
+            raise ConfigError(f"max_gap must be a non-negative integer, not {self.max_gap!r}")
+        for name in (*self.groups, *self.allow):
+            validate_name(name)
+
+    @property
+    def uids(self) -> frozenset[int]:
+        return self.trusted_uids if self.trusted_uids is not None else frozenset({os.geteuid()})
+
+
+def _positive(name: str, value: Any, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= most:
+        raise ConfigError(f"{name} must be a number of seconds above 0 and at most {most:g}, not {value!r}")
+
+
+def _non_negative(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a finite number of seconds, 0 or more, not {value!r}")
+
+
+def names_of(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))

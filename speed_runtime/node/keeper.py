@@ -1,0 +1,180 @@
+"""The lease keeper of a node: its registry entry (register, renew, publish, deregister) and the
+registry thread, which renews the lease every `heartbeatSeconds`, keeps the registry monitor
+current, reaps other nodes' stale entries after a grace period, sweeps what crashed writers left
+behind, and flushes the journal.
+
+A lease is renewed only while the protocol thread makes progress. When it stops (its inbox cannot
+be read, or it hangs), the node publishes `leaving` once — senders refuse it at once instead of
+filling an inbox nobody reads — and stops renewing, so its lease runs out; when the thread makes
+progress again, the node publishes `online` and renews as before. A node is never online and deaf.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from ..core.entry import RegistryEntry
+from ..core.errors import LeaseLostError, RegistryLockError
+from ..fsutil import boottime, local_facts
+from ..monitor import RegistryMonitor
+from ..registry import SUFFIX, Registry
+from ..transport import sweep_orphans, sweep_temporary_homes
+
+
+class LeaseKeeper:
+    def __init__(self, node: Any, make_entry: Callable[[float, str], RegistryEntry]):
+        self.node = node
+        cfg = node.config
+        self.config = cfg
+        self.registry = Registry(node.root, lock_timeout=cfg.lock_timeout)
+        self.monitor = RegistryMonitor(self.registry, node.name, self._observed, local_facts)
+        self._make_entry = make_entry
+        self._last_renew_bt = 0.0
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._rescan_requested = True
+        self.thread: threading.Thread | None = None
+        self.deaf = False
+        self.deaf_after = max(3 * cfg.rescan_seconds, 2 * cfg.heartbeat_seconds)
+
+    # ------------------------------------------------------------------ the entry
+    def register(self, now: float) -> bool:
+        self._last_renew_bt = boottime()
+        return self.registry.register(self._make_entry(now, "online"), now, local_facts())
+
+    def publish(self, status: str | None = None) -> bool:
+        """Write our entry now (a heartbeat, or a change of grants, services or status)."""
+        if status is None:
+            status = "leaving" if self.deaf or self.node.state == "closing" else "online"
+        bt = boottime()
+        late = bt - self._last_renew_bt > self.config.lease_seconds
+        try:
+            self.registry.renew(self._make_entry(time.time(), status))
+        except LeaseLostError as exc:
+            self.node.lose_lease(exc)
+            return False
+        except RegistryLockError as exc:
+            self.node.telemetry.count("registryWriteErrors")
+            self.node.telemetry.problem("registry_lock_held", str(exc))
+            return False
+        except OSError as exc:  # full or failing disk: keep running, the next heartbeat tries again
+            self.node.telemetry.count("registryWriteErrors")
+            self.node.telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}")
+            return False
+        self._last_renew_bt = bt
+        if late:
+            self.node.telemetry.lease_event("renewed_late", self.node.name)
+        return True
+
+    def lease_valid(self) -> bool:
+        return boottime() - self._last_renew_bt <= self.config.lease_seconds
+
+    def deregister(self) -> bool:
+        try:
+            return self.registry.deregister(self.node.name, self.node.id)
+        except (RegistryLockError, OSError) as exc:
+            self.node.telemetry.problem("renewal_failed", f"cannot remove its registry entry: {exc}")
+            return False
+
+    # ------------------------------------------------------------------ the thread
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-registry", daemon=True)
+        self.thread.start()
+
+    def wake(self, rescan: bool = False) -> None:
+        if rescan:
+            self._rescan_requested = True
+        self._wake.set()
+
+    def hint(self, file_name: str) -> None:
+        """An inotify event in the registry directory."""
+        if file_name.endswith(SUFFIX) and not file_name.startswith("."):
+            self.monitor.hint(file_name[:-len(SUFFIX)])
+            self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def _loop(self) -> None:
+        cfg = self.config
+        next_beat = time.monotonic() + cfg.heartbeat_seconds
+        next_scan = next_sweep = time.monotonic()
+        while not self._stopping.is_set():
+            self._wake.wait(0.25)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            try:
+                now = time.monotonic()
+                if self.node.state == "running":
+                    self._watch_receiving(now)
+                if self.node.state in ("running", "closing"):
+                    if not self.deaf and (now >= next_beat or not self.lease_valid()):
+                        self.publish()
+                        next_beat = now + cfg.heartbeat_seconds
+                if cfg.observe_registry:
+                    if now >= next_scan or self._rescan_requested:
+                        self._rescan_requested = False
+                        self.monitor.rescan(time.time())
+                        next_scan = now + cfg.registry_rescan_seconds
+                    else:
+                        self.monitor.process_hints(time.time())
+                    if cfg.reap_stale:
+                        self._reap(time.time())
+                if now >= next_sweep:
+                    self._sweep()
+                    next_sweep = now + max(1.0, cfg.orphan_seconds / 2)
+                if self.node.journal is not None:
+                    self.node.journal.flush()
+            except Exception as exc:  # the keeper must outlive any one failure
+                self.node.telemetry.count("protocolErrors")
+                self.node.telemetry.problem("renewal_failed", f"registry thread: {type(exc).__name__}: {exc}")
+
+    def _watch_receiving(self, now: float) -> None:
+        receiver = self.node.receiver
+        stalled = not receiver.alive() or now - receiver.last_progress > self.deaf_after
+        if stalled and not self.deaf:
+            self.deaf = True
+            self.node.telemetry.problem(
+                "stopped_renewing", "its protocol thread has made no progress for "
+                f"{now - receiver.last_progress:.0f} s: published `leaving` and stopped renewing its lease")
+            self.publish("leaving")
+        elif not stalled and self.deaf:
+            self.deaf = False
+            if self.publish():
+                self.node.telemetry.recovered("receiving_recovered", "its protocol thread makes progress again: "
+                                                                     "online, renewing its lease")
+
+    def _reap(self, now: float) -> None:
+        grace = self.config.reap_grace_seconds
+        for name, stale_for in self.monitor.stale_for(now).items():
+            if stale_for >= grace:
+                try:
+                    reaped = self.registry.reap(name, now, local_facts())
+                except (RegistryLockError, OSError):
+                    return
+                if reaped:
+                    self.node.telemetry.lease_event("reaped", name)
+                self.monitor.refresh(name)
+
+    def _sweep(self) -> None:
+        cfg = self.config
+        sweep_orphans(self.node.receiver.tmp_path, cfg.orphan_seconds)
+        try:
+            self.registry.sweep_temporaries(cfg.orphan_seconds)
+        except RegistryLockError:
+            pass
+        sweep_temporary_homes(self.node.root, self.registry, time.time())
+
+    # ------------------------------------------------------------------ observations
+    def _observed(self, event: str, subject: str) -> None:
+        self.node.telemetry.lease_event(event, subject)
+
+
+def home_of(root: str, name: str) -> str:
+    return os.path.join(root, name)

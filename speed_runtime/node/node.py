@@ -1,0 +1,367 @@
+"""Node: one SPEED node, composed of its parts, and the public API.
+
+    receiver  node/receiver.py  the protocol thread: inbox and registry wake-ups, checks, dispatch
+    sender    node/sender.py    links, sealing, delivery, retraction, acknowledgements
+    caller    node/calls.py     SPC requests and their responses
+    callee    node/calls.py     SPC services: checks, per-service concurrency, deadlines
+    keeper    node/keeper.py    the registry entry, the lease, the registry monitor and its thread
+    telemetry node/telemetry.py counters, observers, health reports
+
+Threads: the protocol thread, the registry thread, a deadline thread, message handlers (lanes on
+a daemon pool) and service workers (a daemon pool).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable
+
+from ..core import payloads
+from ..core.entry import RegistryEntry
+from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType, Header
+from ..core.errors import ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError
+from ..core.keys import Key
+from ..core.message import Message
+from ..core.names import validate_name
+from ..core.services import Service, ServicePolicy, as_registered
+from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts, prepare_root
+from ..journal import JournalWriter
+from ..keyfile import load_key
+from ..transport import remove_home
+from .calls import Callee, Caller, ServiceTable
+from .config import NodeConfig
+from .grants import AccessRegistry
+from .keeper import LeaseKeeper
+from .receiver import Receiver
+from .sender import Sender
+from .telemetry import Telemetry
+from .threads import Deadlines, WorkerPool, settle
+
+RUNTIME = "speed_runtime-python/0.1"
+
+
+class Node:
+    """One SPEED node. Use as a context manager, or call start() and close().
+
+    `Node(root, key, name, **options)`: the options are the fields of NodeConfig (groups, allow,
+    lease_seconds, heartbeat_seconds, trace, max_payload, read_ahead, …), or `config=NodeConfig(...)`.
+    """
+
+    def __init__(self, root: str | os.PathLike, key: Key | str | os.PathLike, name: str, *,
+                 config: NodeConfig | None = None, **options: Any):
+        self.name = validate_name(name)
+        self.key = key if isinstance(key, Key) else load_key(key)
+        if config is not None and options:
+            raise ConfigError("pass either config= or keyword options, not both")
+        self.config = config if config is not None else NodeConfig.from_options(options)
+        self.root = prepare_root(os.fspath(root))
+        self.id = str(uuid.uuid4())
+        self.id_bytes = uuid.UUID(self.id).bytes
+        self.groups = self.config.groups
+        self.access = AccessRegistry(self.config.allow)
+        self.telemetry = Telemetry(self.name)
+        self.journal: JournalWriter | None = None
+        self._state = "new"
+        self._state_lock = threading.Lock()
+        self._started_at = 0.0
+        self._handlers: list[Callable[[Message], None]] = []
+        self._lease_lost_handlers: list[Callable[[LeaseLostError], None]] = []
+        self._received: "queue.Queue[Message]" = queue.Queue()
+        self.services = ServiceTable()
+        self.keeper = LeaseKeeper(self, self._entry)
+        self.monitor = self.keeper.monitor
+        self.sender = Sender(self.root, self.name, self.id_bytes, self.key, self.config.max_payload, self.monitor,
+                             local_facts, self.telemetry)
+        self.receiver = Receiver(self)
+
+    # ----------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "Node":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, id={self.id}, state={self._state})"
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def start(self) -> "Node":
+        with self._state_lock:
+            if self._state != "new":
+                raise ConfigError(f"node {self.name} was already started; create a new Node instead")
+            self._state = "starting"
+        cfg = self.config
+        self.lane_pool = WorkerPool(cfg.lane_workers, f"speed-{self.name}-lane", self.handler_failed)
+        try:
+            self.receiver.open(self.keeper.registry.dir if cfg.observe_registry else None)
+            if cfg.trace:
+                self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes)
+                self.telemetry.observers.append(self.journal)
+            self._started_at = time.time()
+            reclaimed = self.keeper.register(self._started_at)
+        except BaseException:
+            self._release()
+            self._state = "closed"
+            raise
+        self.telemetry.lease_event("reclaimed" if reclaimed else "registered", self.name)
+        self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
+        self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry)
+        self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
+                             self.telemetry, cfg.spc_workers, cfg.service_concurrency)
+        if cfg.observe_registry:
+            self.monitor.rescan(time.time())
+        self._state = "running"
+        self.receiver.start()
+        self.keeper.start()
+        return self
+
+    def close(self) -> None:
+        """Leave gracefully (contract §4.2): publish `leaving`, tell the nodes that allow us, handle
+        everything already in the inbox, wait (bounded) for handlers and services, linger until
+        receivers took what we sent, deregister, stop every thread."""
+        with self._state_lock:
+            if self._state in ("new", "closed", "closing"):
+                self._state = "closed" if self._state == "new" else self._state
+                return
+            was_lost = self._state == "lost"
+            self._state = "closing"
+        cfg = self.config
+        start = time.monotonic()
+        if not was_lost:
+            self.keeper.publish("leaving")
+            self._say_goodbye()
+            self.receiver.drain(start + cfg.drain_seconds)
+        stop_by = time.monotonic() + cfg.stop_grace_seconds
+        handlers_done = self.lane_pool.wait_idle(stop_by)
+        services_done = self.callee.stop(stop_by)
+        if not (handlers_done and services_done):
+            self.telemetry.problem("services_abandoned", "handlers or services still running after "
+                                   f"{cfg.stop_grace_seconds:g} s were left behind; their results are dropped")
+        if not was_lost:
+            self.sender.linger(time.monotonic() + cfg.linger_seconds)
+        self.receiver.stop()
+        self.keeper.stop()
+        self.lane_pool.stop(time.monotonic())
+        self.deadlines.stop()
+        if not was_lost and self.keeper.deregister():
+            self.telemetry.lease_event("deregistered", self.name)
+        self.caller.fail_all(NodeClosedError(f"node {self.name} closed before the response arrived"))
+        for waiter in self.sender.pending_acks():
+            settle(waiter, error=NodeClosedError(f"node {self.name} closed before the acknowledgement arrived"))
+        self._release()
+        if cfg.temporary:
+            remove_home(self.root, self.name)
+        self._state = "closed"
+
+    def _say_goodbye(self) -> None:
+        for name, entry in self.monitor.entries().items():
+            if name != self.name and self.name in entry.allow:
+                try:
+                    self.sender.send(name, EnvelopeType.EVENT,
+                                     payloads.encode_payload(payloads.event(self.name, name, "leave")))
+                except Exception:  # best effort: a peer that went away cannot be told
+                    pass
+
+    def _release(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        if getattr(self.receiver, "watch", None) is not None:
+            self.receiver.close()
+        self.sender.close()
+
+    # ----------------------------------------------------------------- access and services
+    def allow(self, *names: str) -> None:
+        """Grant nodes the right to write to this node's inbox; published at once."""
+        if self.access.allow(*names):
+            self._publish()
+
+    def revoke(self, *names: str) -> None:
+        if self.access.revoke(*names):
+            self._publish()
+
+    @property
+    def allowed(self) -> list[str]:
+        return self.access.names()
+
+    def register(self, service_name: str, service: Service | Callable, *,
+                 policy: ServicePolicy | Iterable[str] | None = None, timeout: float | None = None) -> None:
+        """Offer a service for SPC; a duplicate name raises ConfigError."""
+        if not isinstance(service_name, str) or not service_name:
+            raise ConfigError("a service name must be a non-empty string")
+        self.services.add(as_registered(service_name, service, policy, timeout))
+        self._publish()
+
+    def unregister(self, service_name: str) -> None:
+        if self.services.remove(service_name):
+            self._publish()
+
+    # ----------------------------------------------------------------- observation
+    def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]:
+        """Call `observer(event)` for every trace event; returns a function that unsubscribes."""
+        return self.telemetry.add_observer(observer)
+
+    def on_message(self, handler: Callable[[Message], None]) -> None:
+        """Handle MESSAGEs on the sender's lane; without a handler they queue for receive()."""
+        self._handlers.append(handler)
+
+    def on_lease_lost(self, handler: Callable[[LeaseLostError], None]) -> None:
+        self._lease_lost_handlers.append(handler)
+
+    def receive(self, timeout: float | None = None) -> Message:
+        """Next queued MESSAGE (only used when no on_message handler is set)."""
+        try:
+            return self._received.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no message arrived within {timeout} s") from None
+
+    def counters(self) -> dict[str, Any]:
+        return self.telemetry.snapshot()
+
+    def replay_state(self) -> dict[str, Any]:
+        replay = self.receiver.replay
+        return {"senders": replay.snapshot(), "nonces": replay.remembered_nonces, "windowMs": replay.window_ms}
+
+    def peers(self) -> dict[str, RegistryEntry]:
+        return self.monitor.entries()
+
+    def threads(self) -> list[threading.Thread]:
+        """The node's long-lived threads (protocol, registry, deadlines); worker threads come and go."""
+        deadlines = getattr(self, "deadlines", None)
+        return [t for t in (self.receiver.thread, self.keeper.thread, deadlines and deadlines.thread)
+                if t is not None]
+
+    # ----------------------------------------------------------------- sending
+    def _check_running(self) -> None:
+        if self._state == "lost":
+            raise LeaseLostError(f"node {self.name} lost its lease and can no longer send")
+        if self._state not in ("running", "closing"):
+            raise NodeClosedError(f"node {self.name} is not running; start it first")
+
+    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:
+        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran."""
+        self._check_running()
+        body = payloads.encode_payload(payloads.message(self.name, target, data))
+        if not confirm:
+            return self.sender.send(target, EnvelopeType.MESSAGE, body)
+        entry = self.sender.live_entry(target)
+        waiter: Future = Future()
+        seq = self.sender.send(target, EnvelopeType.MESSAGE, body, flags=FLAG_ACK_REQUESTED, entry=entry,
+                               before_deliver=lambda s: self.sender.expect_ack(target, s, entry.id_bytes, waiter))
+        try:
+            waiter.result(timeout)
+        except TimeoutError:
+            raise DeliveryTimeoutError(f"{target} did not acknowledge message {seq} within {timeout:g} s "
+                                       "(it may still be handled)") from None
+        finally:
+            self.sender.forget_ack(target, seq)
+        return seq
+
+    def call(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Any:
+        """Call `service` on `target` and return its result; errors raise SpcError with .code."""
+        return self.call_async(target, service, arguments, timeout=timeout).result()
+
+    def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
+        self._check_running()
+        return self.caller.call_async(target, service, arguments, timeout)
+
+    def reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None,
+              body: bytes | None = None) -> None:
+        """Send an answer (response, ACK, ERROR, probe reply); a failure is counted, never raised."""
+        try:
+            self._check_running()
+            self.sender.send(target, etype, body if body is not None else payloads.encode_payload(payload),
+                             trace_extra=trace_extra)
+        except Exception:
+            self.telemetry.count("undeliverable")
+
+    # ----------------------------------------------------------------- what the receiver calls
+    def may_receive(self) -> bool:
+        """Whether the protocol thread may take files now: running (or closing) and our lease is
+        known to be ours (fencing by time, docs/PROTOCOL.md reading 3)."""
+        if self._state not in ("running", "closing"):
+            return False
+        if self.keeper.lease_valid():
+            return True
+        self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
+        return False
+
+    def deliver_message(self, message: Message, header: Header) -> None:
+        try:
+            if self._handlers:
+                for handler in list(self._handlers):
+                    handler(message)
+            else:
+                self._received.put(message)
+        except Exception as exc:
+            self.telemetry.count("handlerErrors")
+            if header.ack_requested:
+                self.reply(message.sender, EnvelopeType.ERROR,
+                           {"from": self.name, "to": message.sender, "errorCode": "EXECUTION_FAILED",
+                            "errorMessage": f"message handler failed: {type(exc).__name__}",
+                            "refSeq": header.sequence})
+            return
+        if header.ack_requested:
+            self.reply(message.sender, EnvelopeType.ACK, payloads.ack(self.name, message.sender, header.sequence))
+
+    def answer_probe(self, sender: str) -> None:
+        entry = self.monitor.get(sender) or self.monitor.refresh(sender)
+        if entry is not None and self.name in entry.allow:
+            self.reply(sender, EnvelopeType.HEARTBEAT, payloads.heartbeat(self.name, sender, True))
+
+    def registry_hint(self, file_name: str) -> None:
+        self.keeper.hint(file_name)
+
+    def monitor_overflowed(self) -> None:
+        self.keeper.wake(rescan=True)
+
+    def name_taken(self) -> bool:
+        """Whether another instance now holds our name (then we have lost our lease)."""
+        try:
+            current = self.keeper.registry.read(self.name)
+        except Exception:
+            return False
+        if current is not None and current.id != self.id:
+            self.lose_lease(LeaseLostError(f"node {self.name} lost its lease to pid {current.pid}"))
+            return True
+        return False
+
+    def lose_lease(self, exc: LeaseLostError) -> None:
+        with self._state_lock:
+            if self._state != "running":
+                return
+            self._state = "lost"
+        self.telemetry.lease_event("lost", self.name)
+        self.caller.fail_all(exc)
+        for waiter in self.sender.pending_acks():
+            settle(waiter, error=exc)
+        for handler in list(self._lease_lost_handlers):
+            try:
+                handler(exc)
+            except Exception:
+                self.telemetry.count("handlerErrors")
+
+    def handler_failed(self, exc: BaseException) -> None:
+        self.telemetry.count("handlerErrors")
+
+    # ----------------------------------------------------------------- the registry entry
+    def _entry(self, now: float, status: str) -> RegistryEntry:
+        cfg = self.config
+        return RegistryEntry(
+            name=self.name, id=self.id, last_heartbeat=now, pid=os.getpid(), host=HOSTNAME, status=status,
+            startup_timestamp=self._started_at, lease_seconds=cfg.lease_seconds,
+            heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(self.access.names()),
+            services=tuple(self.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
+            boot_time_heartbeat=boottime(), extra={"counters": self.counters()},
+        )
+
+    def _publish(self) -> None:
+        if self._state in ("running", "starting", "closing"):
+            self.keeper.publish()
+

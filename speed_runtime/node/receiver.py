@@ -1,0 +1,484 @@
+"""The receiving half of a node: the protocol thread (wire contract §5.5).
+
+It waits on the node's one inotify instance (inbox and registry directory), lists the inbox on
+overflow and every `rescan_seconds`, judges each file with the pure core (`core.receiving`) and
+hands what passed to the application: MESSAGEs to the sender's lane, SPC requests to the callee,
+responses and acknowledgements to whoever waits for them.
+
+Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
+accepted envelopes wait for their handler (`read_ahead_total` from all senders); the rest stay in
+the inbox, unread, and only their names are remembered (bounded too; beyond the bound the inbox
+is listed again later). An accepted MESSAGE or request is removed from the inbox only when its
+handler starts (§5.5 step 6: remove, then dispatch), so a `kill -9` loses at most the envelopes
+being handled at that moment; what waits is still in the inbox for the next instance to judge.
+
+No exception ends this thread: a failure is counted, reported (log, health event) and retried
+with a short backoff; the node stops renewing its lease while the thread makes no progress (see
+keeper.py), so a node that cannot read its inbox is never online and deaf. An inbox that was
+replaced (`mv inbox inbox.old; mkdir inbox`) or removed is adopted anew, and what senders still
+put in the old directory is moved over.
+"""
+from __future__ import annotations
+
+import base64
+import heapq
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.envelope import EnvelopeType
+from ..core.errors import DeliveryError
+from ..core.message import Message
+from ..core.receiving import Identity, Verdict, judge_envelope, judge_name, spc_deadline_ms, stale_source
+from ..core.records import EnvelopeTrace
+from ..core.replay import ReplayGuard
+from ..inotify import INBOX_EVENTS, REGISTRY_EVENTS, Watch
+from ..transport import FileRejected, NotReady, prepare_home, read_inbox_file, remove_entry
+from .calls import Request
+from .threads import SerialLanes, settle
+
+_MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
+                                                                EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
+_ERROR, _HEARTBEAT, _EVENT = int(EnvelopeType.ERROR), int(EnvelopeType.HEARTBEAT), int(EnvelopeType.EVENT)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_NAMES_PER_SENDER = 4096    # names remembered per sender while it waits for room
+MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
+DEFER_SECONDS = 0.002          # a two-link file is looked at again this soon
+OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
+
+
+@dataclass
+class _Names:
+    """What the protocol thread knows is in the inbox, per sender, smallest sequence first."""
+
+    heap: list[tuple[str, int, str]]  # (id8, sequence, file name)
+    members: set[str]
+
+
+class Receiver:
+    def __init__(self, node: Any):
+        # `node` gives the collaborators: identity, key, config, access, replay, telemetry, the
+        # handlers, the sender (ACKs, replies), the caller (responses), the callee (requests),
+        # the monitor (source IDs, registry hints), the keeper (lease validity).
+        self.node = node
+        cfg = node.config
+        self.me = Identity(node.name, node.id_bytes)
+        self.replay = ReplayGuard(int(cfg.replay_window * 1000), cfg.max_gap)
+        self._read_ahead, self._read_ahead_total = cfg.read_ahead, cfg.read_ahead_total
+        self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
+        self._lock = threading.Lock()
+        self._in_hand: dict[str, int] = {}  # accepted, waiting for or in their handler, per sender
+        self._in_hand_total = 0
+        self._taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
+        self._names: dict[str, _Names] = {}
+        self._name_count = 0
+        self._need_listing = True
+        self._old_inboxes: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
+        self.last_progress = time.monotonic()
+        self._hints: list[str] = []  # names to look at again, from other threads
+        self.draining = threading.Event()
+        self.drained = threading.Event()
+        self._stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, registry_dir: str | None) -> None:
+        """Before registering: create the home, open the inbox and the watch, so nothing sent to
+        us is missed."""
+        self.inbox_path, self.tmp_path = prepare_home(self.node.root, self.node.name)
+        self.inbox_fd = os.open(self.inbox_path, _DIR)
+        try:
+            self.watch = Watch()
+            self.watch.add(self.inbox_path, INBOX_EVENTS, "inbox")
+            if registry_dir is not None:
+                self.watch.add(registry_dir, REGISTRY_EVENTS, "registry")
+        except BaseException:
+            os.close(self.inbox_fd)
+            if getattr(self, "watch", None) is not None:
+                self.watch.close()
+            raise
+        self.lanes = SerialLanes(self.node.lane_pool, self.node.handler_failed)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-protocol", daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def drain(self, deadline: float) -> bool:
+        """Handle everything in the inbox now (after `leaving` was published), then stop taking
+        files; returns False when the deadline came first."""
+        self.drained.clear()
+        self.draining.set()
+        self.watch.wake()
+        return self.drained.wait(max(0.0, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.watch.wake()
+        if self.thread is not None:
+            self.thread.join()
+
+    def close(self) -> None:
+        self.watch.close()
+        for fd in [self.inbox_fd, *(fd for fd, _ in self._old_inboxes)]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._old_inboxes = []
+
+    def look_again(self, names: list[str], timeout: float = 10.0) -> None:
+        """Have the protocol thread look at these names as if inotify had named them (a late
+        event), and wait until it has."""
+        done = threading.Event()
+        with self._lock:
+            self._hints.extend(names)
+            self._hints_done = done
+        self.watch.wake()
+        done.wait(timeout)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._in_hand_total == 0
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        next_listing = 0.0
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                next_listing = self._step(next_listing, backoff)
+                backoff = 0.0
+                self.last_progress = time.monotonic()
+            except Exception as exc:  # nothing ends this thread: count, report, retry soon
+                self.node.telemetry.count("protocolErrors")
+                self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
+                backoff = min(1.0, backoff * 2 or 0.05)
+                self._need_listing = True
+                self._stopping.wait(backoff)
+
+    def _step(self, next_listing: float, backoff: float) -> float:
+        now = time.monotonic()
+        busy = self._has_work()
+        wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self._old_inbox_due()) - now)
+        events, overflow = self.watch.wait(wait)
+        if overflow:
+            self.node.telemetry.count("inotifyOverflows")
+            self.node.monitor_overflowed()
+            self._need_listing = True
+        if self._hints:
+            with self._lock:
+                hinted, self._hints, done = self._hints, [], self._hints_done
+            events = events + [("inbox", name) for name in hinted]
+        else:
+            done = None
+        for key, name in events:
+            if key == "registry":
+                self.node.registry_hint(name)
+            elif not name:
+                self._need_listing = True  # the inbox itself was moved or removed: look at it again
+            else:
+                self._remember(name)
+        draining = self.draining.is_set()
+        if draining or self._need_listing or time.monotonic() >= next_listing:
+            self._check_inbox()
+            self._list_inbox()
+            next_listing = time.monotonic() + self.node.config.rescan_seconds
+        if self._old_inboxes:
+            self._drain_old_inboxes()
+        if self.node.may_receive():
+            self._receive()
+            if draining and not self._names and not self._need_listing:
+                self.draining.clear()
+                self.drained.set()
+        elif draining:  # the lease is gone: nothing more may be taken
+            self.draining.clear()
+            self.drained.set()
+        if done is not None:
+            done.set()
+        return next_listing
+
+    # ------------------------------------------------------------------ knowing what is there
+    def _remember(self, name: str) -> None:
+        if name in self._taken:
+            return
+        parsed, refused = judge_name(name, self.node.access)
+        sender = parsed.sender if parsed is not None else "?"
+        names = self._names.get(sender)
+        if names is None:
+            names = self._names[sender] = _Names([], set())
+        if name in names.members:
+            return
+        if len(names.members) >= MAX_NAMES_PER_SENDER or self._name_count >= MAX_NAMES:
+            self._need_listing = True  # too many to remember: the inbox is listed again later
+            return
+        names.members.add(name)
+        heapq.heappush(names.heap, (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name))
+        self._name_count += 1
+
+    def _list_inbox(self) -> None:
+        """List the inbox (streaming: memory stays within the name bounds)."""
+        self._need_listing = False
+        with os.scandir(self.inbox_fd) as it:
+            for item in it:
+                self._remember(item.name)
+
+    def _has_work(self) -> bool:
+        if not self._names:
+            return False
+        with self._lock:
+            if self._in_hand_total >= self._read_ahead_total:
+                return False
+            return any(self._in_hand.get(s, 0) < self._read_ahead for s in self._names)
+
+    # ------------------------------------------------------------------ the inbox directory itself
+    def _check_inbox(self) -> None:
+        """Adopt a replaced or removed inbox; the old one is drained into the new for a while."""
+        try:
+            path_id = os.stat(self.inbox_path, follow_symlinks=False)
+            same = (path_id.st_dev, path_id.st_ino) == _fd_id(self.inbox_fd)
+        except FileNotFoundError:
+            same = False
+        if same:
+            return
+        self.inbox_path, self.tmp_path = prepare_home(self.node.root, self.node.name)
+        fresh = os.open(self.inbox_path, _DIR)
+        self._old_inboxes.append((self.inbox_fd, time.monotonic()))
+        self.inbox_fd = fresh
+        self.watch.add(self.inbox_path, INBOX_EVENTS, "inbox")
+        self.node.telemetry.count("inboxRecoveries")
+        self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox_path} was replaced or removed; "
+                                                        "receiving from the new one")
+        self._need_listing = True
+
+    def _old_inbox_due(self) -> float:
+        return min((seen + 0.25 for _, seen in self._old_inboxes), default=float("inf"))
+
+    def _drain_old_inboxes(self) -> None:
+        """Move what senders (with descriptors opened before the replacement) still deliver to a
+        replaced inbox into the current one; close it when it stayed empty for a while."""
+        keep = []
+        for fd, seen in self._old_inboxes:
+            moved = False
+            try:
+                with os.scandir(fd) as it:
+                    names = [item.name for item in it]
+            except OSError:
+                names = []
+            for name in names:
+                if name in self._taken:
+                    moved = True  # accepted from there; its handler removes it there
+                    continue
+                try:
+                    os.rename(name, name, src_dir_fd=fd, dst_dir_fd=self.inbox_fd)
+                    self._remember(name)
+                    moved = True
+                except OSError:
+                    continue
+            if moved:
+                seen = time.monotonic()
+            if time.monotonic() - seen < OLD_INBOX_SECONDS or any(d == fd for d in self._taken.values()):
+                keep.append((fd, seen))
+            else:
+                os.close(fd)
+        self._old_inboxes = keep
+
+    # ------------------------------------------------------------------ judging
+    def _receive(self) -> None:
+        """Take files per sender in sequence order while the sender (and all) have room."""
+        for sender in sorted(self._names):
+            names = self._names[sender]
+            while names.heap:
+                with self._lock:
+                    if self._in_hand_total >= self._read_ahead_total:
+                        return
+                    if self._in_hand.get(sender, 0) >= self._read_ahead:
+                        break
+                if self.node.state == "lost":
+                    return
+                item = heapq.heappop(names.heap)
+                names.members.discard(item[2])
+                self._name_count -= 1
+                if not self._receive_one(item[2], sender, item[1]):
+                    heapq.heappush(names.heap, item)  # not ready (a link in progress): this sender waits
+                    names.members.add(item[2])
+                    self._name_count += 1
+                    break
+            if not names.heap:
+                del self._names[sender]
+
+    def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
+        """Judge one file and dispatch it; False if it must be looked at again later."""
+        parsed, refused = judge_name(name, self.node.access)
+        if refused:
+            self._reject(name, sender if parsed else "?", file_seq, refused)
+            return True
+        try:
+            data = read_inbox_file(self.inbox_fd, name, self._max_size, self.node.config.uids)
+        except FileNotFoundError:
+            return True
+        except NotReady:
+            return False
+        except FileRejected as exc:
+            self._reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
+            return True
+        verdict = self._judge(sender, data)
+        if verdict.reason == "wrong_target" and self.node.name_taken():
+            return True  # the file belongs to the new owner of our name: leave it alone
+        if not verdict.accepted:
+            self._reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
+            return True
+        self._dispatch(verdict, sender, data, name)
+        return True
+
+    def _judge(self, sender: str, data: bytes) -> Verdict:
+        monitor = self.node.monitor
+        now_ms = int(time.time() * 1000)
+        verdict = judge_envelope(sender, data, self.node.key, self.me, monitor.get(sender), self.replay, now_ms,
+                                 self.node.config.max_payload)
+        if stale_source(verdict):  # a sender that has just started: read its entry afresh once
+            verdict = judge_envelope(sender, data, self.node.key, self.me, monitor.refresh(sender), self.replay,
+                                     now_ms, self.node.config.max_payload)
+        return verdict
+
+    def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
+                data: bytes | None = None, remove: bool = True) -> None:
+        if remove and not remove_entry(self.inbox_fd, self.inbox_path, name):
+            return  # gone: an earlier look (a rescan before this late event) already judged it
+        self.node.telemetry.rejected(reason)
+        self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
+                                               "rejected", reason=reason, envelope=data, file=name))
+
+    # ------------------------------------------------------------------ dispatching
+    def _accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
+        telemetry = self.node.telemetry
+        telemetry.count("received")
+        if verdict.gap:
+            telemetry.count("gaps")
+        if telemetry.observers:
+            telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, verdict.type,
+                                         verdict.header.sequence, len(data), "accepted", envelope=data, file=name,
+                                         **(extra or {})))
+
+    def _dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
+        header, payload = verdict.header, verdict.payload
+        etype = header.type
+        if etype == _MESSAGE:
+            self._hold(sender, name)
+            self._accepted(verdict, sender, data, name)
+            try:
+                self.lanes.submit(sender, lambda: self._run_message(verdict, sender, len(data), name))
+            except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
+                with self._lock:
+                    self._taken.pop(name, None)
+                self._release(sender)
+            return
+        if etype == _SPC_REQUEST:
+            self._hold(sender, name)
+            self._accepted(verdict, sender, data, name,
+                           {"request_id": payload["requestId"], "service": payload["service"]})
+            deadline_ms = spc_deadline_ms(header, payload)
+            deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+            self.node.callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
+                                            deadline, lambda: self._take(name), lambda: self._release(sender)))
+            return
+        # everything else is settled here and now
+        if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
+            if not self._expected(etype, sender, header.source_id, payload):
+                self._reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+                return
+        if not remove_entry(self.inbox_fd, self.inbox_path, name):
+            self.node.telemetry.count("withdrawn")
+            return
+        extra = self.node.caller.resolve(payload) if etype == _SPC_RESPONSE else None
+        self._accepted(verdict, sender, data, name, extra)
+        if etype == _ACK:
+            self._settle_ack(sender, header.source_id, payload["ackSeq"], None)
+        elif etype == _ERROR and isinstance(payload.get("refSeq"), int):
+            self._settle_ack(sender, header.source_id, payload["refSeq"], DeliveryError(
+                f"{sender} failed to handle message {payload['refSeq']}: {payload['errorCode']}: "
+                f"{payload['errorMessage']}"))
+        elif etype == _HEARTBEAT and payload["reply"] is False:
+            self.node.answer_probe(sender)
+        elif etype == _EVENT and payload["event"] == "leave":
+            self.node.registry_hint(sender + ".node")
+
+    def _expected(self, etype: int, sender: str, source_id: bytes, payload: dict) -> bool:
+        if etype == _SPC_RESPONSE:
+            if self.node.caller.expects(sender, source_id, payload):
+                return True
+            if not self.node.caller.pending(payload["requestId"]):
+                self.node.telemetry.count("lateResponses")  # the caller gave up (timeout, cancel) first
+            return False
+        seq = payload["ackSeq"] if etype == _ACK else payload["refSeq"]
+        return self.node.sender.awaits_ack(sender, source_id, seq)
+
+    def _settle_ack(self, sender: str, source_id: bytes, seq: int, error: Exception | None) -> None:
+        waiter = self.node.sender.take_ack(sender, source_id, seq)
+        if waiter is not None:
+            settle(waiter, seq, error)
+
+    def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
+        try:
+            if not self._take(name):
+                self.node.telemetry.count("withdrawn")
+                return
+            self.node.deliver_message(_message(verdict, sender, size), verdict.header)
+        finally:
+            self._release(sender)
+
+    # ------------------------------------------------------------------ read-ahead accounting
+    def _hold(self, sender: str, name: str) -> None:
+        with self._lock:
+            self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
+            self._in_hand_total += 1
+            self._taken[name] = self.inbox_fd
+
+    def _take(self, name: str) -> bool:
+        """Remove an accepted file just before its handler runs: the moment it is taken."""
+        with self._lock:
+            fd = self._taken.pop(name, self.inbox_fd)
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return False  # withdrawn by its sender (transport.retract)
+        return True
+
+    def _release(self, sender: str) -> None:
+        with self._lock:
+            count = self._in_hand.get(sender, 0) - 1
+            if count > 0:
+                self._in_hand[sender] = count
+            else:
+                self._in_hand.pop(sender, None)
+            full = count + 1 >= self._read_ahead or self._in_hand_total >= self._read_ahead_total
+            self._in_hand_total -= 1
+        if full:
+            self.watch.wake()
+
+
+def _message(verdict: Verdict, sender: str, size: int) -> Message:
+    payload, header = verdict.payload, verdict.header
+    data = payload["data"]
+    if payload.get("encoding") == "base64" and isinstance(data, str):
+        try:
+            data = base64.b64decode(data, validate=True)
+        except ValueError:
+            pass  # not valid base64 after all: hand over the text as sent
+    return Message(sender, data, header.sequence, header.timestamp_ms, size)
+
+
+def _fd_id(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {exc}"
+

@@ -1,0 +1,82 @@
+"""What a node tells about itself: counters (published in its registry entry, always with the same
+keys), trace events to observers (the journal, the console), and log lines for problems.
+
+Problems go to the `speed_runtime` logger (which has a NullHandler: a library never writes to a
+terminal on its own; the `speed` command attaches a stderr handler) and to observers as
+HealthTrace events, so a journal and a console show them too.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from ..core.records import HealthTrace, LeaseTrace
+
+log = logging.getLogger("speed_runtime")
+log.addHandler(logging.NullHandler())  # a library never prints on its own (logging's last resort would)
+
+COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponses", "handlerErrors",
+            "undeliverable", "gaps", "retracted", "withdrawn", "observerErrors", "protocolErrors",
+            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries")
+
+
+class Telemetry:
+    """Counters and observers of one node. Thread-safe."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self._lock = threading.Lock()
+        self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self._rejected: dict[str, int] = {}
+        self.observers: list[Callable[[Any], None]] = []
+        self._last_problem: dict[str, float] = {}
+
+    def count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[key] += n
+
+    def rejected(self, reason: str) -> None:
+        with self._lock:
+            self._rejected[reason] = self._rejected.get(reason, 0) + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = dict(self._counters)
+            out["rejected"] = dict(self._rejected)
+            return out
+
+    def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]:
+        self.observers.append(observer)
+        return lambda: self.observers.remove(observer) if observer in self.observers else None
+
+    def emit(self, event: Any) -> None:
+        for observer in list(self.observers):
+            try:
+                observer(event)
+            except Exception:
+                self.count("observerErrors")
+
+    def lease_event(self, event: str, subject: str) -> None:
+        self.emit(LeaseTrace(time.time(), self.node, subject, event))
+
+    def problem(self, event: str, detail: str, *, every: float = 60.0) -> None:
+        """Report a problem of this node: a log line and a health event, at most once per `every`
+        seconds for the same event and detail (a failing inbox must not flood the journal)."""
+        now = time.monotonic()
+        key = f"{event}:{detail}"
+        with self._lock:
+            if now - self._last_problem.get(key, -every) < every:
+                return
+            self._last_problem[key] = now
+            if len(self._last_problem) > 256:
+                self._last_problem.clear()
+        log.warning("node %s: %s", self.node, detail)
+        self.emit(HealthTrace(time.time(), self.node, event, detail))
+
+    def recovered(self, event: str, detail: str) -> None:
+        with self._lock:
+            self._last_problem.clear()
+        log.warning("node %s: %s", self.node, detail)
+        self.emit(HealthTrace(time.time(), self.node, event, detail))
