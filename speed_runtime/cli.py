@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import logging
 import os
@@ -59,6 +60,11 @@ def _common(p: argparse.ArgumentParser, key: bool = True) -> None:
                        help="accept a key file readable by group or others (not recommended)")
 
 
+def _lock_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lock-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="give up waiting for the registry lock after this long (default 10)")
+
+
 def _key(args: argparse.Namespace):
     if not args.key:
         raise ConfigError("no key file given: pass --key PATH or set SPEED_KEY (create one with `speed keygen PATH`)")
@@ -86,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("node", help="run a headless node until SIGINT/SIGTERM")
     _common(p)
+    _lock_timeout(p)
     p.add_argument("--name", required=True)
     p.add_argument("--group", action="append", default=[], metavar="G", help="fabric (repeatable)")
     p.add_argument("--allow", action="append", default=[], metavar="N", help="node that may write to us (repeatable)")
@@ -106,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
     _common(p)
+    _lock_timeout(p)
     p.add_argument("target")
     p.add_argument("service")
     p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
@@ -115,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
     _common(p)
+    _lock_timeout(p)
     p.add_argument("target")
     p.add_argument("data", help="JSON value")
     p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
@@ -129,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reap", help="remove stale (or unreadable) registry entries")
     _common(p, key=False)
+    _lock_timeout(p)
     p.add_argument("names", nargs="*", help="only these names (default: every stale entry)")
     p.set_defaults(func=cmd_reap)
     return parser
@@ -158,14 +168,16 @@ def cmd_node(args: argparse.Namespace) -> int:
     lost: list[LeaseLostError] = []
     options = {"reap_stale": args.reap} if args.reap is not None else {}
     node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
-                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, **options)
+                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout, **options)
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
+    ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send
     if args.echo_messages:
         lock = threading.Lock()
 
         def echo(msg) -> None:
             data = msg.data if not isinstance(msg.data, bytes) else {"base64": base64.b64encode(msg.data).decode()}
+            ready.wait()
             with lock:
                 print(json.dumps({"from": msg.sender, "seq": msg.seq, "data": data}), flush=True)
 
@@ -180,6 +192,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         print(f"ready {node.name} id={node.id} pid={os.getpid()}", flush=True)
+        ready.set()
         if args.control_stdin:
             threading.Thread(target=_control, args=(node, sys.stdin), name="speed-control", daemon=True).start()
         while not stop.wait(0.5):
@@ -212,7 +225,8 @@ def _temporary(args: argparse.Namespace):
     name = args.name or f"speed-cli-{uuid.uuid4().hex[:8]}"
     # a one-shot node: it follows no other entry than its target's, and its home goes with it
     return Node(args.dir, _key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
-                heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0)
+                heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0,
+                lock_timeout=args.lock_timeout)
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -274,7 +288,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    registry = Registry(args.dir, create=False)
+    registry = Registry(args.dir, create=False, lock_timeout=args.lock_timeout)
     names = args.names or registry.names()
     reaped = [name for name in names if registry.reap(name, time.time(), local_facts())]
     for name in reaped:
@@ -309,8 +323,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpeedError as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return EXIT_REMOTE
+    except OSError as exc:  # the operating system refused: one sentence, never a traceback
+        print(f"speed: {_os_error(exc)}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+
+
+def _os_error(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    if exc.filename:
+        text += f": {exc.filename}"
+    if exc.errno == errno.EMFILE and "ulimit" not in text:
+        text += " (this process may open too few files; raise the limit with `ulimit -n`)"
+    return text
 
 
 if __name__ == "__main__":

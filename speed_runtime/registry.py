@@ -48,7 +48,7 @@ def _lock_for(directory: str) -> tuple[threading.Lock, int]:
                 if kind:
                     raise DirectoryError(f"registry lock {path} is {kind}, not a regular file; remove it "
                                          "(the runtime creates a new one)") from None
-                raise DirectoryError(f"registry lock {path} cannot be opened: {exc.strerror}") from None
+                raise
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise DirectoryError(f"registry lock {path} is not a regular file; remove it "

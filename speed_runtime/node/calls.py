@@ -5,7 +5,10 @@ per-service concurrency, deadlines honoured before a service starts, one respons
 Callee scheduling: at most `service_concurrency` requests of one service run at once and at most
 `spc_workers` in all, so one slow service cannot take every worker; a request that cannot start
 before its deadline (the request's timestamp + timeoutMs) is answered TIMEOUT at the deadline and
-never runs, so a caller that retries after a TIMEOUT does not execute it twice.
+never runs, so a caller that retries after a TIMEOUT does not execute it twice. A request waiting
+for its service gives its sender's read-ahead slot back (so the same caller's requests to other
+services are not held up behind it); the waiting queues are bounded (WAITING_PER_SERVICE,
+WAITING_TOTAL), and a request beyond them is answered TIMEOUT at once, never run.
 """
 from __future__ import annotations
 
@@ -165,12 +168,20 @@ class Request:
     arguments: Any
     deadline: float | None         # monotonic; None when the request carries no timeoutMs
     take: Callable[[], bool]       # remove the request's file; False when its sender withdrew it
-    done: Callable[[], None]       # the receiver may read ahead again
+    done: Callable[[], None]       # the receiver may read ahead again (called once, by release)
     answered: threading.Lock = field(default_factory=threading.Lock)
     state: str = "waiting"         # waiting | running | finished
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.done()
 
 
 Reply = Callable[[str, EnvelopeType, dict, dict, bytes | None], None]
+WAITING_PER_SERVICE = 16
+WAITING_TOTAL = 64
 
 
 class Callee:
@@ -202,7 +213,19 @@ class Callee:
             if self._room(request.service_name):
                 self._start(request, service)
                 return
-            self._waiting.setdefault(request.service_name, deque()).append(request)
+            queue = self._waiting.setdefault(request.service_name, deque())
+            full = len(queue) >= WAITING_PER_SERVICE or sum(map(len, self._waiting.values())) >= WAITING_TOTAL
+            if not full:
+                queue.append(request)
+        if full:
+            request.state = "finished"
+            if request.take():
+                self._telemetry.count("servicesTimedOutUnstarted")
+                self._respond(request, error=SpcError("TIMEOUT", f"service {request.service_name!r} is saturated "
+                                                                 "(too many requests wait for it); it was not run"))
+            request.release()
+            return
+        request.release()  # waiting here, not in the sender's read-ahead: its other requests go on
         if request.deadline is not None:
             self._deadlines.at(request.deadline, lambda: self._expire_waiting(request))
 
@@ -225,7 +248,7 @@ class Callee:
     def _refuse_stopping(self, request: Request) -> None:
         if request.take():
             self._respond(request, error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))
-        request.done()
+        request.release()
 
     def _run(self, request: Request, service: RegisteredService) -> None:
         try:
@@ -272,12 +295,12 @@ class Callee:
                     self._start(waiting, service)
                 if queue is not None and not queue:
                     self._waiting.pop(name, None)
-        request.done()
+        request.release()
         for waiting, _ in nxt:  # unregistered while it waited
             if waiting.take():
                 self._respond(waiting, error=SpcError("SERVICE_NOT_FOUND",
                                                       f"no service named {waiting.service_name!r} is registered"))
-            waiting.done()
+            waiting.release()
 
     def _expire_waiting(self, request: Request) -> None:
         with self._lock:
@@ -292,7 +315,7 @@ class Callee:
                     pass
         if request.take():
             self._late(request)
-        request.done()
+        request.release()
 
     def _late(self, request: Request) -> None:
         self._telemetry.count("servicesTimedOutUnstarted")
@@ -333,5 +356,5 @@ class Callee:
         for request in left:
             if request.take():
                 self._respond(request, error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))
-            request.done()
+            request.release()
         return self._pool.stop(deadline) and not left

@@ -16,6 +16,7 @@ keeps a bounded number of descriptors.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from collections import OrderedDict
@@ -34,6 +35,15 @@ from ..transport import DirectoryGone, NameTaken, TargetDirs, deliver, retract
 from .telemetry import Telemetry
 
 MAX_OPEN_TARGETS = 32
+
+
+def open_targets_budget() -> int:
+    """How many targets may keep their two descriptors open: at most MAX_OPEN_TARGETS, and within
+    a quarter of what this process may open (the rest is for inboxes, journals, sockets…)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_TARGETS
+    return max(1, min(MAX_OPEN_TARGETS, soft // 8))
 _RESEAL_ATTEMPTS = 8
 _RECHECK_DIRS_SECONDS = 1.0  # how often a link checks that its descriptors still name the target's dirs
 
@@ -61,6 +71,7 @@ class Sender:
         self._links: dict[str, _Link] = {}
         self._links_lock = threading.Lock()
         self._open: "OrderedDict[str, _Link]" = OrderedDict()  # links holding descriptors, LRU first
+        self._max_open = open_targets_budget()
         self._acks: dict[tuple[str, int], tuple[bytes, Future]] = {}
         self._acks_lock = threading.Lock()
 
@@ -179,7 +190,7 @@ class Sender:
         another thread (its lock taken) is skipped: its descriptors are in use."""
         with self._links_lock:
             candidates = [(t, link) for t, link in self._open.items() if link is not keep]
-            excess = len(self._open) + 1 - MAX_OPEN_TARGETS
+            excess = len(self._open) + 1 - self._max_open
         for target, link in candidates:
             if excess <= 0:
                 break

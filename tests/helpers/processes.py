@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 
 SPEED = [sys.executable, "-m", "speed_runtime"]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclass
@@ -69,8 +70,21 @@ class NodeProcesses:
         if heartbeat is not None:
             cmd += ["--heartbeat", str(heartbeat)]
         cmd += list(extra)
+        return self._launch(name, cmd, wait_ready)
+
+    def start_scripted(self, name: str, *, allow=(), delay_ms: float = 0.0, options: dict | None = None,
+                       wait_ready: bool = True, preexec_fn=None) -> NodeProcess:
+        """A node process whose behaviour the test sets (tests/helpers/scripted_node.py)."""
+        cmd = [sys.executable, "-m", "tests.helpers.scripted_node", self.root, self.key_path, name,
+               "--delay-ms", str(delay_ms), "--options", json.dumps(options or {})]
+        for peer in allow:
+            cmd += ["--allow", peer]
+        return self._launch(name, cmd, wait_ready, preexec_fn=preexec_fn)
+
+    def _launch(self, name: str, cmd: list[str], wait_ready: bool, preexec_fn=None) -> NodeProcess:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=preexec_fn,
+                                cwd=REPO)
         node = NodeProcess(name, proc)
         threading.Thread(target=_pump, args=(proc.stdout, node.lines.put), daemon=True).start()
         threading.Thread(target=_pump, args=(proc.stderr, node.stderr.append), daemon=True).start()
