@@ -18,11 +18,13 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nacl.bindings import crypto_aead_chacha20poly1305_ietf_decrypt
 
 from ..helpers.wait import wait_until as wait_for
 
@@ -82,15 +84,40 @@ class Env:
         os.link(tmp, os.path.join(self.inbox(target), filename))
         os.unlink(tmp)
 
-    def forge(self, etype: str, payload: dict, *, sender: str, source_id: str, target_id: str,
-              seq: int, ts_ms: int | None = None, flags: int = 0, key: bytes | None = None) -> tuple[str, bytes]:
-        """Seal an envelope with the independent generator's code; returns (file name, bytes)."""
+    def forge(self, etype: str | int, payload: dict, *, sender: str, source_id: str, target_id: str,
+              seq: int, ts_ms: int | None = None, flags: int = 0, key: bytes | None = None,
+              version: int = 1, header_length: int = 64, payload_size: int | None = None) -> tuple[str, bytes]:
+        """Seal an envelope with the independent generator's code; returns (file name, bytes).
+        Every header field can be set, e.g. a payload size that does not match the file."""
         text = json.dumps(payload, separators=(",", ":")).encode()
         nonce = os.urandom(12)
         ts = int(time.time() * 1000) if ts_ms is None else ts_ms
-        hdr = gen.header(1, gen.TYPES[etype], flags, 64, seq, ts, len(text), source_id, target_id)
+        type_code = gen.TYPES[etype] if isinstance(etype, str) else etype
+        hdr = gen.header(version, type_code, flags, header_length, seq, ts,
+                         len(text) if payload_size is None else payload_size, source_id, target_id)
         data = gen.seal(hdr, nonce, text, key or self.key)
         return gen.filename(sender, source_id, seq, nonce), data
+
+    def write_entry(self, name: str, entry: dict) -> None:
+        """Replace a registry entry the way writers do (temporary file, rename)."""
+        path = os.path.join(self.root, "speed_registry", f"{name}.node")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = os.path.join(os.path.dirname(path), f".{name}.test.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(entry, f)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, path)
+
+    def open_envelope(self, path: str) -> tuple[dict, dict]:
+        """Decrypt an envelope file with the key (PyNaCl): (header fields, payload)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        version, etype, flags, hlen, seq, ts, size, src, dst = gen.HEADER.unpack(data[:64])
+        plain = crypto_aead_chacha20poly1305_ietf_decrypt(data[76:], data[:64], data[64:76], self.key)
+        header = {"version": version, "type": etype, "flags": flags, "header_length": hlen, "seq": seq,
+                  "timestamp_ms": ts, "payload_size": size, "source_id": str(uuid.UUID(bytes=src)),
+                  "target_id": str(uuid.UUID(bytes=dst))}
+        return header, json.loads(plain)
 
 
 @pytest.fixture
@@ -124,13 +151,13 @@ def c_node_bin():
 class Proc:
     """A child process whose stdout lines (JSON parsed when possible) are collected."""
 
-    def __init__(self, name: str, cmd: list[str], *, stdin: bool = False):
+    def __init__(self, name: str, cmd: list[str], *, stdin: bool = False, env: dict | None = None):
         self.name = name
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      encoding="utf-8", bufsize=1,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.lines: list[str] = []
         self.errors: list[str] = []
         self.id = ""
@@ -179,6 +206,19 @@ class Proc:
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\nstdout: {self.lines}\nstderr: {self.errors}") from None
 
+    def wait_error(self, text: str, timeout: float = 15.0) -> str:
+        """Wait for a stderr line containing text."""
+        try:
+            return wait_for(lambda: next((l for l in list(self.errors) if text in l), None), timeout,
+                            f"{self.name} stderr {text!r}")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\nstdout: {self.lines}\nstderr: {self.errors}") from None
+
+    def count(self, event: str) -> int:
+        """How many stdout lines are JSON events of this name (cheap: no parsing)."""
+        tag = f'"event":"{event}"'
+        return sum(1 for line in list(self.lines) if tag in line)
+
     def command(self, line: str) -> None:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
@@ -210,8 +250,9 @@ class Procs:
         self.env, self.c_bin = env, c_bin
         self.started: list[Proc] = []
 
-    def c_node(self, name: str, *, allow=(), services=(), lease=None, heartbeat=None) -> Proc:
-        cmd = [self.c_bin, "node", "--dir", self.env.root, "--key", self.env.key_path, "--name", name]
+    def c_node(self, name: str, *, allow=(), services=(), lease=None, heartbeat=None, args=(),
+               env: dict | None = None, wait_ready: bool = True) -> Proc:
+        cmd = [self.c_bin, "node", "--dir", self.env.root, "--key", self.env.key_path, "--name", name, *args]
         for a in allow:
             cmd += ["--allow", a]
         for s in services:
@@ -220,8 +261,10 @@ class Procs:
             cmd += ["--lease", str(lease)]
         if heartbeat is not None:
             cmd += ["--heartbeat", str(heartbeat)]
-        p = Proc(name, cmd, stdin=True)
+        p = Proc(name, cmd, stdin=True, env=env)
         self.started.append(p)
+        if not wait_ready:
+            return p
         line = p.wait_line(f"ready {name} id=")
         p.id = line.split("id=")[1].split()[0]
         return p
@@ -256,6 +299,33 @@ def procs(env, c_node_bin):
     group = Procs(env, c_node_bin)
     yield group
     group.stop_all()
+
+
+LOCK_HOLDER = """
+import fcntl, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def hold_registry_lock(procs: Procs, env: Env) -> Proc:
+    """A real process that takes speed_registry/.lock and stops itself (SIGSTOP) holding it;
+    teardown continues and ends it."""
+    reg = os.path.join(env.root, "speed_registry")
+    os.makedirs(reg, mode=0o700, exist_ok=True)
+    holder = Proc("lock-holder", [sys.executable, "-c", LOCK_HOLDER, os.path.join(reg, ".lock")])
+    procs.started.append(holder)
+    holder.wait_line("locked")
+    wait_for(lambda: _proc_state(holder.pid) == "T", 5, "the lock holder to stop")
+    return holder
+
+
+def peak_rss_kb(pid: int) -> int:
+    """VmHWM: the most resident memory the process ever had."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
 def stopped(proc: Proc):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -15,7 +17,8 @@ import uuid
 import pytest
 
 from .harness import (C_RUNTIME, REPLAY_REASONS, SPEED, VECTORS, c_node_bin, env, error_line,  # noqa: F401
-                      gen, journal_rejection, procs, python_runtime, stopped, wait_for)
+                      gen, hold_registry_lock, journal_rejection, peak_rss_kb, procs, python_runtime,
+                      stopped, wait_for)
 
 
 # =========================================================================== C only
@@ -131,7 +134,7 @@ def test_c_call_timeout_and_unavailable(procs, env):
     assert r.returncode == 1 and "ERROR UNAVAILABLE" in r.stderr
     node = procs.c_node("alpha", allow=["beta"], services=["echo"])
     with stopped(node):
-        r = procs.c_run("call", "--name", "beta", "alpha", "echo", "{}", "--timeout-ms", "300")
+        r = procs.c_run("call", "--name", "beta", "alpha", "echo", "{}", "--timeout-ms", "300", "--linger", "0.2")
         assert r.returncode == 1 and error_line(r).startswith("ERROR TIMEOUT"), r.stderr
 
 
@@ -268,6 +271,427 @@ def test_c_node_sigterm_sends_leave_and_deregisters(procs, env):
     assert env.entry("alpha") is None
     wait_for(lambda: any('"leave"' in l for l in b.errors), 5, "beta to receive the leave EVENT")
     assert not b.find(event="rejected")
+
+
+# =========================================================================== contract 1.1
+
+def test_registry_lock_wait_is_bounded_names_the_holder_and_answers_signals(procs, env):
+    holder = hold_registry_lock(procs, env)
+    r = procs.c_run("send", "--name", "alpha", "--lock-timeout", "1", "beta", "1")
+    assert r.returncode == 1
+    assert f"held by pid {holder.pid} for" in r.stderr and "gave up waiting" in r.stderr, r.stderr
+    assert env.entry("alpha") is None
+    # an hour's wait still ends at once on SIGTERM
+    node = procs.c_node("alpha", args=["--lock-timeout", "3600"], wait_ready=False)
+    node.wait_error(f"waiting for the registry lock held by pid {holder.pid}")
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(30) == 1
+    node.wait_error(f"interrupted by a signal while waiting for the registry lock held by pid {holder.pid}")
+    holder.stop()
+    procs.c_node("alpha")
+    assert env.entry("alpha")["status"] == "online"
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a symbolic link", "a FIFO"])
+def test_a_lock_that_is_not_a_regular_file_is_one_clear_error(procs, env, kind):
+    reg = os.path.join(env.root, "speed_registry")
+    os.makedirs(reg, mode=0o700)
+    lock, target = os.path.join(reg, ".lock"), os.path.join(env.root, "lock-target")
+    {"a directory": lambda: os.mkdir(lock, 0o700), "a symbolic link": lambda: os.symlink(target, lock),
+     "a FIFO": lambda: os.mkfifo(lock, 0o600)}[kind]()
+    r = procs.c_run("send", "--name", "alpha", "beta", "1")
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        f"error: cannot register 'alpha': configuration error: the registry lock {lock} is {kind}, "
+        "not a regular file; remove it (it is created again as an empty file)"]
+    assert not os.path.lexists(target) and env.entry("alpha") is None
+
+
+def test_a_sender_refuses_a_leaving_target(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"], lease=7200, heartbeat=3600)
+    env.write_entry("beta", {**env.entry("beta"), "status": "leaving"})
+    a.command('send beta "late"')
+    err = a.wait_event(event="send_error", to="beta")
+    assert (err["errorCode"], err["errorMessage"]) == ("UNAVAILABLE", "node beta is leaving")
+    r = procs.c_run("call", "--name", "gamma", "beta", "echo", "{}")
+    assert r.returncode == 1 and error_line(r) == "ERROR UNAVAILABLE node beta is leaving"
+    assert env.inbox_files("beta") == [] and env.tmp_files("beta") == []
+    env.write_entry("beta", {**env.entry("beta"), "status": "online"})
+    a.command('send beta "now"')
+    assert b.wait_event(event="message")["data"] == "now"
+
+
+def _outcomes(sender) -> int:
+    return sender.count("sent") + sender.count("send_error")
+
+
+def test_a_stopping_c_node_handles_every_envelope_delivered_before_leaving(procs, env):
+    """Several hundred envelopes wait in the inbox at SIGTERM and the sender keeps streaming:
+    every send that succeeded is handled, nothing stays behind."""
+    r = procs.c_node("recv", allow=["send"], lease=120)
+    s = procs.c_node("send", allow=["recv"])
+    written = 0
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(400)))
+        s.proc.stdin.flush()
+        written = 400
+        wait_for(lambda: s.count("sent") == 400, 30, "400 envelopes in recv's inbox")
+        os.kill(r.pid, signal.SIGTERM)  # delivered when recv continues
+    while r.proc.poll() is None:  # stream on until recv has left
+        s.proc.stdin.write("".join(f"send recv {written + i}\n" for i in range(20)))
+        s.proc.stdin.flush()
+        written += 20
+        wait_for(lambda: _outcomes(s) == written, 30, "the sender's outcomes")
+    assert r.proc.wait(30) == 0
+    sent = {e["seq"] for e in s.find(event="sent")}
+    handled = [e["seq"] for e in r.find(event="message")]
+    assert len(sent) >= 400 and sent == set(handled) and len(handled) == len(set(handled))
+    refused = s.find(event="send_error")
+    assert refused and {e["errorMessage"] for e in refused} <= {"node recv is leaving",
+                                                                  "node recv is not available"}
+    assert env.inbox_files("recv") == [] and env.entry("recv") is None
+
+
+def test_a_stopping_c_node_keeps_its_entry_until_its_leave_was_read(procs, env):
+    b = procs.c_node("beta", allow=["alpha"])
+    a = procs.c_node("alpha", allow=["beta"], args=["--linger", "60"])
+    with stopped(b):
+        a.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: any(f.startswith("alpha.") for f in env.inbox_files("beta")), 10, "alpha's leave EVENT")
+        assert a.proc.poll() is None and env.entry("alpha")["status"] == "leaving"
+    assert a.proc.wait(30) == 0 and env.entry("alpha") is None
+    b.wait_error('"event":"leave"')
+    assert not b.find(event="rejected")
+
+
+def test_a_file_with_two_fresh_links_is_deferred_not_rejected(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    msg = {"from": "beta", "to": "alpha"}
+    first, one = env.forge("MESSAGE", {**msg, "data": "one"}, sender="beta", source_id=b.id, target_id=a.id, seq=1)
+    second, two = env.forge("MESSAGE", {**msg, "data": "two"}, sender="beta", source_id=b.id, target_id=a.id, seq=2)
+    tmp = os.path.join(env.root, "alpha", "tmp", first)
+    with open(tmp, "wb") as f:
+        f.write(one)
+    os.link(tmp, os.path.join(env.inbox("alpha"), first))  # a link()+unlink() delivery, half done
+    env.inject("alpha", second, two)  # the same sender's next envelope, complete
+    a.wait_event(event="deferred", file=first)
+    assert not a.find(event="message") and not a.find(event="rejected")  # order kept: two waits too
+    os.unlink(tmp)
+    a.wait_event(event="message", seq=2)
+    assert [(m["seq"], m["data"]) for m in a.find(event="message")] == [(1, "one"), (2, "two")]
+    assert not a.find(event="rejected")
+
+
+def test_reasons_and_their_order_follow_the_contract(procs, env):
+    """§5.5 steps 3-4 and docs/PROTOCOL.md "Order of checks": framing before the tag (size,
+    then version and header length), the type's shape before identities."""
+    rt = python_runtime()
+    from speed_runtime import envelope
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    ok = {"from": "beta", "to": "alpha", "data": 1}
+    cases = [  # (reason, forge arguments, bytes cut off the end)
+        ("bad_version", dict(header_length=65), 0),
+        ("bad_version", dict(header_length=0), 0),
+        ("bad_version", dict(version=2), 0),
+        ("bad_size", dict(version=2), 1),
+        ("bad_size", dict(header_length=65), 1),
+        ("too_large", dict(version=2, payload_size=2**40), 0),
+        ("bad_payload", dict(etype=9, target_id=str(uuid.uuid4())), 0),
+        ("bad_payload", dict(payload={"from": "gamma", "to": "alpha"}), 0),
+        ("unknown_sender", dict(payload={**ok, "from": "alpha"}), 0),
+        ("wrong_target", dict(payload={**ok, "to": "other"}), 0),
+        ("wrong_target", dict(target_id=str(uuid.uuid4())), 0),
+    ]
+    expected = []
+    for seq, (reason, kw, cut) in enumerate(cases, start=10):
+        args = {"etype": "MESSAGE", "payload": ok, "sender": "beta", "source_id": b.id, "target_id": a.id,
+                "seq": seq, **kw}
+        name, data = env.forge(**args)
+        data = data[:len(data) - cut]
+        if reason in ("bad_version", "bad_size", "too_large"):  # the Python codec agrees
+            with pytest.raises(rt.EnvelopeError) as exc:
+                envelope.open_envelope(data, rt.Key(env.key))
+            assert exc.value.reason == reason, (reason, kw)
+        env.inject("alpha", name, data)
+        expected.append((name, reason))
+    for name, reason in expected:
+        assert a.wait_event(event="rejected", file=name)["reason"] == reason, name
+    assert not a.find(event="message")
+
+
+def test_rejection_lines_keep_the_header_type_and_the_size(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    ids = {"sender": "beta", "source_id": b.id, "target_id": a.id}
+    req = {"from": "beta", "to": "alpha", "requestId": "r1", "service": "echo", "arguments": {}}
+    name1, data1 = env.forge("SPC_REQUEST", req, seq=5, key=bytes(32), **ids)  # bad_tag
+    name2, data2 = env.forge("EVENT", {"from": "beta", "to": "alpha", "event": "x"}, seq=6, **ids)
+    data2 += bytes(1024 * 1024)  # too_large: never read past the header
+    name3, data3 = env.forge("ACK", {"from": "beta", "to": "alpha", "ackSeq": 1}, seq=7, **ids)
+    data3 = data3[:-1]  # bad_size
+    name4 = gen.filename("beta", b.id, 8, os.urandom(12))
+    data4 = b"0123456789"  # bad_size, no header to read
+    name5, data5 = env.forge("MESSAGE", {"from": "gamma", "to": "alpha", "data": 1}, sender="gamma",
+                             source_id=b.id, target_id=a.id, seq=9)  # unauthorized: removed unread
+    for name, data in ((name1, data1), (name2, data2), (name3, data3), (name4, data4), (name5, data5)):
+        env.inject("alpha", name, data)
+    got = {n: a.wait_event(event="rejected", file=n) for n in (name1, name2, name3, name4, name5)}
+    strip = lambda e: {k: v for k, v in e.items() if k not in ("event", "file")}  # noqa: E731
+    assert strip(got[name1]) == {"reason": "bad_tag", "peer": "beta", "type": "SPC_REQUEST", "seq": 5,
+                                 "size": len(data1)}
+    assert strip(got[name2]) == {"reason": "too_large", "peer": "beta", "type": "EVENT", "seq": 6,
+                                 "size": len(data2)}
+    assert strip(got[name3]) == {"reason": "bad_size", "peer": "beta", "type": "ACK", "seq": 7,
+                                 "size": len(data3)}
+    assert strip(got[name4]) == {"reason": "bad_size", "peer": "beta", "size": 10}
+    assert strip(got[name5]) == {"reason": "unauthorized", "peer": "gamma", "size": len(data5)}
+
+
+def test_one_forged_sequence_cannot_block_a_link(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "gamma"])
+    b = procs.c_node("beta", allow=["alpha"])
+    g = procs.c_node("gamma", allow=["alpha"])
+    for i in (1, 2):
+        b.command(f"send alpha {i}")
+    a.wait_event(event="message", seq=2)
+    msg = {"from": "beta", "to": "alpha", "data": "forged"}
+    name, data = env.forge("MESSAGE", msg, sender="beta", source_id=b.id, target_id=a.id, seq=2**64 - 1)
+    env.inject("alpha", name, data)
+    assert a.wait_event(event="rejected", file=name)["reason"] == "bad_sequence"
+    b.command("send alpha 3")
+    assert a.wait_event(event="message", seq=3)["data"] == 3
+    # an instance not seen before counts from 0: 65,537 is the largest first sequence
+    msg = {"from": "gamma", "to": "alpha", "data": "gap"}
+    for seq, outcome in ((65538, "bad_sequence"), (65537, "accepted"), (131075, "bad_sequence"),
+                         (131074, "accepted")):
+        name, data = env.forge("MESSAGE", msg, sender="gamma", source_id=g.id, target_id=a.id, seq=seq)
+        env.inject("alpha", name, data)
+        if outcome == "accepted":
+            a.wait_event(event="message", seq=seq)
+        else:
+            assert a.wait_event(event="rejected", file=name)["reason"] == outcome, seq
+    a.wait_error('"event":"sequence_gap","from":"gamma","skipped":65536,"got":131074')
+    assert [m["data"] for m in a.find(event="message")] == [1, 2, 3, "gap", "gap"]
+
+
+def test_the_largest_gap_is_configurable(procs, env):
+    a = procs.c_node("alpha", allow=["beta"], args=["--max-gap", "10"])
+    b = procs.c_node("beta", allow=["alpha"])
+    msg = {"from": "beta", "to": "alpha", "data": 0}
+    for seq, reason in ((12, "bad_sequence"), (11, None), (23, "bad_sequence"), (22, None)):
+        name, data = env.forge("MESSAGE", msg, sender="beta", source_id=b.id, target_id=a.id, seq=seq)
+        env.inject("alpha", name, data)
+        if reason:
+            assert a.wait_event(event="rejected", file=name)["reason"] == reason, seq
+        else:
+            a.wait_event(event="message", seq=seq)
+
+
+def test_a_c_sender_numbers_a_restarted_receiver_from_1(procs, env):
+    # --max-gap 0: a sender that went on counting would be refused by the new instance
+    r1 = procs.c_node("recv", allow=["send"], args=["--max-gap", "0"])
+    s = procs.c_node("send", allow=["recv"])
+    for i in (1, 2, 3):
+        s.command(f"send recv {i}")
+    r1.wait_event(event="message", seq=3)
+    assert r1.stop() == 0
+    r2 = procs.c_node("recv", allow=["send"], args=["--max-gap", "0"])
+    s.command('send recv "again"')
+    wait_for(lambda: len(s.find(event="sent")) == 4, 10, "the fourth send")
+    assert [e["seq"] for e in s.find(event="sent")] == [1, 2, 3, 1]
+    assert r2.wait_event(event="message", seq=1)["data"] == "again"
+    assert not r2.find(event="rejected")
+
+
+def _request_in(env, name: str) -> dict:
+    path = wait_for(lambda: next((os.path.join(env.inbox(name), f) for f in env.inbox_files(name)), None), 10,
+                    f"a request in {name}'s inbox")
+    return env.open_envelope(path)[1]
+
+
+def test_a_c_caller_takes_responses_only_from_the_instance_it_called(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "mallory"], args=["--timeout-ms", "8000"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    m = procs.c_node("mallory", allow=["alpha"])
+    forged = {"from": "mallory", "to": "alpha", "status": "SUCCESS", "result": {"forged": True}}
+    with stopped(b):
+        a.command('call t1 beta echo {"x":1}')
+        rid = _request_in(env, "beta")["requestId"]
+        name, data = env.forge("SPC_RESPONSE", {**forged, "requestId": rid}, sender="mallory",
+                               source_id=m.id, target_id=a.id, seq=1)
+        env.inject("alpha", name, data)
+        got = a.wait_event(event="rejected", file=name)
+        assert (got["reason"], got["type"]) == ("unexpected_response", "SPC_RESPONSE")
+        name, data = env.forge("ACK", {"from": "mallory", "to": "alpha", "ackSeq": 1}, sender="mallory",
+                               source_id=m.id, target_id=a.id, seq=2)
+        env.inject("alpha", name, data)
+        assert a.wait_event(event="rejected", file=name)["reason"] == "unexpected_response"
+    assert a.wait_event(event="result", id="t1")["result"] == {"x": 1}
+    # the same name, another instance: the request went to the old one
+    os.kill(b.pid, signal.SIGSTOP)
+    a.command('call t2 beta echo {"x":2}')
+    rid = _request_in(env, "beta")["requestId"]
+    b.proc.kill()
+    b.proc.wait(5)
+    b2 = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    assert b2.wait_event(event="rejected")["reason"] == "wrong_target"  # the old instance's request
+    answer = {**forged, "from": "beta", "requestId": rid}
+    name, data = env.forge("SPC_RESPONSE", answer, sender="beta", source_id=b2.id, target_id=a.id, seq=1)
+    env.inject("alpha", name, data)
+    assert a.wait_event(event="rejected", file=name)["reason"] == "unexpected_response"
+    assert a.wait_event(event="call_error", id="t2")["errorCode"] == "TIMEOUT"
+    assert len(a.find(event="result")) == 1
+
+
+def test_late_answers_are_unexpected(procs, env):
+    a = procs.c_node("alpha", allow=["beta"], args=["--timeout-ms", "300"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    with stopped(b):
+        a.command("call t1 beta echo {}")
+        assert a.wait_event(event="call_error", id="t1")["errorCode"] == "TIMEOUT"
+        a.command('send-confirm beta "x"')
+        a.wait_event(event="ack_timeout", to="beta")
+    wait_for(lambda: len(a.find(event="rejected")) == 2, 10, "both late answers")
+    assert {(e["reason"], e["type"]) for e in a.find(event="rejected")} == {
+        ("unexpected_response", "SPC_RESPONSE"), ("unexpected_response", "ACK")}
+    assert not a.find(event="result") and not a.find(event="ack")
+
+
+def test_a_request_past_its_deadline_is_answered_timeout_and_never_run(procs, env):
+    callee = procs.c_node("callee", allow=["caller"], services=["echo"])
+    caller = procs.c_node("caller", allow=["callee"])
+    with stopped(caller):  # the responses stay in its inbox for the test to read
+        now = int(time.time() * 1000)
+        for seq, rid, ts, timeout in ((1, "late", now - 5000, 1000), (2, "in-time", now, 30000)):
+            req = {"from": "caller", "to": "callee", "requestId": rid, "service": "echo",
+                   "arguments": {"rid": rid}, "callerNode": "caller", "timeoutMs": timeout}
+            name, data = env.forge("SPC_REQUEST", req, sender="caller", source_id=caller.id,
+                                   target_id=callee.id, seq=seq, ts_ms=ts)
+            env.inject("callee", name, data)
+        wait_for(lambda: len(env.inbox_files("caller")) == 2, 10, "two responses")
+        answers = [env.open_envelope(os.path.join(env.inbox("caller"), f))[1] for f in env.inbox_files("caller")]
+    by_id = {p["requestId"]: p for p in answers}
+    assert (by_id["late"]["status"], by_id["late"]["errorCode"]) == ("ERROR", "TIMEOUT")
+    assert (by_id["in-time"]["status"], by_id["in-time"]["result"]) == ("SUCCESS", {"rid": "in-time"})
+    assert [e["requestId"] for e in callee.find(event="served")] == ["in-time"]
+
+
+def test_entries_that_cannot_be_live_are_reclaimed(procs, env):
+    """§4.1: leaseSeconds clamped to a day, a heartbeat more than a lease in the future is stale,
+    and so is an entry of this host whose pid does not exist, with or without bootId."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    now = time.time()
+    base = {"id": str(uuid.uuid4()), "pid": 1, "host": "elsewhere.invalid", "status": "online",
+            "startupTimestamp": now, "leaseSeconds": 30, "heartbeatSeconds": 5, "protocol": 1,
+            "groups": [], "allow": [], "services": [], "runtime": "test"}
+    here = {"host": socket.gethostname(), "pid": dead.pid}
+    entries = {
+        "millis": {**base, "lastHeartbeat": now * 1000},
+        "huge": {**base, "lastHeartbeat": now - 90_000, "leaseSeconds": 1e300},
+        "deadpid": {**base, **here, "lastHeartbeat": now},
+        "issue": {**base, **here, "lastHeartbeat": now * 1000, "leaseSeconds": 1e300},
+        "live": {**base, "lastHeartbeat": now},  # the control: this one is in use
+    }
+    for name, entry in entries.items():
+        env.write_entry(name, {**entry, "name": name})
+    for name in ("millis", "huge", "deadpid", "issue"):
+        node = procs.c_node(name)
+        assert env.entry(name)["id"] == node.id
+        node.wait_error(f"reclaimed stale registry entry of '{name}'")
+    r = procs.c_run("send", "--name", "live", "x", "1")
+    assert r.returncode == 1 and "name in use: node 'live' is registered by pid 1 on host elsewhere.invalid" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-1", "0", "86401"])
+def test_an_impossible_lease_is_one_sentence(procs, env, value):
+    r = procs.c_run("send", "--name", "alpha", "--lease", value, "beta", "1")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == f"error: --lease must be a number above 0 and at most 86400, not '{value}'"
+    assert env.entry("alpha") is None
+
+
+def _stats(node) -> dict:
+    before = node.count("stats")
+    node.command("stats")
+    wait_for(lambda: node.count("stats") > before, 10, f"{node.name} stats")
+    return node.find(event="stats")[-1]
+
+
+def test_the_nonce_cache_is_bounded_and_pruned(procs, env):
+    r = procs.c_node("recv", allow=["send"], args=["--nonce-cache", "100"])
+    s = procs.c_node("send", allow=["recv"])
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(300)))
+        s.proc.stdin.flush()
+        wait_for(lambda: s.count("sent") == 300, 30, "300 sends")
+        first = env.inbox_files("recv")[0]
+        with open(os.path.join(env.inbox("recv"), first), "rb") as f:
+            copy = f.read()
+    wait_for(lambda: r.count("message") == 300, 30, "300 messages")
+    assert _stats(r)["nonces"] == 100
+    env.inject("recv", first, copy)  # its nonce was forgotten: its sequence number still refuses it
+    assert r.wait_event(event="rejected", file=first)["reason"] == "replayed_sequence"
+    # nonces leave when their window ends
+    r2 = procs.c_node("recv2", allow=["send"], args=["--replay-window-ms", "2000"])
+    for i in range(5):
+        s.command(f"send recv2 {i}")
+    wait_for(lambda: r2.count("message") == 5, 10, "5 messages")
+    wait_for(lambda: _stats(r2)["nonces"] == 0, 15, "the window to end")
+    assert _stats(r2)["senders"] == 1
+
+
+def test_a_full_inbox_is_read_in_bounded_batches(procs, env):
+    """20,000 envelopes wait in the inbox: handled in order, and the receiver's peak memory
+    grows by less than a megabyte (reading every name at once takes about two)."""
+    n = 20_000
+    r = procs.c_node("recv", allow=["send"], lease=600, args=["--nonce-cache", "1000"])
+    s = procs.c_node("send", allow=["recv"], lease=600)
+    s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(200)))
+    s.proc.stdin.flush()
+    wait_for(lambda: r.count("message") == 200, 30, "the warm-up")
+    baseline = peak_rss_kb(r.pid)
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(n)))
+        s.proc.stdin.flush()
+        wait_for(lambda: s.count("sent") == 200 + n, 300, f"{n} envelopes in the inbox")
+    wait_for(lambda: r.count("message") == 200 + n, 300, f"{n} messages")
+    assert [e["seq"] for e in r.find(event="message")] == list(range(1, n + 201))
+    grown = peak_rss_kb(r.pid) - baseline
+    assert grown < 1024, f"peak RSS grew by {grown} kB"
+
+
+def test_unknown_flag_bits_and_registry_fields_are_ignored(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "gamma"])
+    b = procs.c_node("beta", allow=["alpha"], lease=7200, heartbeat=3600)
+    g = procs.c_node("gamma", allow=["alpha"])  # the identity of the forged envelopes
+    assert "features" not in env.entry("alpha") and "features" not in env.entry("beta")
+    with stopped(g):  # what alpha sends back stays in gamma's inbox
+        for seq, flags in ((1, 0xFFFE), (2, 0xFFFF)):
+            name, data = env.forge("MESSAGE", {"from": "gamma", "to": "alpha", "data": flags}, sender="gamma",
+                                   source_id=g.id, target_id=a.id, seq=seq, flags=flags)
+            env.inject("alpha", name, data)
+        a.wait_event(event="message", seq=2)
+        wait_for(lambda: len(env.inbox_files("gamma")) == 1, 10, "one ACK")
+        header, ack = env.open_envelope(os.path.join(env.inbox("gamma"), env.inbox_files("gamma")[0]))
+        assert header["type"] == 8 and header["flags"] == 0 and ack["ackSeq"] == 2
+    assert [m["data"] for m in a.find(event="message")] == [0xFFFE, 0xFFFF]
+    entry = {**env.entry("beta"), "features": ["chunks", "reliable"], "futureField": {"n": [1, {"x": None}]}}
+    env.write_entry("beta", entry)
+    with stopped(b):
+        a.command('send beta "plain"')
+        a.command('send-confirm beta "confirmed"')
+        wait_for(lambda: len(env.inbox_files("beta")) == 2, 10, "two messages to beta")
+        flags = sorted(env.open_envelope(os.path.join(env.inbox("beta"), f))[0]["flags"]
+                       for f in env.inbox_files("beta"))
+        assert flags == [0, 1]  # no bit but the ACK request, whatever the target advertises
+    b.wait_event(event="message", data="confirmed")
+    assert [m["data"] for m in b.find(event="message")] == ["plain", "confirmed"]
+    a.wait_event(event="ack", ackSeq=2)
+    assert not a.find(event="rejected") and not b.find(event="rejected")
 
 
 # =========================================================================== with Python
