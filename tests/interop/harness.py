@@ -322,6 +322,43 @@ def hold_registry_lock(procs: Procs, env: Env) -> Proc:
     return holder
 
 
+def inbox_file(env: Env, name: str, timeout: float = 10.0) -> str:
+    """The path of the first file to arrive in name's inbox."""
+    return wait_for(lambda: next((os.path.join(env.inbox(name), f) for f in env.inbox_files(name)), None),
+                    timeout, f"a file in {name}'s inbox")
+
+
+def stream_until_exit(sender: Proc, receiver: Proc, first: int) -> None:
+    """Let the C node `sender` send MESSAGEs to `receiver` in batches until receiver's process
+    has exited; each batch waits for the sender's outcome of every command (sent or
+    send_error). first is the number of sends already made."""
+    written = first
+    while receiver.proc.poll() is None:
+        sender.proc.stdin.write("".join(f"send {receiver.name} {written + i}\n" for i in range(20)))
+        sender.proc.stdin.flush()
+        written += 20
+        wait_for(lambda: sender.count("sent") + sender.count("send_error") == written, 30,
+                 "the sender's outcomes")
+
+
+def deadline_answers(env: Env, callee: Proc, caller: Proc) -> dict[str, dict]:
+    """Two SPC_REQUESTs from caller to callee's echo, injected by the test: "late" has a
+    timestamp 5 s old and timeoutMs 1000 (its deadline has passed, inside the 60 s window),
+    "in-time" is fresh. The answers, by request id, read from the stopped caller's inbox."""
+    with stopped(caller):
+        now = int(time.time() * 1000)
+        for seq, rid, ts, timeout in ((1, "late", now - 5000, 1000), (2, "in-time", now, 30000)):
+            req = {"from": caller.name, "to": callee.name, "requestId": rid, "service": "echo",
+                   "arguments": {"rid": rid}, "callerNode": caller.name, "timeoutMs": timeout}
+            name, data = env.forge("SPC_REQUEST", req, sender=caller.name, source_id=caller.id,
+                                   target_id=callee.id, seq=seq, ts_ms=ts)
+            env.inject(callee.name, name, data)
+        wait_for(lambda: len(env.inbox_files(caller.name)) == 2, 10, "two responses")
+        answers = [env.open_envelope(os.path.join(env.inbox(caller.name), f))[1]
+                   for f in env.inbox_files(caller.name)]
+    return {p["requestId"]: p for p in answers}
+
+
 def peak_rss_kb(pid: int) -> int:
     """VmHWM: the most resident memory the process ever had."""
     with open(f"/proc/{pid}/status") as f:

@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from .harness import (C_RUNTIME, REPLAY_REASONS, SPEED, VECTORS, c_node_bin, env, error_line,  # noqa: F401
-                      gen, hold_registry_lock, journal_rejection, peak_rss_kb, procs, python_runtime,
-                      stopped, wait_for)
+from .harness import (C_RUNTIME, REPLAY_REASONS, SPEED, VECTORS, c_node_bin, deadline_answers,  # noqa: F401
+                      env, error_line, gen, hold_registry_lock, inbox_file, journal_rejection, peak_rss_kb,
+                      procs, python_runtime, stopped, stream_until_exit, wait_for)
 
 
 # =========================================================================== C only
@@ -322,27 +322,17 @@ def test_a_sender_refuses_a_leaving_target(procs, env):
     assert b.wait_event(event="message")["data"] == "now"
 
 
-def _outcomes(sender) -> int:
-    return sender.count("sent") + sender.count("send_error")
-
-
 def test_a_stopping_c_node_handles_every_envelope_delivered_before_leaving(procs, env):
     """Several hundred envelopes wait in the inbox at SIGTERM and the sender keeps streaming:
     every send that succeeded is handled, nothing stays behind."""
     r = procs.c_node("recv", allow=["send"], lease=120)
     s = procs.c_node("send", allow=["recv"])
-    written = 0
     with stopped(r):
         s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(400)))
         s.proc.stdin.flush()
-        written = 400
         wait_for(lambda: s.count("sent") == 400, 30, "400 envelopes in recv's inbox")
         os.kill(r.pid, signal.SIGTERM)  # delivered when recv continues
-    while r.proc.poll() is None:  # stream on until recv has left
-        s.proc.stdin.write("".join(f"send recv {written + i}\n" for i in range(20)))
-        s.proc.stdin.flush()
-        written += 20
-        wait_for(lambda: _outcomes(s) == written, 30, "the sender's outcomes")
+    stream_until_exit(s, r, 400)
     assert r.proc.wait(30) == 0
     sent = {e["seq"] for e in s.find(event="sent")}
     handled = [e["seq"] for e in r.find(event="message")]
@@ -506,12 +496,6 @@ def test_a_c_sender_numbers_a_restarted_receiver_from_1(procs, env):
     assert not r2.find(event="rejected")
 
 
-def _request_in(env, name: str) -> dict:
-    path = wait_for(lambda: next((os.path.join(env.inbox(name), f) for f in env.inbox_files(name)), None), 10,
-                    f"a request in {name}'s inbox")
-    return env.open_envelope(path)[1]
-
-
 def test_a_c_caller_takes_responses_only_from_the_instance_it_called(procs, env):
     a = procs.c_node("alpha", allow=["beta", "mallory"], args=["--timeout-ms", "8000"])
     b = procs.c_node("beta", allow=["alpha"], services=["echo"])
@@ -519,7 +503,7 @@ def test_a_c_caller_takes_responses_only_from_the_instance_it_called(procs, env)
     forged = {"from": "mallory", "to": "alpha", "status": "SUCCESS", "result": {"forged": True}}
     with stopped(b):
         a.command('call t1 beta echo {"x":1}')
-        rid = _request_in(env, "beta")["requestId"]
+        rid = env.open_envelope(inbox_file(env, "beta"))[1]["requestId"]
         name, data = env.forge("SPC_RESPONSE", {**forged, "requestId": rid}, sender="mallory",
                                source_id=m.id, target_id=a.id, seq=1)
         env.inject("alpha", name, data)
@@ -533,7 +517,7 @@ def test_a_c_caller_takes_responses_only_from_the_instance_it_called(procs, env)
     # the same name, another instance: the request went to the old one
     os.kill(b.pid, signal.SIGSTOP)
     a.command('call t2 beta echo {"x":2}')
-    rid = _request_in(env, "beta")["requestId"]
+    rid = env.open_envelope(inbox_file(env, "beta"))[1]["requestId"]
     b.proc.kill()
     b.proc.wait(5)
     b2 = procs.c_node("beta", allow=["alpha"], services=["echo"])
@@ -563,17 +547,7 @@ def test_late_answers_are_unexpected(procs, env):
 def test_a_request_past_its_deadline_is_answered_timeout_and_never_run(procs, env):
     callee = procs.c_node("callee", allow=["caller"], services=["echo"])
     caller = procs.c_node("caller", allow=["callee"])
-    with stopped(caller):  # the responses stay in its inbox for the test to read
-        now = int(time.time() * 1000)
-        for seq, rid, ts, timeout in ((1, "late", now - 5000, 1000), (2, "in-time", now, 30000)):
-            req = {"from": "caller", "to": "callee", "requestId": rid, "service": "echo",
-                   "arguments": {"rid": rid}, "callerNode": "caller", "timeoutMs": timeout}
-            name, data = env.forge("SPC_REQUEST", req, sender="caller", source_id=caller.id,
-                                   target_id=callee.id, seq=seq, ts_ms=ts)
-            env.inject("callee", name, data)
-        wait_for(lambda: len(env.inbox_files("caller")) == 2, 10, "two responses")
-        answers = [env.open_envelope(os.path.join(env.inbox("caller"), f))[1] for f in env.inbox_files("caller")]
-    by_id = {p["requestId"]: p for p in answers}
+    by_id = deadline_answers(env, callee, caller)
     assert (by_id["late"]["status"], by_id["late"]["errorCode"]) == ("ERROR", "TIMEOUT")
     assert (by_id["in-time"]["status"], by_id["in-time"]["result"]) == ("SUCCESS", {"rid": "in-time"})
     assert [e["requestId"] for e in callee.find(event="served")] == ["in-time"]
