@@ -1,279 +1,24 @@
 """Interoperability of the C SPEED node (tests/interop/c, written from SPEED-WIRE-V1 alone)
 with itself, with the shared known-answer vectors, and with the Python runtime.
 
-Every process is started through a fixture that terminates it at teardown; every wait is a
-bounded wait on a condition (a stdout line, a journal record, a file), never a bare sleep.
-Forged envelopes are sealed with tests/vectors/generate_vectors.py, the independent
-PyNaCl + struct reading of the contract, not with speed_runtime.
+The harness (environment, processes, forged envelopes) is tests/interop/harness.py.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ..helpers.wait import wait_until as wait_for
-
-HERE = Path(__file__).resolve().parent
-C_DIR = HERE / "c"
-C_BIN = C_DIR / "build" / "speed_c_node"
-VECTORS = HERE.parent / "vectors" / "envelope_vectors.json"
-SHM = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-SPEED = [sys.executable, "-m", "speed_runtime"]
-C_RUNTIME = "speed_c_node-c/0.1"
-REPLAY_REASONS = {"replayed_nonce", "replayed_sequence"}
-
-
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("speed_vector_generator",
-                                                  HERE.parent / "vectors" / "generate_vectors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
-
-
-# --------------------------------------------------------------------------- environment
-
-@dataclass
-class Env:
-    root: str
-    key_path: str
-    key: bytes
-
-    def inbox(self, name: str) -> str:
-        return os.path.join(self.root, name, "inbox")
-
-    def inbox_files(self, name: str) -> list[str]:
-        return sorted(os.listdir(self.inbox(name)))
-
-    def tmp_files(self, name: str) -> list[str]:
-        return sorted(os.listdir(os.path.join(self.root, name, "tmp")))
-
-    def entry(self, name: str) -> dict | None:
-        try:
-            with open(os.path.join(self.root, "speed_registry", f"{name}.node"), encoding="utf-8") as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return None
-
-    def inject(self, target: str, filename: str, data: bytes) -> None:
-        """Deliver exact bytes the way section 5.4 does: tmp file, link() into inbox, unlink."""
-        tmp = os.path.join(self.root, target, "tmp", filename)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.link(tmp, os.path.join(self.inbox(target), filename))
-        os.unlink(tmp)
-
-    def forge(self, etype: str, payload: dict, *, sender: str, source_id: str, target_id: str,
-              seq: int, ts_ms: int | None = None, flags: int = 0, key: bytes | None = None) -> tuple[str, bytes]:
-        """Seal an envelope with the independent generator's code; returns (file name, bytes)."""
-        text = json.dumps(payload, separators=(",", ":")).encode()
-        nonce = os.urandom(12)
-        ts = int(time.time() * 1000) if ts_ms is None else ts_ms
-        hdr = gen.header(1, gen.TYPES[etype], flags, 64, seq, ts, len(text), source_id, target_id)
-        data = gen.seal(hdr, nonce, text, key or self.key)
-        return gen.filename(sender, source_id, seq, nonce), data
-
-
-@pytest.fixture
-def env():
-    base = tempfile.mkdtemp(prefix="speed-interop-", dir=SHM)
-    os.chmod(base, 0o700)
-    root = os.path.join(base, "root")
-    os.mkdir(root, 0o700)
-    key = os.urandom(32)
-    key_path = os.path.join(base, "speed.key")
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("SPEED-KEY-V1\n" + gen.base64.b64encode(key).decode() + "\n")
-    yield Env(root, key_path, key)
-    shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def c_node_bin():
-    """Build the C node once per module (make is incremental)."""
-    if shutil.which("make") is None:
-        pytest.fail("make is required to build tests/interop/c")
-    r = subprocess.run(["make", "-C", str(C_DIR)], capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        pytest.fail("building the C node failed (is libsodium-dev installed?)\n" + r.stdout + r.stderr)
-    return str(C_BIN)
-
-
-# --------------------------------------------------------------------------- processes
-
-class Proc:
-    """A child process whose stdout lines (JSON parsed when possible) are collected."""
-
-    def __init__(self, name: str, cmd: list[str], *, stdin: bool = False):
-        self.name = name
-        self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     encoding="utf-8", bufsize=1,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.lines: list[str] = []
-        self.errors: list[str] = []
-        self.id = ""
-        self._threads = [threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True),
-                         threading.Thread(target=self._pump, args=(self.proc.stderr, self.errors), daemon=True)]
-        for t in self._threads:
-            t.start()
-
-    @staticmethod
-    def _pump(stream, sink: list[str]) -> None:
-        for line in stream:
-            sink.append(line.rstrip("\n"))
-        stream.close()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def events(self) -> list[dict]:
-        out = []
-        for line in list(self.lines):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-        return out
-
-    def find(self, **match: Any) -> list[dict]:
-        return [e for e in self.events() if all(e.get(k) == v for k, v in match.items())]
-
-    def wait_event(self, timeout: float = 10.0, **match: Any) -> dict:
-        try:
-            return wait_for(lambda: (self.find(**match) or [None])[0], timeout, f"{self.name} event {match}")
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}\nstdout: {self.lines}\nstderr: {self.errors}") from None
-
-    def wait_line(self, prefix: str, timeout: float = 15.0) -> str:
-        def found():
-            if self.proc.poll() is not None and not any(l.startswith(prefix) for l in self.lines):
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.errors}")
-            return next((l for l in self.lines if l.startswith(prefix)), None)
-        try:
-            return wait_for(found, timeout, f"{self.name} line {prefix!r}")
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}\nstdout: {self.lines}\nstderr: {self.errors}") from None
-
-    def command(self, line: str) -> None:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self, timeout: float = 10.0) -> int:
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGCONT)
-                self.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        if self.proc.stdin:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        for t in self._threads:
-            t.join(5)
-        return rc
-
-
-class Procs:
-    def __init__(self, env: Env, c_bin: str):
-        self.env, self.c_bin = env, c_bin
-        self.started: list[Proc] = []
-
-    def c_node(self, name: str, *, allow=(), services=(), lease=None, heartbeat=None) -> Proc:
-        cmd = [self.c_bin, "node", "--dir", self.env.root, "--key", self.env.key_path, "--name", name]
-        for a in allow:
-            cmd += ["--allow", a]
-        for s in services:
-            cmd += ["--service", s]
-        if lease is not None:
-            cmd += ["--lease", str(lease)]
-        if heartbeat is not None:
-            cmd += ["--heartbeat", str(heartbeat)]
-        p = Proc(name, cmd, stdin=True)
-        self.started.append(p)
-        line = p.wait_line(f"ready {name} id=")
-        p.id = line.split("id=")[1].split()[0]
-        return p
-
-    def py_node(self, name: str, *, allow=(), services=(), trace=True, echo=True) -> Proc:
-        cmd = SPEED + ["node", "--dir", self.env.root, "--key", self.env.key_path, "--name", name]
-        for a in allow:
-            cmd += ["--allow", a]
-        for s in services:
-            cmd += ["--service", s]
-        if trace:
-            cmd.append("--trace")
-        if echo:
-            cmd.append("--echo-messages")
-        p = Proc(name, cmd)
-        self.started.append(p)
-        line = p.wait_line(f"ready {name} id=", timeout=30)
-        p.id = line.split("id=")[1].split()[0]
-        return p
-
-    def c_run(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run([self.c_bin, *args[:1], "--dir", self.env.root, "--key", self.env.key_path, *args[1:]],
-                              capture_output=True, text=True, timeout=timeout)
-
-    def stop_all(self) -> None:
-        for p in self.started:
-            p.stop()
-
-
-@pytest.fixture
-def procs(env, c_node_bin):
-    group = Procs(env, c_node_bin)
-    yield group
-    group.stop_all()
-
-
-def stopped(proc: Proc):
-    """Context manager: SIGSTOP a node so that files stay in its inbox; SIGCONT on exit."""
-    class _Stopped:
-        def __enter__(self):
-            os.kill(proc.pid, signal.SIGSTOP)
-            wait_for(lambda: _proc_state(proc.pid) == "T", 5, f"{proc.name} to stop")
-
-        def __exit__(self, *exc):
-            os.kill(proc.pid, signal.SIGCONT)
-    return _Stopped()
-
-
-def _proc_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
+from .harness import (C_RUNTIME, REPLAY_REASONS, SPEED, VECTORS, c_node_bin, deadline_answers,  # noqa: F401
+                      env, error_line, gen, hold_registry_lock, inbox_file, journal_rejection, peak_rss_kb,
+                      procs, python_runtime, stopped, stream_until_exit, wait_for)
 
 
 # =========================================================================== C only
@@ -375,11 +120,11 @@ def test_c_to_c_call(procs, env):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == args
     r = procs.c_run("call", "--name", "beta", "alpha", "nope", "{}")
-    assert r.returncode == 1 and r.stderr.startswith("ERROR SERVICE_NOT_FOUND"), r.stderr
+    assert r.returncode == 1 and error_line(r).startswith("ERROR SERVICE_NOT_FOUND"), r.stderr
     r = procs.c_run("call", "--name", "beta", "alpha", "calculateTax", '{"amount": "100"}')
-    assert r.returncode == 1 and r.stderr.startswith("ERROR INVALID_ARGUMENTS"), r.stderr
+    assert r.returncode == 1 and error_line(r).startswith("ERROR INVALID_ARGUMENTS"), r.stderr
     r = procs.c_run("call", "--name", "beta", "alpha", "echo", "[1]")
-    assert r.returncode == 1 and r.stderr.startswith("ERROR INVALID_ARGUMENTS"), r.stderr
+    assert r.returncode == 1 and error_line(r).startswith("ERROR INVALID_ARGUMENTS"), r.stderr
     # the one-shot callers deregistered
     assert env.entry("beta") is None
 
@@ -389,8 +134,8 @@ def test_c_call_timeout_and_unavailable(procs, env):
     assert r.returncode == 1 and "ERROR UNAVAILABLE" in r.stderr
     node = procs.c_node("alpha", allow=["beta"], services=["echo"])
     with stopped(node):
-        r = procs.c_run("call", "--name", "beta", "alpha", "echo", "{}", "--timeout-ms", "300")
-        assert r.returncode == 1 and r.stderr.startswith("ERROR TIMEOUT"), r.stderr
+        r = procs.c_run("call", "--name", "beta", "alpha", "echo", "{}", "--timeout-ms", "300", "--linger", "0.2")
+        assert r.returncode == 1 and error_line(r).startswith("ERROR TIMEOUT"), r.stderr
 
 
 def test_two_c_nodes_message_and_call_each_other(procs):
@@ -528,43 +273,405 @@ def test_c_node_sigterm_sends_leave_and_deregisters(procs, env):
     assert not b.find(event="rejected")
 
 
+# =========================================================================== contract 1.1
+
+def test_registry_lock_wait_is_bounded_names_the_holder_and_answers_signals(procs, env):
+    holder = hold_registry_lock(procs, env)
+    r = procs.c_run("send", "--name", "alpha", "--lock-timeout", "1", "beta", "1")
+    assert r.returncode == 1
+    assert f"held by pid {holder.pid} for" in r.stderr and "gave up waiting" in r.stderr, r.stderr
+    assert env.entry("alpha") is None
+    # an hour's wait still ends at once on SIGTERM
+    node = procs.c_node("alpha", args=["--lock-timeout", "3600"], wait_ready=False)
+    node.wait_error(f"waiting for the registry lock held by pid {holder.pid}")
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(30) == 1
+    node.wait_error(f"interrupted by a signal while waiting for the registry lock held by pid {holder.pid}")
+    holder.stop()
+    procs.c_node("alpha")
+    assert env.entry("alpha")["status"] == "online"
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a symbolic link", "a FIFO"])
+def test_a_lock_that_is_not_a_regular_file_is_one_clear_error(procs, env, kind):
+    reg = os.path.join(env.root, "speed_registry")
+    os.makedirs(reg, mode=0o700)
+    lock, target = os.path.join(reg, ".lock"), os.path.join(env.root, "lock-target")
+    {"a directory": lambda: os.mkdir(lock, 0o700), "a symbolic link": lambda: os.symlink(target, lock),
+     "a FIFO": lambda: os.mkfifo(lock, 0o600)}[kind]()
+    r = procs.c_run("send", "--name", "alpha", "beta", "1")
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        f"error: cannot register 'alpha': configuration error: the registry lock {lock} is {kind}, "
+        "not a regular file; remove it (it is created again as an empty file)"]
+    assert not os.path.lexists(target) and env.entry("alpha") is None
+
+
+def test_a_sender_refuses_a_leaving_target(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"], lease=7200, heartbeat=3600)
+    env.write_entry("beta", {**env.entry("beta"), "status": "leaving"})
+    a.command('send beta "late"')
+    err = a.wait_event(event="send_error", to="beta")
+    assert (err["errorCode"], err["errorMessage"]) == ("UNAVAILABLE", "node beta is leaving")
+    r = procs.c_run("call", "--name", "gamma", "beta", "echo", "{}")
+    assert r.returncode == 1 and error_line(r) == "ERROR UNAVAILABLE node beta is leaving"
+    assert env.inbox_files("beta") == [] and env.tmp_files("beta") == []
+    env.write_entry("beta", {**env.entry("beta"), "status": "online"})
+    a.command('send beta "now"')
+    assert b.wait_event(event="message")["data"] == "now"
+
+
+def test_a_stopping_c_node_handles_every_envelope_delivered_before_leaving(procs, env):
+    """Several hundred envelopes wait in the inbox at SIGTERM and the sender keeps streaming:
+    every send that succeeded is handled, nothing stays behind."""
+    r = procs.c_node("recv", allow=["send"], lease=120)
+    s = procs.c_node("send", allow=["recv"])
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(400)))
+        s.proc.stdin.flush()
+        wait_for(lambda: s.count("sent") == 400, 30, "400 envelopes in recv's inbox")
+        os.kill(r.pid, signal.SIGTERM)  # delivered when recv continues
+    stream_until_exit(s, r, 400)
+    assert r.proc.wait(30) == 0
+    sent = {e["seq"] for e in s.find(event="sent")}
+    handled = [e["seq"] for e in r.find(event="message")]
+    assert len(sent) >= 400 and sent == set(handled) and len(handled) == len(set(handled))
+    refused = s.find(event="send_error")
+    assert refused and {e["errorMessage"] for e in refused} <= {"node recv is leaving",
+                                                                  "node recv is not available"}
+    assert env.inbox_files("recv") == [] and env.entry("recv") is None
+
+
+def test_a_stopping_c_node_keeps_its_entry_until_its_leave_was_read(procs, env):
+    b = procs.c_node("beta", allow=["alpha"])
+    a = procs.c_node("alpha", allow=["beta"], args=["--linger", "60"])
+    with stopped(b):
+        a.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: any(f.startswith("alpha.") for f in env.inbox_files("beta")), 10, "alpha's leave EVENT")
+        assert a.proc.poll() is None and env.entry("alpha")["status"] == "leaving"
+    assert a.proc.wait(30) == 0 and env.entry("alpha") is None
+    b.wait_error('"event":"leave"')
+    assert not b.find(event="rejected")
+
+
+def test_a_file_with_two_fresh_links_is_deferred_not_rejected(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    msg = {"from": "beta", "to": "alpha"}
+    first, one = env.forge("MESSAGE", {**msg, "data": "one"}, sender="beta", source_id=b.id, target_id=a.id, seq=1)
+    second, two = env.forge("MESSAGE", {**msg, "data": "two"}, sender="beta", source_id=b.id, target_id=a.id, seq=2)
+    tmp = os.path.join(env.root, "alpha", "tmp", first)
+    with open(tmp, "wb") as f:
+        f.write(one)
+    os.link(tmp, os.path.join(env.inbox("alpha"), first))  # a link()+unlink() delivery, half done
+    env.inject("alpha", second, two)  # the same sender's next envelope, complete
+    a.wait_event(event="deferred", file=first)
+    assert not a.find(event="message") and not a.find(event="rejected")  # order kept: two waits too
+    os.unlink(tmp)
+    a.wait_event(event="message", seq=2)
+    assert [(m["seq"], m["data"]) for m in a.find(event="message")] == [(1, "one"), (2, "two")]
+    assert not a.find(event="rejected")
+
+
+def test_reasons_and_their_order_follow_the_contract(procs, env):
+    """§5.5 steps 3-4 and docs/PROTOCOL.md "Order of checks": framing before the tag (size,
+    then version and header length), the type's shape before identities."""
+    rt = python_runtime()
+    from speed_runtime import envelope
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    ok = {"from": "beta", "to": "alpha", "data": 1}
+    cases = [  # (reason, forge arguments, bytes cut off the end)
+        ("bad_version", dict(header_length=65), 0),
+        ("bad_version", dict(header_length=0), 0),
+        ("bad_version", dict(version=2), 0),
+        ("bad_size", dict(version=2), 1),
+        ("bad_size", dict(header_length=65), 1),
+        ("too_large", dict(version=2, payload_size=2**40), 0),
+        ("bad_payload", dict(etype=9, target_id=str(uuid.uuid4())), 0),
+        ("bad_payload", dict(payload={"from": "gamma", "to": "alpha"}), 0),
+        ("unknown_sender", dict(payload={**ok, "from": "alpha"}), 0),
+        ("wrong_target", dict(payload={**ok, "to": "other"}), 0),
+        ("wrong_target", dict(target_id=str(uuid.uuid4())), 0),
+    ]
+    expected = []
+    for seq, (reason, kw, cut) in enumerate(cases, start=10):
+        args = {"etype": "MESSAGE", "payload": ok, "sender": "beta", "source_id": b.id, "target_id": a.id,
+                "seq": seq, **kw}
+        name, data = env.forge(**args)
+        data = data[:len(data) - cut]
+        if reason in ("bad_version", "bad_size", "too_large"):  # the Python codec agrees
+            with pytest.raises(rt.EnvelopeError) as exc:
+                envelope.open_envelope(data, rt.Key(env.key))
+            assert exc.value.reason == reason, (reason, kw)
+        env.inject("alpha", name, data)
+        expected.append((name, reason))
+    for name, reason in expected:
+        assert a.wait_event(event="rejected", file=name)["reason"] == reason, name
+    assert not a.find(event="message")
+
+
+def test_rejection_lines_keep_the_header_type_and_the_size(procs, env):
+    a = procs.c_node("alpha", allow=["beta"])
+    b = procs.c_node("beta", allow=["alpha"])
+    ids = {"sender": "beta", "source_id": b.id, "target_id": a.id}
+    req = {"from": "beta", "to": "alpha", "requestId": "r1", "service": "echo", "arguments": {}}
+    name1, data1 = env.forge("SPC_REQUEST", req, seq=5, key=bytes(32), **ids)  # bad_tag
+    name2, data2 = env.forge("EVENT", {"from": "beta", "to": "alpha", "event": "x"}, seq=6, **ids)
+    data2 += bytes(1024 * 1024)  # too_large: never read past the header
+    name3, data3 = env.forge("ACK", {"from": "beta", "to": "alpha", "ackSeq": 1}, seq=7, **ids)
+    data3 = data3[:-1]  # bad_size
+    name4 = gen.filename("beta", b.id, 8, os.urandom(12))
+    data4 = b"0123456789"  # bad_size, no header to read
+    name5, data5 = env.forge("MESSAGE", {"from": "gamma", "to": "alpha", "data": 1}, sender="gamma",
+                             source_id=b.id, target_id=a.id, seq=9)  # unauthorized: removed unread
+    for name, data in ((name1, data1), (name2, data2), (name3, data3), (name4, data4), (name5, data5)):
+        env.inject("alpha", name, data)
+    got = {n: a.wait_event(event="rejected", file=n) for n in (name1, name2, name3, name4, name5)}
+    strip = lambda e: {k: v for k, v in e.items() if k not in ("event", "file")}  # noqa: E731
+    assert strip(got[name1]) == {"reason": "bad_tag", "peer": "beta", "type": "SPC_REQUEST", "seq": 5,
+                                 "size": len(data1)}
+    assert strip(got[name2]) == {"reason": "too_large", "peer": "beta", "type": "EVENT", "seq": 6,
+                                 "size": len(data2)}
+    assert strip(got[name3]) == {"reason": "bad_size", "peer": "beta", "type": "ACK", "seq": 7,
+                                 "size": len(data3)}
+    assert strip(got[name4]) == {"reason": "bad_size", "peer": "beta", "size": 10}
+    assert strip(got[name5]) == {"reason": "unauthorized", "peer": "gamma", "size": len(data5)}
+
+
+def test_one_forged_sequence_cannot_block_a_link(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "gamma"])
+    b = procs.c_node("beta", allow=["alpha"])
+    g = procs.c_node("gamma", allow=["alpha"])
+    for i in (1, 2):
+        b.command(f"send alpha {i}")
+    a.wait_event(event="message", seq=2)
+    msg = {"from": "beta", "to": "alpha", "data": "forged"}
+    name, data = env.forge("MESSAGE", msg, sender="beta", source_id=b.id, target_id=a.id, seq=2**64 - 1)
+    env.inject("alpha", name, data)
+    assert a.wait_event(event="rejected", file=name)["reason"] == "bad_sequence"
+    b.command("send alpha 3")
+    assert a.wait_event(event="message", seq=3)["data"] == 3
+    # an instance not seen before counts from 0: 65,537 is the largest first sequence
+    msg = {"from": "gamma", "to": "alpha", "data": "gap"}
+    for seq, outcome in ((65538, "bad_sequence"), (65537, "accepted"), (131075, "bad_sequence"),
+                         (131074, "accepted")):
+        name, data = env.forge("MESSAGE", msg, sender="gamma", source_id=g.id, target_id=a.id, seq=seq)
+        env.inject("alpha", name, data)
+        if outcome == "accepted":
+            a.wait_event(event="message", seq=seq)
+        else:
+            assert a.wait_event(event="rejected", file=name)["reason"] == outcome, seq
+    a.wait_error('"event":"sequence_gap","from":"gamma","skipped":65536,"got":131074')
+    assert [m["data"] for m in a.find(event="message")] == [1, 2, 3, "gap", "gap"]
+
+
+def test_the_largest_gap_is_configurable(procs, env):
+    a = procs.c_node("alpha", allow=["beta"], args=["--max-gap", "10"])
+    b = procs.c_node("beta", allow=["alpha"])
+    msg = {"from": "beta", "to": "alpha", "data": 0}
+    for seq, reason in ((12, "bad_sequence"), (11, None), (23, "bad_sequence"), (22, None)):
+        name, data = env.forge("MESSAGE", msg, sender="beta", source_id=b.id, target_id=a.id, seq=seq)
+        env.inject("alpha", name, data)
+        if reason:
+            assert a.wait_event(event="rejected", file=name)["reason"] == reason, seq
+        else:
+            a.wait_event(event="message", seq=seq)
+
+
+def test_a_c_sender_numbers_a_restarted_receiver_from_1(procs, env):
+    # --max-gap 0: a sender that went on counting would be refused by the new instance
+    r1 = procs.c_node("recv", allow=["send"], args=["--max-gap", "0"])
+    s = procs.c_node("send", allow=["recv"])
+    for i in (1, 2, 3):
+        s.command(f"send recv {i}")
+    r1.wait_event(event="message", seq=3)
+    assert r1.stop() == 0
+    r2 = procs.c_node("recv", allow=["send"], args=["--max-gap", "0"])
+    s.command('send recv "again"')
+    wait_for(lambda: len(s.find(event="sent")) == 4, 10, "the fourth send")
+    assert [e["seq"] for e in s.find(event="sent")] == [1, 2, 3, 1]
+    assert r2.wait_event(event="message", seq=1)["data"] == "again"
+    assert not r2.find(event="rejected")
+
+
+def test_a_c_caller_takes_responses_only_from_the_instance_it_called(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "mallory"], args=["--timeout-ms", "8000"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    m = procs.c_node("mallory", allow=["alpha"])
+    forged = {"from": "mallory", "to": "alpha", "status": "SUCCESS", "result": {"forged": True}}
+    with stopped(b):
+        a.command('call t1 beta echo {"x":1}')
+        rid = env.open_envelope(inbox_file(env, "beta"))[1]["requestId"]
+        name, data = env.forge("SPC_RESPONSE", {**forged, "requestId": rid}, sender="mallory",
+                               source_id=m.id, target_id=a.id, seq=1)
+        env.inject("alpha", name, data)
+        got = a.wait_event(event="rejected", file=name)
+        assert (got["reason"], got["type"]) == ("unexpected_response", "SPC_RESPONSE")
+        name, data = env.forge("ACK", {"from": "mallory", "to": "alpha", "ackSeq": 1}, sender="mallory",
+                               source_id=m.id, target_id=a.id, seq=2)
+        env.inject("alpha", name, data)
+        assert a.wait_event(event="rejected", file=name)["reason"] == "unexpected_response"
+    assert a.wait_event(event="result", id="t1")["result"] == {"x": 1}
+    # the same name, another instance: the request went to the old one
+    os.kill(b.pid, signal.SIGSTOP)
+    a.command('call t2 beta echo {"x":2}')
+    rid = env.open_envelope(inbox_file(env, "beta"))[1]["requestId"]
+    b.proc.kill()
+    b.proc.wait(5)
+    b2 = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    assert b2.wait_event(event="rejected")["reason"] == "wrong_target"  # the old instance's request
+    answer = {**forged, "from": "beta", "requestId": rid}
+    name, data = env.forge("SPC_RESPONSE", answer, sender="beta", source_id=b2.id, target_id=a.id, seq=1)
+    env.inject("alpha", name, data)
+    assert a.wait_event(event="rejected", file=name)["reason"] == "unexpected_response"
+    assert a.wait_event(event="call_error", id="t2")["errorCode"] == "TIMEOUT"
+    assert len(a.find(event="result")) == 1
+
+
+def test_late_answers_are_unexpected(procs, env):
+    a = procs.c_node("alpha", allow=["beta"], args=["--timeout-ms", "300"])
+    b = procs.c_node("beta", allow=["alpha"], services=["echo"])
+    with stopped(b):
+        a.command("call t1 beta echo {}")
+        assert a.wait_event(event="call_error", id="t1")["errorCode"] == "TIMEOUT"
+        a.command('send-confirm beta "x"')
+        a.wait_event(event="ack_timeout", to="beta")
+    wait_for(lambda: len(a.find(event="rejected")) == 2, 10, "both late answers")
+    assert {(e["reason"], e["type"]) for e in a.find(event="rejected")} == {
+        ("unexpected_response", "SPC_RESPONSE"), ("unexpected_response", "ACK")}
+    assert not a.find(event="result") and not a.find(event="ack")
+
+
+def test_a_request_past_its_deadline_is_answered_timeout_and_never_run(procs, env):
+    callee = procs.c_node("callee", allow=["caller"], services=["echo"])
+    caller = procs.c_node("caller", allow=["callee"])
+    by_id = deadline_answers(env, callee, caller)
+    assert (by_id["late"]["status"], by_id["late"]["errorCode"]) == ("ERROR", "TIMEOUT")
+    assert (by_id["in-time"]["status"], by_id["in-time"]["result"]) == ("SUCCESS", {"rid": "in-time"})
+    assert [e["requestId"] for e in callee.find(event="served")] == ["in-time"]
+
+
+def test_entries_that_cannot_be_live_are_reclaimed(procs, env):
+    """§4.1: leaseSeconds clamped to a day, a heartbeat more than a lease in the future is stale,
+    and so is an entry of this host whose pid does not exist, with or without bootId."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    now = time.time()
+    base = {"id": str(uuid.uuid4()), "pid": 1, "host": "elsewhere.invalid", "status": "online",
+            "startupTimestamp": now, "leaseSeconds": 30, "heartbeatSeconds": 5, "protocol": 1,
+            "groups": [], "allow": [], "services": [], "runtime": "test"}
+    here = {"host": socket.gethostname(), "pid": dead.pid}
+    entries = {
+        "millis": {**base, "lastHeartbeat": now * 1000},
+        "huge": {**base, "lastHeartbeat": now - 90_000, "leaseSeconds": 1e300},
+        "deadpid": {**base, **here, "lastHeartbeat": now},
+        "issue": {**base, **here, "lastHeartbeat": now * 1000, "leaseSeconds": 1e300},
+        "live": {**base, "lastHeartbeat": now},  # the control: this one is in use
+    }
+    for name, entry in entries.items():
+        env.write_entry(name, {**entry, "name": name})
+    for name in ("millis", "huge", "deadpid", "issue"):
+        node = procs.c_node(name)
+        assert env.entry(name)["id"] == node.id
+        node.wait_error(f"reclaimed stale registry entry of '{name}'")
+    r = procs.c_run("send", "--name", "live", "x", "1")
+    assert r.returncode == 1 and "name in use: node 'live' is registered by pid 1 on host elsewhere.invalid" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-1", "0", "86401"])
+def test_an_impossible_lease_is_one_sentence(procs, env, value):
+    r = procs.c_run("send", "--name", "alpha", "--lease", value, "beta", "1")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == f"error: --lease must be a number above 0 and at most 86400, not '{value}'"
+    assert env.entry("alpha") is None
+
+
+def _stats(node) -> dict:
+    before = node.count("stats")
+    node.command("stats")
+    wait_for(lambda: node.count("stats") > before, 10, f"{node.name} stats")
+    return node.find(event="stats")[-1]
+
+
+def test_the_nonce_cache_is_bounded_and_pruned(procs, env):
+    r = procs.c_node("recv", allow=["send"], args=["--nonce-cache", "100"])
+    s = procs.c_node("send", allow=["recv"])
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(300)))
+        s.proc.stdin.flush()
+        wait_for(lambda: s.count("sent") == 300, 30, "300 sends")
+        first = env.inbox_files("recv")[0]
+        with open(os.path.join(env.inbox("recv"), first), "rb") as f:
+            copy = f.read()
+    wait_for(lambda: r.count("message") == 300, 30, "300 messages")
+    assert _stats(r)["nonces"] == 100
+    env.inject("recv", first, copy)  # its nonce was forgotten: its sequence number still refuses it
+    assert r.wait_event(event="rejected", file=first)["reason"] == "replayed_sequence"
+    # nonces leave when their window ends
+    r2 = procs.c_node("recv2", allow=["send"], args=["--replay-window-ms", "2000"])
+    for i in range(5):
+        s.command(f"send recv2 {i}")
+    wait_for(lambda: r2.count("message") == 5, 10, "5 messages")
+    wait_for(lambda: _stats(r2)["nonces"] == 0, 15, "the window to end")
+    assert _stats(r2)["senders"] == 1
+
+
+def test_a_full_inbox_is_read_in_bounded_batches(procs, env):
+    """20,000 envelopes wait in the inbox: handled in order, and the receiver's peak memory
+    grows by less than a megabyte (reading every name at once takes about two)."""
+    n = 20_000
+    r = procs.c_node("recv", allow=["send"], lease=600, args=["--nonce-cache", "1000"])
+    s = procs.c_node("send", allow=["recv"], lease=600)
+    s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(200)))
+    s.proc.stdin.flush()
+    wait_for(lambda: r.count("message") == 200, 30, "the warm-up")
+    baseline = peak_rss_kb(r.pid)
+    with stopped(r):
+        s.proc.stdin.write("".join(f"send recv {i}\n" for i in range(n)))
+        s.proc.stdin.flush()
+        wait_for(lambda: s.count("sent") == 200 + n, 300, f"{n} envelopes in the inbox")
+    wait_for(lambda: r.count("message") == 200 + n, 300, f"{n} messages")
+    assert [e["seq"] for e in r.find(event="message")] == list(range(1, n + 201))
+    grown = peak_rss_kb(r.pid) - baseline
+    assert grown < 1024, f"peak RSS grew by {grown} kB"
+
+
+def test_unknown_flag_bits_and_registry_fields_are_ignored(procs, env):
+    a = procs.c_node("alpha", allow=["beta", "gamma"])
+    b = procs.c_node("beta", allow=["alpha"], lease=7200, heartbeat=3600)
+    g = procs.c_node("gamma", allow=["alpha"])  # the identity of the forged envelopes
+    assert "features" not in env.entry("alpha") and "features" not in env.entry("beta")
+    with stopped(g):  # what alpha sends back stays in gamma's inbox
+        for seq, flags in ((1, 0xFFFE), (2, 0xFFFF)):
+            name, data = env.forge("MESSAGE", {"from": "gamma", "to": "alpha", "data": flags}, sender="gamma",
+                                   source_id=g.id, target_id=a.id, seq=seq, flags=flags)
+            env.inject("alpha", name, data)
+        a.wait_event(event="message", seq=2)
+        wait_for(lambda: len(env.inbox_files("gamma")) == 1, 10, "one ACK")
+        header, ack = env.open_envelope(os.path.join(env.inbox("gamma"), env.inbox_files("gamma")[0]))
+        assert header["type"] == 8 and header["flags"] == 0 and ack["ackSeq"] == 2
+    assert [m["data"] for m in a.find(event="message")] == [0xFFFE, 0xFFFF]
+    entry = {**env.entry("beta"), "features": ["chunks", "reliable"], "futureField": {"n": [1, {"x": None}]}}
+    env.write_entry("beta", entry)
+    with stopped(b):
+        a.command('send beta "plain"')
+        a.command('send-confirm beta "confirmed"')
+        wait_for(lambda: len(env.inbox_files("beta")) == 2, 10, "two messages to beta")
+        flags = sorted(env.open_envelope(os.path.join(env.inbox("beta"), f))[0]["flags"]
+                       for f in env.inbox_files("beta"))
+        assert flags == [0, 1]  # no bit but the ACK request, whatever the target advertises
+    b.wait_event(event="message", data="confirmed")
+    assert [m["data"] for m in b.find(event="message")] == ["plain", "confirmed"]
+    a.wait_event(event="ack", ackSeq=2)
+    assert not a.find(event="rejected") and not b.find(event="rejected")
+
+
 # =========================================================================== with Python
 
-def _runtime():
-    import speed_runtime
-    return speed_runtime
-
-
-def _journal(env: Env, name: str) -> list[dict]:
-    path = os.path.join(env.root, "speed_traces", f"{name}.jsonl")
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def _journal_rejection(env: Env, name: str, *, peer: str | None = None, reason: str | None = None,
-                       seq: int | None = None, timeout: float = 10.0) -> dict:
-    def match():
-        for r in _journal(env, name):
-            if r.get("kind", "envelope") == "envelope" and r.get("outcome") == "rejected" \
-                    and (peer is None or r.get("peer") == peer) \
-                    and (reason is None or r.get("reason") == reason) \
-                    and (seq is None or r.get("seq") == seq):
-                return r
-        return None
-    return wait_for(match, timeout, f"{name} journal rejection peer={peer} reason={reason} seq={seq}")
-
-
 def test_python_node_calls_c_node(procs, env):
-    rt = _runtime()
+    rt = python_runtime()
     procs.c_node("cnode", allow=["pyc"], services=["echo", "calculateTax"])
     with rt.Node(env.root, env.key_path, "pyc", allow=["cnode"]) as node:
         args = {"text": "Grüße 🚀", "list": [1, 2.5, None, False], "nested": {"k": "v"}}
@@ -580,7 +687,7 @@ def test_python_node_calls_c_node(procs, env):
 
 
 def test_c_node_calls_python_node(procs, env):
-    _runtime()
+    python_runtime()
     procs.py_node("py", allow=["cnode"], services=["calculateTax"])
     r = procs.c_run("call", "--name", "cnode", "py", "calculateTax", '{"amount": 100}')
     assert r.returncode == 0, r.stderr
@@ -589,9 +696,9 @@ def test_c_node_calls_python_node(procs, env):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"tax": 3.3 * 0.18}
     r = procs.c_run("call", "--name", "cnode", "py", "calculateTax", '{"amount": "x"}')
-    assert r.returncode == 1 and r.stderr.startswith("ERROR INVALID_ARGUMENTS"), r.stderr
+    assert r.returncode == 1 and error_line(r).startswith("ERROR INVALID_ARGUMENTS"), r.stderr
     r = procs.c_run("call", "--name", "cnode", "py", "nope", "{}")
-    assert r.returncode == 1 and r.stderr.startswith("ERROR SERVICE_NOT_FOUND"), r.stderr
+    assert r.returncode == 1 and error_line(r).startswith("ERROR SERVICE_NOT_FOUND"), r.stderr
     # a long-running C node calls too
     c = procs.c_node("cnode", allow=["py"])
     c.command('call t1 py calculateTax {"amount":50}')
@@ -601,7 +708,7 @@ def test_c_node_calls_python_node(procs, env):
 
 
 def test_messages_both_ways(procs, env):
-    rt = _runtime()
+    rt = python_runtime()
     c = procs.c_node("cnode", allow=["pym"])
     got: list = []
     with rt.Node(env.root, env.key_path, "pym", allow=["cnode"]) as node:
@@ -625,7 +732,7 @@ def test_messages_both_ways(procs, env):
 
 
 def test_c_node_in_speed_registry(procs, env):
-    _runtime()
+    python_runtime()
     c = procs.c_node("cnode", allow=["x"], services=["echo"], lease=2, heartbeat=0.5)
 
     def row():
@@ -650,7 +757,7 @@ def test_c_node_in_speed_registry(procs, env):
 
 
 def test_python_receiver_rejects_replay_and_tamper_from_c(procs, env):
-    _runtime()
+    python_runtime()
     py = procs.py_node("py", allow=["cnode"])
     c = procs.c_node("cnode", allow=["py"])
     with stopped(py):
@@ -667,10 +774,10 @@ def test_python_receiver_rejects_replay_and_tamper_from_c(procs, env):
             f.write(bytes([b[0] ^ 0x10]))
     wait_for(lambda: any(l.startswith("{") and json.loads(l).get("seq") == 1 for l in py.lines), 10,
              "py to print message 1")
-    _journal_rejection(env, "py", peer="cnode", reason="bad_tag")
+    journal_rejection(env, "py", peer="cnode", reason="bad_tag")
     wait_for(lambda: not env.inbox_files("py"), 5, "py's inbox to drain")
     env.inject("py", first, copy)
-    rec = _journal_rejection(env, "py", peer="cnode", seq=1)
+    rec = journal_rejection(env, "py", peer="cnode", seq=1)
     assert rec["reason"] in REPLAY_REASONS
     c.command('send py {"n":3}')
     wait_for(lambda: any(l.startswith("{") and json.loads(l).get("seq") == 3 for l in py.lines), 10,
@@ -680,7 +787,7 @@ def test_python_receiver_rejects_replay_and_tamper_from_c(procs, env):
 
 
 def test_c_receiver_rejects_replay_and_tamper_from_python(procs, env):
-    rt = _runtime()
+    rt = python_runtime()
     c = procs.c_node("cnode", allow=["pys"])
     with rt.Node(env.root, env.key_path, "pys", allow=["cnode"]) as node:
         with stopped(c):
@@ -706,7 +813,7 @@ def test_c_receiver_rejects_replay_and_tamper_from_python(procs, env):
 
 
 def test_python_node_refuses_unauthorized_c_sender(procs, env):
-    _runtime()
+    python_runtime()
     py = procs.py_node("py", allow=["someone"], services=["calculateTax"])
     r = procs.c_run("call", "--name", "cnode", "py", "calculateTax", '{"amount": 1}')
     assert r.returncode == 1 and "ACCESS_DENIED" in r.stderr
@@ -718,13 +825,13 @@ def test_python_node_refuses_unauthorized_c_sender(procs, env):
     name, data = env.forge("MESSAGE", {"from": "cnode", "to": "py", "data": 1}, sender="cnode",
                            source_id=c.id, target_id=py.id, seq=1)
     env.inject("py", name, data)
-    _journal_rejection(env, "py", peer="cnode", reason="unauthorized")
+    journal_rejection(env, "py", peer="cnode", reason="unauthorized")
     wait_for(lambda: not env.inbox_files("py"), 5, "py to remove the file")
     assert not [l for l in py.lines if l.startswith("{")]
 
 
 def test_c_node_refuses_unauthorized_python_sender(procs, env):
-    rt = _runtime()
+    rt = python_runtime()
     c = procs.c_node("cnode", allow=["friend"], services=["echo"])
     with rt.Node(env.root, env.key_path, "pyx", allow=["cnode"]) as node:
         with pytest.raises(rt.AccessDeniedError):
@@ -742,7 +849,7 @@ def test_c_node_refuses_unauthorized_python_sender(procs, env):
 
 
 def test_python_opens_shared_vectors():
-    rt = _runtime()
+    rt = python_runtime()
     from speed_runtime.core import envelope
     doc = json.loads(VECTORS.read_text(encoding="utf-8"))
     for v in doc["vectors"]:

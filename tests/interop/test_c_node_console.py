@@ -11,7 +11,7 @@ from speedtui.fixture import FIXED_NOW, build
 from speedtui.paths import Paths
 
 from ..console.conftest import SIZE, run_async, wait_for
-from .test_c_node import c_node_bin, env, procs  # noqa: F401  (fixtures)
+from .harness import c_node_bin, env, procs  # noqa: F401  (fixtures)
 
 
 @run_async

@@ -1,23 +1,30 @@
 /* main.c - command line of speed_c_node, a SPEED-WIRE-V1 node written in C.
  *
  *   speed_c_node node --dir ROOT --key KEYFILE --name NAME [--allow N]... [--service S]...
- *                     [--lease S] [--heartbeat S]
- *   speed_c_node call --dir ROOT --key KEYFILE --name NAME TARGET SERVICE ARGS_JSON
- *                     [--timeout-ms N]
+ *                     [settings]
+ *   speed_c_node call --dir ROOT --key KEYFILE --name NAME TARGET SERVICE ARGS_JSON [settings]
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
- *                     [--timeout-ms N]
+ *                     [settings]
  *   speed_c_node kat VECTORFILE
  *
- * The node command also reads commands on stdin (send, send-confirm, call, probe; see
- * run_command) so that tests can drive a long-running C node.
+ * settings (contract defaults in brackets): --lease S [30] --heartbeat S [5]
+ *   --lock-timeout S [10] --max-gap N [65536] --replay-window-ms N [60000]
+ *   --nonce-cache N [65536] --drain-quiet-ms N [500] --drain-max S [30] --linger S [10]
+ *   --timeout-ms N [10000] (calls and confirmed sends)
+ *
+ * The node command also reads commands on stdin (commands.c) so that tests can drive a
+ * long-running C node.
  */
 #define _GNU_SOURCE
+#include "commands.h"
 #include "json.h"
 #include "kat.h"
 #include "node.h"
+#include "registry.h"
 #include "util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +42,8 @@ typedef struct {
     int nservice;
     const char *pos[MAX_ITEMS];
     int npos;
-    double lease, heartbeat;
-    long timeout_ms;
     int confirm;
+    node_settings cfg;
 } options;
 
 static void usage(void)
@@ -45,34 +51,90 @@ static void usage(void)
     fprintf(stderr,
             "usage:\n"
             "  speed_c_node node --dir ROOT --key KEYFILE --name NAME [--allow N]... "
-            "[--service echo|calculateTax]... [--lease S] [--heartbeat S]\n"
+            "[--service echo|calculateTax]... [settings]\n"
             "  speed_c_node call --dir ROOT --key KEYFILE --name NAME TARGET SERVICE ARGS_JSON "
-            "[--timeout-ms N]\n"
+            "[settings]\n"
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
-            "[--confirm] [--timeout-ms N]\n"
-            "  speed_c_node kat VECTORFILE\n");
+            "[--confirm] [settings]\n"
+            "  speed_c_node kat VECTORFILE\n"
+            "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
+            "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
+            "--timeout-ms N\n");
 }
 
-static int parse_double(const char *s, double *out)
+/* A finite number in [lo, hi] (lo excluded when open_lo). */
+static int parse_number(const char *opt, const char *s, double lo, int open_lo, double hi,
+                        double *out)
 {
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || !(v > 0))
+    if (!*s || *end || errno || !isfinite(v) || v < lo || (open_lo && v == lo) || v > hi) {
+        fprintf(stderr, "error: %s must be a number %s %g and at most %g, not '%s'\n", opt,
+                open_lo ? "above" : "from", lo, hi, s);
         return -1;
+    }
     *out = v;
+    return 0;
+}
+
+/* One setting option; 1 when a is one (its value parsed into o->cfg), 0 when not, -1 bad. */
+static int parse_setting(const char *a, const char *v, options *o)
+{
+    node_settings *c = &o->cfg;
+    double d;
+    const double day = REGISTRY_MAX_LEASE_SECONDS;
+    if (strcmp(a, "--lease") == 0)
+        return parse_number(a, v, 0, 1, day, &c->lease_seconds) ? -1 : 1;
+    if (strcmp(a, "--heartbeat") == 0)
+        return parse_number(a, v, 0, 1, day, &c->heartbeat_seconds) ? -1 : 1;
+    if (strcmp(a, "--lock-timeout") == 0 || strcmp(a, "--drain-max") == 0 ||
+        strcmp(a, "--linger") == 0) {
+        if (parse_number(a, v, 0, strcmp(a, "--lock-timeout") == 0, day, &d))
+            return -1;
+        int ms = (int)(d * 1000);
+        *(strcmp(a, "--lock-timeout") == 0 ? &c->lock_timeout_ms
+          : strcmp(a, "--drain-max") == 0  ? &c->drain_max_ms
+                                           : &c->linger_ms) = ms;
+        return 1;
+    }
+    if (strcmp(a, "--drain-quiet-ms") == 0) {
+        if (parse_number(a, v, 0, 0, day * 1000, &d))
+            return -1;
+        c->drain_quiet_ms = (int)d;
+        return 1;
+    }
+    if (strcmp(a, "--timeout-ms") == 0 || strcmp(a, "--replay-window-ms") == 0) {
+        if (parse_number(a, v, 0, 1, day * 1000, &d))
+            return -1;
+        if (strcmp(a, "--timeout-ms") == 0)
+            c->wait_timeout_ms = (long)d;
+        else
+            c->replay_window_ms = (uint64_t)d;
+        return 1;
+    }
+    if (strcmp(a, "--max-gap") == 0) {
+        if (parse_number(a, v, 0, 0, 9007199254740992.0, &d) || d != floor(d))
+            return -1;
+        c->max_gap = (uint64_t)d;
+        return 1;
+    }
+    if (strcmp(a, "--nonce-cache") == 0) {
+        if (parse_number(a, v, 1, 0, 1 << 24, &d))
+            return -1;
+        c->nonce_capacity = (size_t)d;
+        return 1;
+    }
     return 0;
 }
 
 static int parse_options(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
-    o->lease = 30;
-    o->heartbeat = 5;
-    o->timeout_ms = 10000;
+    node_default_settings(&o->cfg);
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
         if (strcmp(a, "--confirm") == 0) {
             o->confirm = 1;
             continue;
@@ -87,6 +149,7 @@ static int parse_options(int argc, char **argv, options *o)
             fprintf(stderr, "error: %s needs a value\n", a);
             return -1;
         }
+        i++;
         if (strcmp(a, "--dir") == 0)
             o->dir = v;
         else if (strcmp(a, "--key") == 0)
@@ -97,23 +160,13 @@ static int parse_options(int argc, char **argv, options *o)
             o->allow[o->nallow++] = v;
         else if (strcmp(a, "--service") == 0 && o->nservice < MAX_ITEMS)
             o->service[o->nservice++] = v;
-        else if (strcmp(a, "--lease") == 0) {
-            if (parse_double(v, &o->lease))
+        else {
+            int r = parse_setting(a, v, o);
+            if (r == 0)
+                fprintf(stderr, "error: unknown option %s\n", a);
+            if (r <= 0)
                 return -1;
-        } else if (strcmp(a, "--heartbeat") == 0) {
-            if (parse_double(v, &o->heartbeat))
-                return -1;
-        } else if (strcmp(a, "--timeout-ms") == 0) {
-            char *end;
-            o->timeout_ms = strtol(v, &end, 10);
-            if (*end || o->timeout_ms <= 0)
-                return -1;
-        } else {
-            fprintf(stderr, "error: unknown option %s\n", a);
-            takes = 0;
-            return -1;
         }
-        i += takes;
     }
     if (!o->dir || !o->key || !o->name) {
         fprintf(stderr, "error: --dir, --key and --name are required\n");
@@ -124,10 +177,8 @@ static int parse_options(int argc, char **argv, options *o)
 
 static int start_node(node_t *n, const options *o, FILE *events)
 {
-    if (node_init(n, o->dir, o->key, o->name) != 0)
+    if (node_init(n, o->dir, o->key, o->name, &o->cfg) != 0)
         return -1;
-    n->lease_seconds = o->lease;
-    n->heartbeat_seconds = o->heartbeat;
     n->events = events;
     for (int i = 0; i < o->nallow; i++) {
         if (!name_valid(o->allow[i])) {
@@ -149,118 +200,6 @@ static int start_node(node_t *n, const options *o, FILE *events)
     return node_register(n);
 }
 
-/* ---------- stdin commands of the node command ----------
- * One command per line; JSON is the rest of the line:
- *   send TARGET JSON            MESSAGE          -> {"event":"sent","to":T,"seq":N}
- *   send-confirm TARGET JSON    MESSAGE with ACK -> sent, later {"event":"ack",...}
- *   call TAG TARGET SERVICE JSON                 -> later {"event":"result","id":TAG,...}
- *                                                   or {"event":"call_error","id":TAG,...}
- *   probe TARGET                HEARTBEAT probe  -> later {"event":"heartbeat_reply",...}
- * Errors of a command are reported as {"event":"command_error","error":"..."}. */
-
-static char stdin_buf[4u << 20];
-static size_t stdin_len;
-
-static void command_error(node_t *n, const char *fmt, const char *arg)
-{
-    char *msg = xasprintf(fmt, arg);
-    jval *l = json_obj();
-    json_set(l, "event", json_str("command_error"));
-    json_set(l, "error", json_str(msg));
-    node_emit(n->events, l);
-    free(msg);
-}
-
-/* Splits the next space-separated word off *line. */
-static char *next_word(char **line)
-{
-    char *w = *line;
-    if (!w || !*w)
-        return NULL;
-    char *sp = strchr(w, ' ');
-    if (sp) {
-        *sp = '\0';
-        *line = sp + 1;
-    } else {
-        *line = w + strlen(w);
-    }
-    return w;
-}
-
-static void run_command(node_t *n, char *line)
-{
-    char *rest = line;
-    char *cmd = next_word(&rest);
-    if (!cmd)
-        return;
-    if (strcmp(cmd, "send") == 0 || strcmp(cmd, "send-confirm") == 0 ||
-        strcmp(cmd, "probe") == 0) {
-        char *target = next_word(&rest);
-        int probe = strcmp(cmd, "probe") == 0;
-        jval *data = probe ? json_bool(0) : json_parse(rest, strlen(rest), NULL, 0);
-        if (!target || !data) {
-            command_error(n, "usage: %s TARGET JSON", cmd);
-            json_free(data);
-            return;
-        }
-        jval *p = json_obj();
-        json_set(p, "from", json_str(n->name));
-        json_set(p, "to", json_str(target));
-        json_set(p, probe ? "reply" : "data", data);
-        char err[512] = "";
-        uint64_t seq = 0;
-        int ack = strcmp(cmd, "send-confirm") == 0;
-        deliver_result r = node_deliver(n, target, probe ? ENV_HEARTBEAT : ENV_MESSAGE,
-                                        ack ? ENV_FLAG_ACK : 0, p, &seq, err, sizeof err);
-        json_free(p);
-        jval *l = json_obj();
-        if (r == DELIVER_OK) {
-            json_set(l, "event", json_str("sent"));
-            json_set(l, "to", json_str(target));
-            json_set(l, "seq", json_int((int64_t)seq));
-        } else {
-            json_set(l, "event", json_str("send_error"));
-            json_set(l, "to", json_str(target));
-            json_set(l, "errorCode", json_str(r == DELIVER_ACCESS_DENIED ? "ACCESS_DENIED"
-                                              : r == DELIVER_UNAVAILABLE ? "UNAVAILABLE"
-                                                                          : "DELIVERY_FAILED"));
-            json_set(l, "errorMessage", json_str(err));
-        }
-        node_emit(n->events, l);
-    } else if (strcmp(cmd, "call") == 0) {
-        char *tag = next_word(&rest), *target = next_word(&rest), *service = next_word(&rest);
-        jval *args = rest ? json_parse(rest, strlen(rest), NULL, 0) : NULL;
-        if (!tag || !target || !service || !args)
-            command_error(n, "usage: %s TAG TARGET SERVICE JSON", cmd);
-        else
-            node_call_async(n, tag, target, service, args, 10000);
-        json_free(args);
-    } else {
-        command_error(n, "unknown command '%s'", cmd);
-    }
-}
-
-static void on_stdin(node_t *n)
-{
-    ssize_t r = read(n->extra_fd, stdin_buf + stdin_len, sizeof stdin_buf - 1 - stdin_len);
-    if (r <= 0) {
-        if (r == 0 || (errno != EINTR && errno != EAGAIN))
-            n->extra_fd = -1; /* EOF: keep running until a signal */
-        return;
-    }
-    stdin_len += (size_t)r;
-    char *start = stdin_buf, *nl;
-    while ((nl = memchr(start, '\n', stdin_len - (size_t)(start - stdin_buf))) != NULL) {
-        *nl = '\0';
-        run_command(n, start);
-        start = nl + 1;
-    }
-    stdin_len -= (size_t)(start - stdin_buf);
-    memmove(stdin_buf, start, stdin_len);
-    if (stdin_len == sizeof stdin_buf - 1) /* an over-long line: drop it */
-        stdin_len = 0;
-}
-
 static int cmd_node(const options *o)
 {
     node_t n;
@@ -268,8 +207,7 @@ static int cmd_node(const options *o)
         node_free(&n);
         return 1;
     }
-    n.extra_fd = STDIN_FILENO;
-    n.on_extra = on_stdin;
+    commands_attach(&n, STDIN_FILENO);
     printf("ready %s id=%s\n", n.name, n.id);
     fflush(stdout);
     while (!g_stop && !n.lost)
@@ -280,29 +218,19 @@ static int cmd_node(const options *o)
     return rc;
 }
 
-/* Waits, processing the inbox, until done() or the deadline; 1 when done. */
-static int wait_for(node_t *n, int64_t deadline, int (*done)(const node_t *))
+/* Processes the inbox until the one-shot wait ended (answer or timeout) or a signal. */
+static void wait_oneshot(node_t *n)
 {
-    while (!done(n) && !g_stop && !n->lost) {
-        int64_t left = deadline - now_mono_ms();
-        if (left <= 0)
-            break;
-        node_step(n, (int)(left > 1000 ? 1000 : left));
-    }
-    return done(n);
+    while (!n->oneshot_done && !g_stop && !n->lost)
+        node_step(n, 1000);
 }
-
-static int response_arrived(const node_t *n) { return n->response != NULL; }
-static int ack_arrived(const node_t *n) { return n->got_ack; }
 
 static void report_deliver_error(deliver_result r, const char *err)
 {
-    if (r == DELIVER_UNAVAILABLE)
-        fprintf(stderr, "ERROR UNAVAILABLE %s\n", err);
-    else if (r == DELIVER_ACCESS_DENIED)
-        fprintf(stderr, "ERROR %s\n", err);
+    if (r == DELIVER_ACCESS_DENIED)
+        fprintf(stderr, "ERROR %s\n", err); /* err starts with ACCESS_DENIED */
     else
-        fprintf(stderr, "ERROR DELIVERY_FAILED %s\n", err);
+        fprintf(stderr, "ERROR %s %s\n", deliver_error_code(r), err);
 }
 
 static jval *parse_arg_json(const char *text, const char *what)
@@ -312,6 +240,14 @@ static jval *parse_arg_json(const char *text, const char *what)
     if (!v)
         fprintf(stderr, "error: %s is not valid JSON: %s\n", what, err);
     return v;
+}
+
+/* Registers a short-lived node that allows target (answers come back from it). */
+static int start_oneshot(node_t *n, options *o, const char *target)
+{
+    o->allow[0] = target;
+    o->nallow = 1;
+    return start_node(n, o, stderr);
 }
 
 static int cmd_call(options *o)
@@ -324,37 +260,22 @@ static int cmd_call(options *o)
     jval *args = parse_arg_json(o->pos[2], "ARGS_JSON");
     if (!args)
         return 2;
-    o->allow[0] = target; /* the response comes back from the target */
-    o->nallow = 1;
     node_t n;
-    if (start_node(&n, o, stderr) != 0) {
-        json_free(args);
-        node_free(&n);
-        return 1;
-    }
-    char rid[UUID_TEXT_LEN + 1];
-    uuid_v4(rid);
-    jval *req = json_obj();
-    json_set(req, "from", json_str(n.name));
-    json_set(req, "to", json_str(target));
-    json_set(req, "requestId", json_str(rid));
-    json_set(req, "service", json_str(service));
-    json_set(req, "arguments", args);
-    json_set(req, "callerNode", json_str(n.name));
-    json_set(req, "timeoutMs", json_int(o->timeout_ms));
-    n.wait_request_id = rid;
-    char err[512] = "";
     int rc = 1;
-    int64_t deadline = now_mono_ms() + o->timeout_ms;
-    deliver_result r = node_deliver(&n, target, ENV_SPC_REQUEST, 0, req, NULL, err, sizeof err);
+    if (start_oneshot(&n, o, target) != 0)
+        goto out;
+    char err[512] = "";
+    deliver_result r = node_call_async(&n, NULL, target, service, args, o->cfg.wait_timeout_ms,
+                                       err, sizeof err);
     if (r != DELIVER_OK) {
         report_deliver_error(r, err);
-    } else if (!wait_for(&n, deadline, response_arrived)) {
-        fprintf(stderr, "ERROR TIMEOUT no response from %s to %s within %ld ms\n", target,
-                service, o->timeout_ms);
     } else {
-        const char *status = json_get_str(n.response, "status");
-        if (status && strcmp(status, "SUCCESS") == 0) {
+        wait_oneshot(&n);
+        const char *status = n.response ? json_get_str(n.response, "status") : NULL;
+        if (!n.response) {
+            fprintf(stderr, "ERROR TIMEOUT no response from %s to %s within %ld ms\n", target,
+                    service, o->cfg.wait_timeout_ms);
+        } else if (status && strcmp(status, "SUCCESS") == 0) {
             jval *result = json_get(n.response, "result");
             char *text = result ? json_dump(result, NULL) : xstrdup("null");
             printf("%s\n", text);
@@ -367,9 +288,9 @@ static int cmd_call(options *o)
         }
     }
     fflush(stdout);
-    json_free(req);
-    n.wait_request_id = NULL;
     node_shutdown(&n);
+out:
+    json_free(args);
     node_free(&n);
     return rc;
 }
@@ -384,43 +305,37 @@ static int cmd_send(options *o)
     jval *data = parse_arg_json(o->pos[1], "DATA_JSON");
     if (!data)
         return 2;
-    o->allow[0] = target; /* ACKs and replies come back from the target */
-    o->nallow = 1;
     node_t n;
-    if (start_node(&n, o, stderr) != 0) {
+    if (start_oneshot(&n, o, target) != 0) {
         json_free(data);
         node_free(&n);
         return 1;
     }
-    jval *msg = json_obj();
-    json_set(msg, "from", json_str(n.name));
-    json_set(msg, "to", json_str(target));
-    json_set(msg, "data", data);
     char err[512] = "";
     uint64_t seq = 0;
     int rc = 1;
-    int64_t deadline = now_mono_ms() + o->timeout_ms;
-    deliver_result r = node_deliver(&n, target, ENV_MESSAGE, o->confirm ? ENV_FLAG_ACK : 0, msg,
-                                    &seq, err, sizeof err);
+    deliver_result r = node_send_message(&n, NULL, target, data, o->confirm,
+                                         o->cfg.wait_timeout_ms, &seq, err, sizeof err);
     if (r != DELIVER_OK) {
         report_deliver_error(r, err);
     } else if (o->confirm) {
-        n.wait_ack_from = target;
-        n.wait_ack_seq = seq;
-        if (wait_for(&n, deadline, ack_arrived)) {
+        wait_oneshot(&n);
+        if (n.oneshot_acked) {
             printf("acked seq=%llu\n", (unsigned long long)seq);
             rc = 0;
+        } else if (n.response) {
+            const char *code = json_get_str(n.response, "errorCode");
+            const char *msg = json_get_str(n.response, "errorMessage");
+            fprintf(stderr, "ERROR %s %s\n", code ? code : "INTERNAL_ERROR", msg ? msg : "");
         } else {
             fprintf(stderr, "ERROR TIMEOUT no ACK from %s for seq %llu within %ld ms\n", target,
-                    (unsigned long long)seq, o->timeout_ms);
+                    (unsigned long long)seq, o->cfg.wait_timeout_ms);
         }
     } else {
         printf("sent seq=%llu\n", (unsigned long long)seq);
         rc = 0;
     }
     fflush(stdout);
-    json_free(msg);
-    n.wait_ack_from = NULL;
     node_shutdown(&n);
     node_free(&n);
     return rc;
@@ -454,7 +369,7 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    node_install_signals();
+    signals_install();
     if (strcmp(cmd, "node") == 0)
         return cmd_node(&o);
     if (strcmp(cmd, "call") == 0)

@@ -1,48 +1,61 @@
-/* node.h - one SPEED node instance: registration and lease, delivery (section 5.4),
- * reception (section 5.5), replay protection, demo services and SPC (section 5.6, 6).
- * Single-threaded: everything runs from node_step(). */
+/* node.h - one SPEED node instance: registration and lease (node.c), delivery (deliver.c,
+ * section 5.4), reception (inbox.c, section 5.5, with replay.c), demo services, SPC and
+ * dispatch (spc.c, sections 5.6 and 6), graceful stop (shutdown.c, section 4.2).
+ * Single-threaded: everything runs from node_step() and node_shutdown(). */
 #ifndef SPEED_NODE_H
 #define SPEED_NODE_H
 
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "envelope.h"
 #include "json.h"
+#include "replay.h"
 #include "util.h"
 
 #define RUNTIME_NAME "speed_c_node-c/0.1"
 
-/* Set by the SIGINT/SIGTERM handler installed by node_install_signals(). */
-extern volatile sig_atomic_t g_stop;
-void node_install_signals(void);
-
+/* One outbound link (section 5.3): numbered per receiver instance, so the sequence starts
+ * again at 1 when the receiver's entry shows a new instance ID. */
 typedef struct {
     char name[NAME_MAX_LEN + 1];
+    uint8_t target_id[16];
     uint64_t next_seq;
+    char last_file[ENV_FILENAME_MAX]; /* the newest envelope delivered on this link */
 } link_state;
-
-typedef struct {
-    uint8_t id[16];
-    uint64_t last_seq;
-} peer_state;
-
-typedef struct {
-    uint8_t nonce[ENV_NONCE_LEN];
-    uint64_t expire_ms;
-} nonce_entry;
 
 typedef struct {
     char name[NAME_MAX_LEN + 1];
     uint8_t id[16];
 } id_cache_entry;
 
+/* What the node waits for from one peer instance: an SPC_RESPONSE or an ACK (section 5.5
+ * step 6). Anything that matches none is unexpected_response. */
+typedef enum { WAIT_RESPONSE, WAIT_ACK } wait_kind;
 typedef struct {
-    char request_id[UUID_TEXT_LEN + 1];
-    char *tag; /* the caller's label, echoed in the result line */
-    int64_t deadline_ms;
-} pending_call;
+    wait_kind kind;
+    char target[NAME_MAX_LEN + 1];
+    uint8_t target_id[16];
+    char request_id[UUID_TEXT_LEN + 1]; /* WAIT_RESPONSE */
+    uint64_t seq;                       /* WAIT_ACK: the MESSAGE's sequence */
+    char *tag;                          /* the stdin command's label; NULL for call/send */
+    int64_t deadline_ms;                /* CLOCK_MONOTONIC */
+} pending_t;
+
+/* Settings of the command line that have contract defaults. */
+typedef struct {
+    double lease_seconds, heartbeat_seconds;
+    int lock_timeout_ms;      /* bounded registry-lock wait (section 4.2), 10 s */
+    uint64_t max_gap;         /* section 5.5 step 5, 65,536 */
+    uint64_t replay_window_ms;
+    size_t nonce_capacity;
+    int drain_quiet_ms;       /* a stopping node's inbox must stay empty this long */
+    int drain_max_ms;         /* ... but it stops waiting for that after this long */
+    int linger_ms;            /* section 5.4: keep the entry until our last envelopes are read */
+    long wait_timeout_ms;     /* for calls and confirmed sends of stdin commands */
+} node_settings;
+
+void node_default_settings(node_settings *s);
 
 typedef struct node node_t;
 
@@ -54,16 +67,16 @@ struct node {
     size_t nallow;
     char **services;
     size_t nservices;
-    double lease_seconds, heartbeat_seconds;
+    node_settings cfg;
     uint64_t max_payload;
-    uint64_t replay_window_ms;
-    FILE *events; /* where message/rejected JSON lines go */
+    FILE *events; /* where the JSON event lines go */
 
     /* identity and lease */
     char id[UUID_TEXT_LEN + 1];
     uint8_t id_bytes[16];
     double startup;
     int registered, lost;
+    const char *status; /* "online", then "leaving" */
     int64_t next_heartbeat_ms;
     uint64_t sealed;
 
@@ -71,28 +84,23 @@ struct node {
     char *inbox_path;
     int inotify_fd;
     int retry_soon; /* a file was deferred: rescan shortly */
+    int more;       /* the last scan left files for the next batch: rescan at once */
+    char last_deferred[ENV_FILENAME_MAX]; /* reported once, not at every retry */
     int64_t next_id_refresh_ms;
 
     /* protocol state */
     link_state *links;
     size_t nlinks;
-    peer_state *peers;
-    size_t npeers;
-    nonce_entry *nonces;
-    size_t nnonces;
+    replay_guard replay;
     id_cache_entry *ids;
     size_t nids;
+    pending_t *pending;
+    size_t npending;
 
-    /* what a call/send command waits for */
-    const char *wait_request_id;
-    jval *response; /* the SPC_RESPONSE payload once received */
-    const char *wait_ack_from;
-    uint64_t wait_ack_seq;
-    int got_ack;
-
-    /* asynchronous calls of the interactive node command */
-    pending_call *calls;
-    size_t ncalls;
+    /* the one-shot call/send commands: their untagged wait ended (answer or timeout) */
+    int oneshot_done;
+    int oneshot_acked;
+    jval *response; /* the SPC_RESPONSE of a one-shot call, or the ERROR about its MESSAGE */
 
     /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
     int extra_fd;
@@ -101,42 +109,68 @@ struct node {
 
 typedef enum {
     DELIVER_OK = 0,
-    DELIVER_UNAVAILABLE,   /* target missing or stale */
+    DELIVER_UNAVAILABLE,   /* target missing, stale or leaving */
     DELIVER_ACCESS_DENIED, /* our name not in the target's allow */
     DELIVER_FAILED,        /* I/O error */
 } deliver_result;
 
+/* What a delivery used: the sequence and the receiver instance it was sealed for. */
+typedef struct {
+    uint64_t seq;
+    uint8_t target_id[16];
+} deliver_info;
+
 /* Checks ROOT, creates ROOT/NAME/{inbox,tmp} and speed_registry/, loads the key.
  * 0 on success, else prints the error to stderr and returns -1. */
-int node_init(node_t *n, const char *root, const char *keyfile, const char *name);
+int node_init(node_t *n, const char *root, const char *keyfile, const char *name,
+              const node_settings *cfg);
 void node_add_allow(node_t *n, const char *name);
 void node_add_service(node_t *n, const char *service);
 int node_allows(const node_t *n, const char *name);
 
 /* Registers under the registry lock (section 4.2). -1 with message on stderr. */
 int node_register(node_t *n);
-/* Renewal with fencing by id; sets n->lost when the entry is not ours. */
+/* Rewrites the entry (status n->status, new heartbeat) if it is still ours; sets n->lost
+ * when it is not. */
 int node_renew(node_t *n);
-/* Graceful stop: status leaving, EVENT leave to online peers that allow us, deregister. */
+/* Graceful stop (section 4.2): status leaving, process the inbox until it stays empty, EVENT
+ * leave to online peers that allow us, linger until they read our last envelopes,
+ * deregister. A signal during the stop cuts the waits short. */
 void node_shutdown(node_t *n);
 void node_free(node_t *n);
 
-/* Delivers payload (a JSON object that already holds from/to) to target. */
+/* Delivers payload (a JSON object that already holds from/to) to target (section 5.4).
+ * info may be NULL. */
 deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t flags,
-                            const jval *payload, uint64_t *seq_out, char *err, size_t errlen);
+                            const jval *payload, deliver_info *info, char *err, size_t errlen);
+const char *deliver_error_code(deliver_result r);
 
-/* Sends an SPC_REQUEST and returns at once; the outcome is printed later on n->events as
- * {"event":"result","id":TAG,"result":...} or {"event":"call_error","id":TAG,
- * "errorCode":...,"errorMessage":...} (TIMEOUT after timeout_ms). */
-void node_call_async(node_t *n, const char *tag, const char *target, const char *service,
-                     const jval *args, long timeout_ms);
+/* Sends an SPC_REQUEST and returns at once. With a tag, the outcome is printed later on
+ * n->events as {"event":"result","id":TAG,"result":...} or {"event":"call_error","id":TAG,
+ * "errorCode":...,"errorMessage":...}; without (the one-shot call), n->oneshot_done is set and
+ * n->response holds the answer (NULL on timeout). */
+deliver_result node_call_async(node_t *n, const char *tag, const char *target, const char *service,
+                    const jval *args, long timeout_ms, char *err, size_t errlen);
+/* Sends a MESSAGE; with confirm, waits for its ACK like node_call_async waits for a response
+ * ({"event":"ack",...} or {"event":"ack_timeout",...} for a tag). */
+deliver_result node_send_message(node_t *n, const char *tag, const char *target, jval *data,
+                                 int confirm, long timeout_ms, uint64_t *seq, char *err,
+                                 size_t errlen);
+
 /* Prints one JSON line on f and frees it. */
 void node_emit(FILE *f, jval *line);
+/* Diagnostics that are not part of the stdout contract: JSON lines on stderr. */
+void node_report_info(jval *line);
 
 /* Waits up to wait_ms for inbox activity (or a signal), renews the lease when due, and
- * processes every file in the inbox. */
+ * processes the inbox. */
 void node_step(node_t *n, int wait_ms);
-/* Processes the inbox once, without waiting. */
-void node_scan_inbox(node_t *n);
+/* Waits up to wait_ms for inotify or the extra descriptor (or a signal). */
+void node_wait(node_t *n, int wait_ms);
+/* Timers: the lease renewal, expired waits, the peers' ids. */
+void node_tick(node_t *n);
+/* Processes one bounded batch of the inbox without waiting. Returns how many files it looked
+ * at (processed, rejected or deferred); sets n->more when more are waiting. */
+size_t node_scan_inbox(node_t *n);
 
 #endif

@@ -17,27 +17,104 @@
 
 #define MAX_ENTRY_BYTES (1024 * 1024)
 
-int registry_lock(const char *root)
+/* What a path that should be a regular file is instead, for the error sentence. */
+static const char *file_kind(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return "not a regular file";
+    if (S_ISLNK(st.st_mode))
+        return "a symbolic link";
+    if (S_ISDIR(st.st_mode))
+        return "a directory";
+    if (S_ISFIFO(st.st_mode))
+        return "a FIFO";
+    if (S_ISSOCK(st.st_mode))
+        return "a socket";
+    return S_ISREG(st.st_mode) ? "a regular file" : "a device";
+}
+
+/* Sleeps up to ms unless a signal comes; 1 when one came during the wait. */
+static int nap(int ms, sig_atomic_t signals_before)
+{
+    wait_events(NULL, 0, ms);
+    return g_signals != signals_before;
+}
+
+int registry_lock(const char *root, int timeout_ms, char *err, size_t errlen)
 {
     char *path = xasprintf("%s/speed_registry/.lock", root);
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    free(path);
-    if (fd < 0)
+    /* O_NONBLOCK: a FIFO planted as .lock must not block the open */
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd < 0 && errno != ELOOP && errno != EISDIR && errno != ENXIO) {
+        snprintf(err, errlen, "cannot open the registry lock %s: %s", path, strerror(errno));
+        free(path);
         return -1;
+    }
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen,
+                 "configuration error: the registry lock %s is %s, not a regular file; "
+                 "remove it (it is created again as an empty file)",
+                 path, file_kind(path));
+        if (fd >= 0)
+            close(fd);
+        free(path);
+        errno = EINVAL;
+        return -1;
+    }
     struct flock fl = {0};
     fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = 0;
-    fl.l_len = 0; /* whole file */
-    while (fcntl(fd, F_SETLKW, &fl) != 0) {
-        if (errno != EINTR) {
-            int e = errno;
-            close(fd);
-            errno = e;
-            return -1;
+    fl.l_whence = SEEK_SET; /* l_start = l_len = 0: the whole file */
+    sig_atomic_t signals_before = g_signals;
+    int64_t start = now_mono_ms();
+    long holder = 0;
+    int announced = 0, pause = 2;
+    for (;;) {
+        if (fcntl(fd, F_SETLK, &fl) == 0) {
+            if (announced)
+                fprintf(stderr, "info: got the registry lock after %.1f s\n",
+                        (double)(now_mono_ms() - start) / 1000);
+            free(path);
+            return fd;
         }
+        if (errno != EACCES && errno != EAGAIN && errno != EINTR) {
+            snprintf(err, errlen, "cannot lock %s: %s", path, strerror(errno));
+            break;
+        }
+        struct flock q = fl;
+        if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK)
+            holder = (long)q.l_pid;
+        int64_t waited = now_mono_ms() - start;
+        if (waited >= timeout_ms) {
+            snprintf(err, errlen,
+                     "registry lock %s held by pid %ld for %.1f s: gave up waiting "
+                     "(is that process stopped or hung?)",
+                     path, holder, (double)waited / 1000);
+            errno = ETIMEDOUT;
+            break;
+        }
+        if (!announced && waited >= 500) { /* a normal holder keeps it for microseconds */
+            announced = 1;
+            fprintf(stderr, "info: waiting for the registry lock held by pid %ld\n", holder);
+        }
+        int left = (int)(timeout_ms - waited);
+        if (nap(pause < left ? pause : left, signals_before)) {
+            snprintf(err, errlen,
+                     "interrupted by a signal while waiting for the registry lock held by "
+                     "pid %ld",
+                     holder);
+            errno = EINTR;
+            break;
+        }
+        if (pause < 50)
+            pause *= 2;
     }
-    return fd;
+    int e = errno;
+    close(fd);
+    free(path);
+    errno = e;
+    return -1;
 }
 
 void registry_unlock(int fd)
@@ -82,33 +159,50 @@ static double num_field(const jval *e, const char *key, double dflt)
     return (v && v->type == J_NUM) ? v->num : dflt;
 }
 
+/* The largest pid_max Linux accepts (PID_MAX_LIMIT on 64-bit). */
+#define PID_LIMIT 4194304.0
+
+/* 1 when the entry's pid cannot be a running process of this host. */
+static int pid_is_dead(const jval *e)
+{
+    jval *v = json_get(e, "pid");
+    if (!v || v->type != J_NUM || v->num != floor(v->num))
+        return 0; /* no usable pid: nothing to conclude */
+    if (v->num <= 0 || v->num > PID_LIMIT)
+        return 1; /* no process can have it */
+    return kill((pid_t)v->num, 0) != 0 && errno == ESRCH;
+}
+
 int registry_is_stale(const jval *e)
 {
     double lease = num_field(e, "leaseSeconds", 30.0);
+    if (lease > REGISTRY_MAX_LEASE_SECONDS)
+        lease = REGISTRY_MAX_LEASE_SECONDS;
     const char *boot = json_get_str(e, "bootId");
     jval *bt = json_get(e, "bootTimeHeartbeat");
     int same_boot = boot && host_boot_id()[0] && strcmp(boot, host_boot_id()) == 0;
-    if (same_boot && bt && bt->type == J_NUM) {
-        if (now_boottime() - bt->num > lease)
-            return 1;
-    } else if (now_wall() - num_field(e, "lastHeartbeat", 0) > lease) {
+    double age = (same_boot && bt && bt->type == J_NUM)
+                     ? now_boottime() - bt->num
+                     : now_wall() - num_field(e, "lastHeartbeat", 0);
+    if (age > lease || -age > lease)
         return 1;
-    }
-    /* Same host and boot: a pid that no longer exists proves the node dead. */
     const char *host = json_get_str(e, "host");
-    uint64_t pid = 0;
-    if (same_boot && host && strcmp(host, host_name()) == 0 && json_get_u64(e, "pid", &pid) == 0 &&
-        pid > 0 && pid < (uint64_t)1 << 30) {
-        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-            return 1;
-    }
-    return 0;
+    return host && strcmp(host, host_name()) == 0 && pid_is_dead(e);
 }
 
-int registry_is_online(const jval *e)
+reg_state registry_state(const jval *e)
 {
-    const char *status = json_get_str(e, "status");
-    return !registry_is_stale(e) && status && strcmp(status, "online") == 0;
+    if (!e || registry_is_stale(e))
+        return REG_UNAVAILABLE;
+    jval *status = json_get(e, "status");
+    if (!status)
+        return REG_ONLINE; /* only name, id and lastHeartbeat are required (section 4) */
+    const char *s = json_get_str(e, "status");
+    if (s && strcmp(s, "online") == 0)
+        return REG_ONLINE;
+    if (s && strcmp(s, "leaving") == 0)
+        return REG_LEAVING;
+    return REG_UNAVAILABLE;
 }
 
 int registry_allows(const jval *e, const char *name)

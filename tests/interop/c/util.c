@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,45 @@
 const char *const NAME_RULE =
     "node names must match ^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$ and must not be "
     "'speed_registry' or 'speed_traces'";
+
+volatile sig_atomic_t g_stop;
+volatile sig_atomic_t g_signals;
+static sigset_t g_wait_mask; /* the mask inside wait_events: SIGINT/SIGTERM unblocked */
+static int g_mask_set;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+    g_signals++;
+}
+
+void signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &g_wait_mask);
+    sigdelset(&g_wait_mask, SIGINT);
+    sigdelset(&g_wait_mask, SIGTERM);
+    g_mask_set = 1;
+}
+
+int wait_events(struct pollfd *fds, nfds_t n, int timeout_ms)
+{
+    if (timeout_ms < 0)
+        timeout_ms = 0;
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    return ppoll(fds, n, &ts, g_mask_set ? &g_wait_mask : NULL);
+}
 
 void *xmalloc(size_t n)
 {

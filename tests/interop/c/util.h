@@ -2,11 +2,24 @@
 #ifndef SPEED_UTIL_H
 #define SPEED_UTIL_H
 
+#include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define UUID_TEXT_LEN 36
 #define NAME_MAX_LEN 64
+
+/* SIGINT/SIGTERM: g_stop is set by the first, g_signals counts them all (a wait that began
+ * after a signal can tell whether another one came since). */
+extern volatile sig_atomic_t g_stop;
+extern volatile sig_atomic_t g_signals;
+/* Installs the handlers and blocks both signals except inside wait_events(), so that a signal
+ * cannot slip in between a check of g_stop and the wait. */
+void signals_install(void);
+/* ppoll() with SIGINT/SIGTERM unblocked: the one place where they are delivered. fds may be
+ * NULL with n = 0 (a sleep that a signal ends). Returns what ppoll returns. */
+int wait_events(struct pollfd *fds, nfds_t n, int timeout_ms);
 
 /* Wall clock as Unix seconds with fractions, and in milliseconds. */
 double now_wall(void);
