@@ -20,7 +20,7 @@ _EXPORTS = {
     **dict.fromkeys((
         "AccessDeniedError", "BadEntryError", "ConfigError", "DeliveryError", "DeliveryTimeoutError", "DirectoryError",
         "EnvelopeError", "InvalidNameError", "KeyFileError", "LeaseLostError", "NameInUseError", "NodeClosedError",
-        "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
+        "NodeLeavingError", "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
         ".core.errors"),
 }
 __all__ = sorted(_EXPORTS)

@@ -61,6 +61,15 @@ class NodeUnavailableError(SpeedError):
         self.detail = detail
 
 
+class NodeLeavingError(NodeUnavailableError):
+    """The target is shutting down gracefully (status `leaving`): it takes no new deliveries."""
+
+    def __init__(self, name: str, detail: str = "it takes no new deliveries"):
+        SpeedError.__init__(self, f"node {name} is leaving; {detail}")
+        self.name = name
+        self.detail = detail
+
+
 class AccessDeniedError(SpeedError):
     """A grant is missing; raised before anything is written. `missing` names the grant:
     (node that must grant, node to be granted)."""

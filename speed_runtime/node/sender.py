@@ -26,7 +26,8 @@ from typing import Callable
 
 from ..core.entry import RegistryEntry
 from ..core.envelope import Header, seal, type_name
-from ..core.errors import AccessDeniedError, DeliveryError, NodeUnavailableError, PayloadTooLargeError
+from ..core.errors import (AccessDeniedError, DeliveryError, NodeLeavingError, NodeUnavailableError,
+                          PayloadTooLargeError)
 from ..core.keys import Key
 from ..core.liveness import EXPIRED, LEAVING, PROCESS_GONE, HostFacts, judge
 from ..core.records import EnvelopeTrace
@@ -85,7 +86,7 @@ class Sender:
         if verdict.stale:
             raise NodeUnavailableError(target, _stale_detail(entry, verdict.reason))
         if verdict.state == LEAVING:
-            raise NodeUnavailableError(target, "it is leaving")
+            raise NodeLeavingError(target)
         return entry
 
     def check_grant(self, target: str, entry: RegistryEntry) -> None:
@@ -137,10 +138,12 @@ class Sender:
         if not retract(link.dirs, filename):
             return  # taken by the receiver in time: delivered
         self._telemetry.count("retracted")
-        detail = ("it is leaving" if verdict is not None and verdict.state == LEAVING
-                  else _stale_detail(now_entry, verdict.reason) if verdict is not None and verdict.stale
+        withdrawn = "the envelope was withdrawn, nothing was delivered"
+        if verdict is not None and verdict.state == LEAVING:
+            raise NodeLeavingError(target, f"it began to leave during the send: {withdrawn}")
+        detail = (_stale_detail(now_entry, verdict.reason) if verdict is not None and verdict.stale
                   else "it stopped or restarted during the send")
-        raise NodeUnavailableError(target, f"{detail}; the envelope was withdrawn, nothing was delivered")
+        raise NodeUnavailableError(target, f"{detail}; {withdrawn}")
 
     def _seal_and_deliver(self, link: _Link, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
                           body: bytes) -> tuple[bytes, str]:

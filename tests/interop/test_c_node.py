@@ -378,7 +378,7 @@ def test_reasons_and_their_order_follow_the_contract(procs, env):
     """§5.5 steps 3-4 and docs/PROTOCOL.md "Order of checks": framing before the tag (size,
     then version and header length), the type's shape before identities."""
     rt = python_runtime()
-    from speed_runtime import envelope
+    from speed_runtime.core import envelope
     a = procs.c_node("alpha", allow=["beta"])
     b = procs.c_node("beta", allow=["alpha"])
     ok = {"from": "beta", "to": "alpha", "data": 1}
