@@ -12,6 +12,7 @@ import os
 import resource
 import select
 import struct
+import threading
 from typing import Hashable
 
 IN_MODIFY = 0x00000002
@@ -73,6 +74,7 @@ class Watch:
         if fd < 0:
             raise _init_error(ctypes.get_errno())
         self.fd = fd
+        self._closing = threading.Lock()
         self._keys: dict[int, Hashable] = {}
         self._wds: dict[Hashable, int] = {}
         try:
@@ -139,13 +141,21 @@ class Watch:
                 pos += length
 
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # a wake-up is already pending, or the watch is closed
+        with self._closing:  # never write to a descriptor number that close() gave back
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass  # a wake-up is already pending
 
     def close(self) -> None:
-        for fd in (self.fd, self._wake_r, self._wake_w):
+        """Close the descriptors once (a second call must not close numbers reused meanwhile)."""
+        with self._closing:
+            fds, (self.fd, self._wake_r, self._wake_w) = (self.fd, self._wake_r, self._wake_w), (-1, -1, -1)
+        for fd in fds:
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError as exc:

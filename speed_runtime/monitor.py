@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,6 +19,8 @@ from .core.entry import RegistryEntry
 from .core.errors import BadEntryError
 from .core.liveness import STALE, HostFacts, Liveness, expires_at, judge
 from .registry import FileStamp, Registry
+
+MAX_DEPARTED = 4096  # departed instances remembered (oldest forgotten first)
 
 
 @dataclass
@@ -43,6 +46,9 @@ class RegistryMonitor:
         self._dirty: set[str] = set()
         self._expiries: list[tuple[float, str]] = []
         self.bad_entries: dict[str, str] = {}
+        # instances whose entries went away (left, or replaced by a new instance), with when we saw
+        # that: their envelopes that arrived before stay theirs (bounded)
+        self._departed: "OrderedDict[tuple[str, bytes], tuple[RegistryEntry, float]]" = OrderedDict()
 
     # ------------------------------------------------------------------ hints and reads
     def hint(self, name: str) -> None:
@@ -83,11 +89,28 @@ class RegistryMonitor:
             return None
         with self._lock:
             self.bad_entries.pop(name, None)
+            before = self._versions.get(name)
+            if before is not None and (entry is None or entry.id != before[1].id):
+                self._remember_departure(before[1])
             if entry is None:
                 self._versions.pop(name, None)
             else:
                 self._versions[name] = (stamp, entry)
         return entry
+
+    def _remember_departure(self, entry: RegistryEntry) -> None:
+        self._departed[(entry.name, entry.id_bytes)] = (entry, time.time())
+        while len(self._departed) > MAX_DEPARTED:
+            self._departed.popitem(last=False)
+
+    def departed(self, name: str, data: bytes, arrived: float) -> RegistryEntry | None:
+        """The entry of the instance of `name` that sealed `data`, if that instance's entry went
+        away only after `arrived` (the envelope was delivered while it was registered)."""
+        source_id = bytes(data[32:48])
+        found = self._departed.get((name, source_id))
+        if found is None or arrived > found[1]:
+            return None
+        return found[0]
 
     def entries(self) -> dict[str, RegistryEntry]:
         with self._lock:

@@ -92,11 +92,13 @@ class TargetDirs:
             return False
 
     def close(self) -> None:
-        for fd in (self.tmp_fd, self.inbox_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        fds, self.tmp_fd, self.inbox_fd = (self.tmp_fd, self.inbox_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 def _dir_id(fd: int) -> tuple[int, int]:
@@ -158,10 +160,11 @@ class NotReady(Exception):
 
 
 def read_inbox_file(inbox_fd: int, name: str, max_size: int, trusted_uids: frozenset[int],
-                    now: float | None = None) -> bytes:
-    """Read one inbox file safely, or raise EnvelopeError (reason of §5.5 step 2, with the file's
-    size and header type whenever known), NotReady for a two-link file still within its grace,
-    or FileNotFoundError when it is gone."""
+                    now: float | None = None) -> tuple[bytes, float]:
+    """Read one inbox file safely: (bytes, arrival time). The arrival time is the file's change
+    time, which the kernel set when the file was moved into the inbox (no sender can set it to
+    the past). Or raise EnvelopeError (reason of §5.5 step 2, with the file's size and header type
+    whenever known), NotReady for a two-link file still within its grace, or FileNotFoundError."""
     try:
         fd = os.open(name, _OPEN, dir_fd=inbox_fd)
     except FileNotFoundError:
@@ -185,7 +188,7 @@ def read_inbox_file(inbox_fd: int, name: str, max_size: int, trusted_uids: froze
         if len(data) != st.st_size:  # changed under us: judge nothing we did not fully read
             raise FileRejected("bad_size", "the file changed size while being read", size=len(data),
                                type=header_type(data))
-        return data
+        return data, st.st_ctime
     finally:
         os.close(fd)
 

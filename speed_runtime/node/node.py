@@ -172,8 +172,7 @@ class Node:
     def _release(self) -> None:
         if self.journal is not None:
             self.journal.close()
-        if getattr(self.receiver, "watch", None) is not None:
-            self.receiver.close()
+        self.receiver.close()
         self.sender.close()
 
     # ----------------------------------------------------------------- access and services

@@ -21,11 +21,9 @@ put in the old directory is moved over.
 from __future__ import annotations
 
 import base64
-import heapq
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.envelope import EnvelopeType
@@ -34,27 +32,16 @@ from ..core.message import Message
 from ..core.receiving import Identity, Verdict, judge_envelope, judge_name, spc_deadline_ms, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
-from ..inotify import INBOX_EVENTS, REGISTRY_EVENTS, Watch
-from ..transport import FileRejected, NotReady, prepare_home, read_inbox_file, remove_entry
+from ..inotify import REGISTRY_EVENTS, Watch
+from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 from .calls import Request
+from .inbox import InboxDirectory, PendingNames
 from .threads import SerialLanes, settle
 
 _MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
                                                                 EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
 _ERROR, _HEARTBEAT, _EVENT = int(EnvelopeType.ERROR), int(EnvelopeType.HEARTBEAT), int(EnvelopeType.EVENT)
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_NAMES_PER_SENDER = 4096    # names remembered per sender while it waits for room
-MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
-DEFER_SECONDS = 0.002          # a two-link file is looked at again this soon
-OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
-
-
-@dataclass
-class _Names:
-    """What the protocol thread knows is in the inbox, per sender, smallest sequence first."""
-
-    heap: list[tuple[str, int, str]]  # (id8, sequence, file name)
-    members: set[str]
+DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 
 
 class Receiver:
@@ -72,10 +59,7 @@ class Receiver:
         self._in_hand: dict[str, int] = {}  # accepted, waiting for or in their handler, per sender
         self._in_hand_total = 0
         self._taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
-        self._names: dict[str, _Names] = {}
-        self._name_count = 0
-        self._need_listing = True
-        self._old_inboxes: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
+        self._names = PendingNames()
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
         self.draining = threading.Event()
@@ -87,17 +71,14 @@ class Receiver:
     def open(self, registry_dir: str | None) -> None:
         """Before registering: create the home, open the inbox and the watch, so nothing sent to
         us is missed."""
-        self.inbox_path, self.tmp_path = prepare_home(self.node.root, self.node.name)
-        self.inbox_fd = os.open(self.inbox_path, _DIR)
+        self.watch = Watch()
         try:
-            self.watch = Watch()
-            self.watch.add(self.inbox_path, INBOX_EVENTS, "inbox")
+            self.inbox = InboxDirectory(self.node.root, self.node.name, self.watch)
+            self.inbox.watch_events()
             if registry_dir is not None:
                 self.watch.add(registry_dir, REGISTRY_EVENTS, "registry")
         except BaseException:
-            os.close(self.inbox_fd)
-            if getattr(self, "watch", None) is not None:
-                self.watch.close()
+            self.close()
             raise
         self.lanes = SerialLanes(self.node.lane_pool, self.node.handler_failed)
 
@@ -122,14 +103,14 @@ class Receiver:
         if self.thread is not None:
             self.thread.join()
 
+    @property
+    def tmp_path(self) -> str:
+        return self.inbox.tmp_path
+
     def close(self) -> None:
-        self.watch.close()
-        for fd in [self.inbox_fd, *(fd for fd, _ in self._old_inboxes)]:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._old_inboxes = []
+        for part in (getattr(self, "watch", None), getattr(self, "inbox", None)):
+            if part is not None:
+                part.close()
 
     def look_again(self, names: list[str], timeout: float = 10.0) -> None:
         """Have the protocol thread look at these names as if inotify had named them (a late
@@ -158,18 +139,18 @@ class Receiver:
                 self.node.telemetry.count("protocolErrors")
                 self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
                 backoff = min(1.0, backoff * 2 or 0.05)
-                self._need_listing = True
+                self._names.need_listing = True
                 self._stopping.wait(backoff)
 
     def _step(self, next_listing: float, backoff: float) -> float:
         now = time.monotonic()
         busy = self._has_work()
-        wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self._old_inbox_due()) - now)
+        wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
         events, overflow = self.watch.wait(wait)
         if overflow:
             self.node.telemetry.count("inotifyOverflows")
             self.node.monitor_overflowed()
-            self._need_listing = True
+            self._names.need_listing = True
         if self._hints:
             with self._lock:
                 hinted, self._hints, done = self._hints, [], self._hints_done
@@ -180,19 +161,23 @@ class Receiver:
             if key == "registry":
                 self.node.registry_hint(name)
             elif not name:
-                self._need_listing = True  # the inbox itself was moved or removed: look at it again
+                self._names.need_listing = True  # the inbox itself was moved or removed: look at it again
             else:
                 self._remember(name)
         draining = self.draining.is_set()
-        if draining or self._need_listing or time.monotonic() >= next_listing:
-            self._check_inbox()
-            self._list_inbox()
+        if draining or self._names.need_listing or time.monotonic() >= next_listing:
+            if self.inbox.replaced():
+                self.node.telemetry.count("inboxRecoveries")
+                self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
+                                                                "removed; receiving from the new one")
+            self._names.need_listing = False
+            self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
             next_listing = time.monotonic() + self.node.config.rescan_seconds
-        if self._old_inboxes:
-            self._drain_old_inboxes()
+        if self.inbox.draining_old:
+            self.inbox.drain_old(self._taken, self._remember)
         if self.node.may_receive():
             self._receive()
-            if draining and not self._names and not self._need_listing:
+            if draining and not self._names and not self._names.need_listing:
                 self.draining.clear()
                 self.drained.set()
         elif draining:  # the lease is gone: nothing more may be taken
@@ -204,28 +189,8 @@ class Receiver:
 
     # ------------------------------------------------------------------ knowing what is there
     def _remember(self, name: str) -> None:
-        if name in self._taken:
-            return
-        parsed, refused = judge_name(name, self.node.access)
-        sender = parsed.sender if parsed is not None else "?"
-        names = self._names.get(sender)
-        if names is None:
-            names = self._names[sender] = _Names([], set())
-        if name in names.members:
-            return
-        if len(names.members) >= MAX_NAMES_PER_SENDER or self._name_count >= MAX_NAMES:
-            self._need_listing = True  # too many to remember: the inbox is listed again later
-            return
-        names.members.add(name)
-        heapq.heappush(names.heap, (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name))
-        self._name_count += 1
-
-    def _list_inbox(self) -> None:
-        """List the inbox (streaming: memory stays within the name bounds)."""
-        self._need_listing = False
-        with os.scandir(self.inbox_fd) as it:
-            for item in it:
-                self._remember(item.name)
+        if name not in self._taken:  # accepted and waiting for its handler: not to be judged again
+            self._names.remember(name, self.node.access)
 
     def _has_work(self) -> bool:
         if not self._names:
@@ -233,66 +198,13 @@ class Receiver:
         with self._lock:
             if self._in_hand_total >= self._read_ahead_total:
                 return False
-            return any(self._in_hand.get(s, 0) < self._read_ahead for s in self._names)
-
-    # ------------------------------------------------------------------ the inbox directory itself
-    def _check_inbox(self) -> None:
-        """Adopt a replaced or removed inbox; the old one is drained into the new for a while."""
-        try:
-            path_id = os.stat(self.inbox_path, follow_symlinks=False)
-            same = (path_id.st_dev, path_id.st_ino) == _fd_id(self.inbox_fd)
-        except FileNotFoundError:
-            same = False
-        if same:
-            return
-        self.inbox_path, self.tmp_path = prepare_home(self.node.root, self.node.name)
-        fresh = os.open(self.inbox_path, _DIR)
-        self._old_inboxes.append((self.inbox_fd, time.monotonic()))
-        self.inbox_fd = fresh
-        self.watch.add(self.inbox_path, INBOX_EVENTS, "inbox")
-        self.node.telemetry.count("inboxRecoveries")
-        self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox_path} was replaced or removed; "
-                                                        "receiving from the new one")
-        self._need_listing = True
-
-    def _old_inbox_due(self) -> float:
-        return min((seen + 0.25 for _, seen in self._old_inboxes), default=float("inf"))
-
-    def _drain_old_inboxes(self) -> None:
-        """Move what senders (with descriptors opened before the replacement) still deliver to a
-        replaced inbox into the current one; close it when it stayed empty for a while."""
-        keep = []
-        for fd, seen in self._old_inboxes:
-            moved = False
-            try:
-                with os.scandir(fd) as it:
-                    names = [item.name for item in it]
-            except OSError:
-                names = []
-            for name in names:
-                if name in self._taken:
-                    moved = True  # accepted from there; its handler removes it there
-                    continue
-                try:
-                    os.rename(name, name, src_dir_fd=fd, dst_dir_fd=self.inbox_fd)
-                    self._remember(name)
-                    moved = True
-                except OSError:
-                    continue
-            if moved:
-                seen = time.monotonic()
-            if time.monotonic() - seen < OLD_INBOX_SECONDS or any(d == fd for d in self._taken.values()):
-                keep.append((fd, seen))
-            else:
-                os.close(fd)
-        self._old_inboxes = keep
+            return any(self._in_hand.get(s, 0) < self._read_ahead for s in self._names.senders())
 
     # ------------------------------------------------------------------ judging
     def _receive(self) -> None:
         """Take files per sender in sequence order while the sender (and all) have room."""
-        for sender in sorted(self._names):
-            names = self._names[sender]
-            while names.heap:
+        for sender in self._names.senders():
+            while self._names.has(sender):
                 with self._lock:
                     if self._in_hand_total >= self._read_ahead_total:
                         return
@@ -300,16 +212,10 @@ class Receiver:
                         break
                 if self.node.state == "lost":
                     return
-                item = heapq.heappop(names.heap)
-                names.members.discard(item[2])
-                self._name_count -= 1
+                item = self._names.pop(sender)
                 if not self._receive_one(item[2], sender, item[1]):
-                    heapq.heappush(names.heap, item)  # not ready (a link in progress): this sender waits
-                    names.members.add(item[2])
-                    self._name_count += 1
+                    self._names.push_back(sender, item)  # not ready (a link in progress): this sender waits
                     break
-            if not names.heap:
-                del self._names[sender]
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
@@ -318,7 +224,7 @@ class Receiver:
             self._reject(name, sender if parsed else "?", file_seq, refused)
             return True
         try:
-            data = read_inbox_file(self.inbox_fd, name, self._max_size, self.node.config.uids)
+            data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)
         except FileNotFoundError:
             return True
         except NotReady:
@@ -326,7 +232,7 @@ class Receiver:
         except FileRejected as exc:
             self._reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
             return True
-        verdict = self._judge(sender, data)
+        verdict = self._judge(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
         if not verdict.accepted:
@@ -335,19 +241,25 @@ class Receiver:
         self._dispatch(verdict, sender, data, name)
         return True
 
-    def _judge(self, sender: str, data: bytes) -> Verdict:
+    def _judge(self, sender: str, data: bytes, arrived: float) -> Verdict:
+        """Judge at the file's arrival: an envelope that waited in the inbox (the queue) is judged
+        against the clock and the sender's entry as they were when it was delivered, so a backlog
+        does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22)."""
         monitor = self.node.monitor
-        now_ms = int(time.time() * 1000)
-        verdict = judge_envelope(sender, data, self.node.key, self.me, monitor.get(sender), self.replay, now_ms,
-                                 self.node.config.max_payload)
+        arrived_ms = int(min(time.time(), arrived) * 1000)
+        key, cap = self.node.key, self.node.config.max_payload
+        verdict = judge_envelope(sender, data, key, self.me, monitor.get(sender), self.replay, arrived_ms, cap)
         if stale_source(verdict):  # a sender that has just started: read its entry afresh once
-            verdict = judge_envelope(sender, data, self.node.key, self.me, monitor.refresh(sender), self.replay,
-                                     now_ms, self.node.config.max_payload)
+            verdict = judge_envelope(sender, data, key, self.me, monitor.refresh(sender), self.replay, arrived_ms, cap)
+        if stale_source(verdict):  # or one that has gone since it delivered this file
+            departed = monitor.departed(sender, data, arrived)
+            if departed is not None:
+                verdict = judge_envelope(sender, data, key, self.me, departed, self.replay, arrived_ms, cap)
         return verdict
 
     def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
                 data: bytes | None = None, remove: bool = True) -> None:
-        if remove and not remove_entry(self.inbox_fd, self.inbox_path, name):
+        if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
@@ -391,7 +303,7 @@ class Receiver:
             if not self._expected(etype, sender, header.source_id, payload):
                 self._reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
                 return
-        if not remove_entry(self.inbox_fd, self.inbox_path, name):
+        if not remove_entry(self.inbox.fd, self.inbox.path, name):
             self.node.telemetry.count("withdrawn")
             return
         extra = self.node.caller.resolve(payload) if etype == _SPC_RESPONSE else None
@@ -436,12 +348,12 @@ class Receiver:
         with self._lock:
             self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
             self._in_hand_total += 1
-            self._taken[name] = self.inbox_fd
+            self._taken[name] = self.inbox.fd
 
     def _take(self, name: str) -> bool:
         """Remove an accepted file just before its handler runs: the moment it is taken."""
         with self._lock:
-            fd = self._taken.pop(name, self.inbox_fd)
+            fd = self._taken.pop(name, self.inbox.fd)
         try:
             os.unlink(name, dir_fd=fd)
         except FileNotFoundError:
@@ -470,11 +382,6 @@ def _message(verdict: Verdict, sender: str, size: int) -> Message:
         except ValueError:
             pass  # not valid base64 after all: hand over the text as sent
     return Message(sender, data, header.sequence, header.timestamp_ms, size)
-
-
-def _fd_id(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
 
 
 def _describe(exc: BaseException) -> str:

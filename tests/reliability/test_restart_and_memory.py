@@ -124,3 +124,19 @@ def test_kill_9_under_load_loses_at_most_the_envelope_being_handled(procs, root,
     report = json.loads(results.stdout)
     assert report["kills"] == 10 and report["maxLostPerKill"] <= 1, report
     assert report["handledTwice"] == 0, report
+
+
+def test_a_backlog_is_judged_as_it_was_when_delivered(root, key):
+    """With the inbox as the queue, an envelope may wait longer than the replay window, and its
+    sender may have left meanwhile: it is judged against its arrival (the file's change time) and
+    the entry its sender had then, so a backlog never turns into stale_timestamp or unknown_sender
+    rejections (docs/PROTOCOL.md reading 22). Replays that arrive later are still refused."""
+    handled, rejected = [], []
+    with Node(root, key, "r", allow=["s"], replay_window=1.0) as r:
+        r.add_observer(lambda e: rejected.append(e.reason) if getattr(e, "outcome", "") == "rejected" else None)
+        r.on_message(lambda m: (time.sleep(0.02), handled.append(m.data)))
+        with Node(root, key, "s", allow=["r"], linger_seconds=0) as s:  # leaves at once, 3 s of work queued
+            for n in range(150):
+                s.send("r", n)
+        wait_until(lambda: len(handled) + len(rejected) == 150, timeout=60, what="the backlog")
+    assert sorted(handled) == list(range(150)) and rejected == []

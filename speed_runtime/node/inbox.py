@@ -1,0 +1,162 @@
+"""What the protocol thread knows about its inbox: the directory itself (which an operator may
+replace or remove) and the names of the files waiting in it, per sender, in sequence order.
+
+Both are bounded: names beyond MAX_NAMES_PER_SENDER / MAX_NAMES are not remembered (the inbox is
+listed again later, streaming), and a replaced directory is drained into the new one for a while
+and then closed.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Container
+
+from ..core.receiving import judge_name
+from ..inotify import INBOX_EVENTS, Watch
+from ..transport import prepare_home
+
+MAX_NAMES_PER_SENDER = 4096    # names remembered per sender while it waits for room
+MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
+OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class _SenderNames:
+    heap: list[tuple[str, int, str]] = field(default_factory=list)  # (id8, sequence, file name)
+    members: set[str] = field(default_factory=set)
+
+
+class PendingNames:
+    """Names of files in the inbox not yet judged, per claimed sender, smallest sequence first."""
+
+    def __init__(self) -> None:
+        self._by_sender: dict[str, _SenderNames] = {}
+        self._count = 0
+        self.need_listing = True  # a name was not remembered, or events were lost: list again
+
+    def remember(self, name: str, allowed: Container[str]) -> None:
+        parsed, _ = judge_name(name, allowed)
+        sender = parsed.sender if parsed is not None else "?"
+        names = self._by_sender.get(sender)
+        if names is None:
+            names = self._by_sender[sender] = _SenderNames()
+        if name in names.members:
+            return
+        if len(names.members) >= MAX_NAMES_PER_SENDER or self._count >= MAX_NAMES:
+            self.need_listing = True
+            return
+        names.members.add(name)
+        heapq.heappush(names.heap, (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name))
+        self._count += 1
+
+    def senders(self) -> list[str]:
+        return sorted(self._by_sender)
+
+    def has(self, sender: str) -> bool:
+        names = self._by_sender.get(sender)
+        return names is not None and bool(names.heap)
+
+    def pop(self, sender: str) -> tuple[str, int, str]:
+        names = self._by_sender[sender]
+        item = heapq.heappop(names.heap)
+        names.members.discard(item[2])
+        self._count -= 1
+        if not names.heap:
+            del self._by_sender[sender]
+        return item
+
+    def push_back(self, sender: str, item: tuple[str, int, str]) -> None:
+        names = self._by_sender.setdefault(sender, _SenderNames())
+        heapq.heappush(names.heap, item)
+        names.members.add(item[2])
+        self._count += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._by_sender)
+
+
+class InboxDirectory:
+    """The inbox, opened once, watched, and adopted anew when the path names another directory."""
+
+    def __init__(self, root: str, name: str, watch: Watch):
+        self.root, self.name, self.watch = root, name, watch
+        self.path, self.tmp_path = prepare_home(root, name)
+        self.fd = os.open(self.path, _DIR)
+        self._old: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
+
+    def watch_events(self) -> None:
+        self.watch.add(self.path, INBOX_EVENTS, "inbox")
+
+    def list(self, into: Callable[[str], None]) -> None:
+        with os.scandir(self.fd) as it:
+            for item in it:
+                into(item.name)
+
+    def replaced(self) -> bool:
+        """Adopt a replaced or removed inbox; True when that happened."""
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == _fd_id(self.fd):
+                return False
+        except FileNotFoundError:
+            pass
+        self.path, self.tmp_path = prepare_home(self.root, self.name)
+        fresh = os.open(self.path, _DIR)
+        self._old.append((self.fd, time.monotonic()))
+        self.fd = fresh
+        self.watch_events()
+        return True
+
+    def next_old_check(self) -> float:
+        return min((seen + 0.25 for _, seen in self._old), default=float("inf"))
+
+    def drain_old(self, taken: dict[str, int], remember: Callable[[str], None]) -> None:
+        """Move what senders (with descriptors opened before the replacement) still deliver to a
+        replaced inbox into the current one; close it once it stayed empty for a while."""
+        keep = []
+        for fd, seen in self._old:
+            try:
+                with os.scandir(fd) as it:
+                    names = [item.name for item in it]
+            except OSError:
+                names = []
+            busy = False
+            for name in names:
+                if name in taken:
+                    busy = True  # accepted from there: its handler removes it there
+                    continue
+                try:
+                    os.rename(name, name, src_dir_fd=fd, dst_dir_fd=self.fd)
+                except OSError:
+                    continue
+                remember(name)
+                busy = True
+            if busy:
+                seen = time.monotonic()
+            if time.monotonic() - seen < OLD_INBOX_SECONDS or fd in taken.values():
+                keep.append((fd, seen))
+            else:
+                os.close(fd)
+        self._old = keep
+
+    @property
+    def draining_old(self) -> bool:
+        return bool(self._old)
+
+    def close(self) -> None:
+        """Close once (a second call must not close descriptor numbers reused meanwhile)."""
+        fds, self.fd, self._old = [self.fd, *(fd for fd, _ in self._old)], -1, []
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _fd_id(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
