@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow", action="append", default=[], metavar="N", help="node that may write to us (repeatable)")
     p.add_argument("--service", action="append", default=[], metavar="S", choices=sorted(DEMO_SERVICES),
                    help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
+    p.add_argument("--feature", action="append", default=[], metavar="NAME",
+                   help="enable an extension of the contract (repeatable): chunks, reliable, quota, control, durable")
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
     p.add_argument("--lease", type=_seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=_seconds, default=5.0, metavar="SECONDS",
@@ -168,7 +170,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     lost: list[LeaseLostError] = []
     options = {"reap_stale": args.reap} if args.reap is not None else {}
     node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
-                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout, **options)
+                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
+                features=args.feature, **options)
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send

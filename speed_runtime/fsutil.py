@@ -98,3 +98,14 @@ def pid_exists(pid: int) -> bool:
 def local_facts() -> HostFacts:
     """This host's facts now, for `core.liveness.judge`."""
     return HostFacts(HOSTNAME, BOOT_ID, boottime(), pid_exists)
+
+
+def close_quietly(*fds: int) -> None:
+    """Close descriptors that are open (>= 0), ignoring errors: for clean-up paths, whose callers
+    set their own copies to -1 first so that nothing is ever closed twice."""
+    for fd in fds:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .core.entry import RegistryEntry
 from .core.errors import BadEntryError
-from .core.liveness import STALE, HostFacts, Liveness, expires_at, judge
+from .core.liveness import STALE, HostFacts, Liveness, expires_at, judge, lease_seconds
 from .registry import FileStamp, Registry
 
 MAX_DEPARTED = 4096  # departed instances remembered (oldest forgotten first)
@@ -91,15 +91,21 @@ class RegistryMonitor:
             self.bad_entries.pop(name, None)
             before = self._versions.get(name)
             if before is not None and (entry is None or entry.id != before[1].id):
-                self._remember_departure(before[1])
+                self._remember_departure(before[1], entry)
             if entry is None:
                 self._versions.pop(name, None)
             else:
                 self._versions[name] = (stamp, entry)
         return entry
 
-    def _remember_departure(self, entry: RegistryEntry) -> None:
-        self._departed[(entry.name, entry.id_bytes)] = (entry, time.time())
+    def _remember_departure(self, entry: RegistryEntry, successor: RegistryEntry | None) -> None:
+        """An instance's entry went away (deregistered, reaped) or was replaced: it held the name
+        until the earliest of now, the end of its lease, and its successor's registration — so a
+        fenced instance (paused past its lease, name taken over) gains nothing from our delay."""
+        until = min(time.time(), entry.last_heartbeat + lease_seconds(entry))
+        if successor is not None:
+            until = min(until, successor.startup_timestamp or successor.last_heartbeat)
+        self._departed[(entry.name, entry.id_bytes)] = (entry, until)
         while len(self._departed) > MAX_DEPARTED:
             self._departed.popitem(last=False)
 

@@ -23,7 +23,7 @@ import time
 
 from .core.errors import DeliveryError, EnvelopeError
 from .core.receiving import DEFER, FileFacts, header_type, judge_file
-from .fsutil import ensure_private_dir
+from .fsutil import close_quietly, ensure_private_dir
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -93,12 +93,7 @@ class TargetDirs:
 
     def close(self) -> None:
         fds, self.tmp_fd, self.inbox_fd = (self.tmp_fd, self.inbox_fd), -1, -1
-        for fd in fds:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_quietly(*fds)
 
 
 def _dir_id(fd: int) -> tuple[int, int]:

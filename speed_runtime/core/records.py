@@ -18,6 +18,14 @@ REJECT_REASONS = (
     "stale_timestamp", "replayed_nonce", "replayed_sequence", "bad_sequence", "unexpected_response",
     "too_large", "bad_payload", "bad_file",
 )
+# reasons each extension of the contract adds (§9), documented with the extension in docs/PROTOCOL.md
+EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
+    "chunks": (),
+    "reliable": (),
+    "quota": (),
+    "control": (),
+    "durable": (),
+}
 LEASE_EVENTS = (
     "registered", "reclaimed", "renewed_late", "lost", "deregistered", "observed_join",
     "observed_expiry", "observed_leave", "reaped",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Iterable
+from typing import Any
 
 from ..core.envelope import DEFAULT_MAX_PAYLOAD
 from ..core.errors import ConfigError
@@ -41,6 +41,7 @@ class NodeConfig:
     lock_timeout: float = 10.0                 # registry lock wait (§4.2)
     observe_registry: bool = True              # follow every entry (joins, expiries); off for one-shot CLI nodes
     temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
+    features: tuple[str, ...] = ()             # extensions of the contract (§9) this node enables
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -49,7 +50,7 @@ class NodeConfig:
         if unknown:
             raise ConfigError(f"unknown Node option {unknown[0]!r}; the options are: {', '.join(sorted(names))}")
         values = dict(options)
-        for key in ("groups", "allow"):
+        for key in ("groups", "allow", "features"):
             if key in values:
                 values[key] = tuple(dict.fromkeys(values[key]))
         if values.get("trusted_uids") is not None:
@@ -75,7 +76,7 @@ class NodeConfig:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")
         if isinstance(self.max_gap, bool) or not isinstance(self.max_gap, int) or self.max_gap < 0:
             raise ConfigError(f"max_gap must be a non-negative integer, not {self.max_gap!r}")
-        for name in (*self.groups, *self.allow):
+        for name in self.allow:
             validate_name(name)
 
     @property
@@ -93,6 +94,3 @@ def _non_negative(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name} must be a finite number of seconds, 0 or more, not {value!r}")
 
-
-def names_of(values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(values))

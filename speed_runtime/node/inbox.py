@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Container
 
 from ..core.receiving import judge_name
+from ..fsutil import close_quietly
 from ..inotify import INBOX_EVENTS, Watch
 from ..transport import prepare_home
 
@@ -149,12 +150,7 @@ class InboxDirectory:
     def close(self) -> None:
         """Close once (a second call must not close descriptor numbers reused meanwhile)."""
         fds, self.fd, self._old = [self.fd, *(fd for fd, _ in self._old)], -1, []
-        for fd in fds:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_quietly(*fds)
 
 
 def _fd_id(fd: int) -> tuple[int, int]:

@@ -20,6 +20,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
+from .. import ext as extensions
 from ..core import payloads
 from ..core.entry import RegistryEntry
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType, Header
@@ -77,6 +78,7 @@ class Node:
         self.sender = Sender(self.root, self.name, self.id_bytes, self.key, self.config.max_payload, self.monitor,
                              local_facts, self.telemetry)
         self.receiver = Receiver(self)
+        self.extensions = extensions.load(self.config.features, self)
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> "Node":
@@ -111,6 +113,8 @@ class Node:
             self._state = "closed"
             raise
         self.telemetry.lease_event("reclaimed" if reclaimed else "registered", self.name)
+        for extension in self.extensions.values():
+            extension.start()
         self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
         self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry)
         self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
@@ -144,6 +148,8 @@ class Node:
         if not (handlers_done and services_done):
             self.telemetry.problem("services_abandoned", "handlers or services still running after "
                                    f"{cfg.stop_grace_seconds:g} s were left behind; their results are dropped")
+        for extension in self.extensions.values():
+            extension.stop()
         if not was_lost:
             self.sender.linger(time.monotonic() + cfg.linger_seconds)
         self.receiver.stop()
@@ -357,8 +363,15 @@ class Node:
             startup_timestamp=self._started_at, lease_seconds=cfg.lease_seconds,
             heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(self.access.names()),
             services=tuple(self.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
-            boot_time_heartbeat=boottime(), extra={"counters": self.counters()},
+            boot_time_heartbeat=boottime(), features=tuple(self.extensions),
+            extra={"counters": self.counters(), **self._extension_fields()},
         )
+
+    def _extension_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for extension in self.extensions.values():
+            fields.update(extension.entry_fields())
+        return fields
 
     def _publish(self) -> None:
         if self._state in ("running", "starting", "closing"):

@@ -246,7 +246,11 @@ class Receiver:
         against the clock and the sender's entry as they were when it was delivered, so a backlog
         does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22)."""
         monitor = self.node.monitor
-        arrived_ms = int(min(time.time(), arrived) * 1000)
+        # how long the file waited, on the kernel's clock that stamped its change time, as a time
+        # on this runtime's clock
+        waited = max(0.0, time.clock_gettime(time.CLOCK_REALTIME) - arrived)
+        arrived = time.time() - waited
+        arrived_ms = int(arrived * 1000)
         key, cap = self.node.key, self.node.config.max_payload
         verdict = judge_envelope(sender, data, key, self.me, monitor.get(sender), self.replay, arrived_ms, cap)
         if stale_source(verdict):  # a sender that has just started: read its entry afresh once
@@ -278,6 +282,9 @@ class Receiver:
 
     def _dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
         header, payload = verdict.header, verdict.payload
+        for extension in self.node.extensions.values():  # §9: each sees accepted envelopes first
+            if extension.on_envelope(verdict, sender, data, name):
+                return
         etype = header.type
         if etype == _MESSAGE:
             self._hold(sender, name)
@@ -351,13 +358,17 @@ class Receiver:
             self._taken[name] = self.inbox.fd
 
     def _take(self, name: str) -> bool:
-        """Remove an accepted file just before its handler runs: the moment it is taken."""
+        """Remove an accepted file just before its handler runs: the moment it is taken. The name
+        leaves `_taken` only after the unlink, so a listing in between never judges it again."""
         with self._lock:
-            fd = self._taken.pop(name, self.inbox.fd)
+            fd = self._taken.get(name, self.inbox.fd)
         try:
             os.unlink(name, dir_fd=fd)
         except FileNotFoundError:
             return False  # withdrawn by its sender (transport.retract)
+        finally:
+            with self._lock:
+                self._taken.pop(name, None)
         return True
 
     def _release(self, sender: str) -> None:

@@ -78,7 +78,7 @@ def test_a_node_whose_receiving_fails_says_so_and_is_not_left_online(root, key, 
 
         def fail(*_a):
             raise OSError(24, "Too many open files")
-        monkeypatch.setattr(deaf.receiver, "_list_inbox", fail)
+        monkeypatch.setattr(deaf.receiver.inbox, "list", fail)
         wait_until(lambda: Registry(root).read("deaf").status == "leaving", timeout=20,
                    what="the deaf node to leave the online set")
         try:

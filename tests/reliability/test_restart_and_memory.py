@@ -11,6 +11,7 @@ import threading
 import time
 
 from speed_runtime import Node, NodeUnavailableError
+from speed_runtime.journal import read_journal
 
 from ..helpers.wait import wait_until
 
@@ -38,7 +39,7 @@ def test_a_graceful_restart_under_load_loses_no_successful_send(procs, root, key
     wait in the inbox, a new instance started as soon as the name is free: every send that
     returned was handled by one of the two instances, once (contract 1.1: `leaving` refuses new
     deliveries; a graceful stop handles its whole inbox before it deregisters)."""
-    first = procs.start_scripted("r", allow=["s"], delay_ms=5)
+    first = procs.start_scripted("r", allow=["s"], delay_ms=5, options={"trace": True})
     inbox = os.path.join(root, "r", "inbox")
     ok, refused, stop = [], [], threading.Event()
     with Node(root, key, "s", allow=["r"]) as s:
@@ -89,7 +90,9 @@ def test_a_graceful_restart_under_load_loses_no_successful_send(procs, root, key
     assert "closed" in handled_first, "the old instance did not close gracefully"
     assert not set(one) & set(two), "handled twice"
     lost = sorted(set(ok) - set(one) - set(two))
-    assert lost == [], f"{len(lost)} of {len(ok)} successful sends were never handled: {lost[:10]}"
+    rejected = [(e.reason, e.seq) for e in read_journal(os.path.join(root, "speed_traces", "r.jsonl"))[0]
+                if getattr(e, "outcome", "") == "rejected"]
+    assert lost == [], f"{len(lost)} of {len(ok)} successful sends were never handled: {lost[:10]}; {rejected[:10]}"
     assert one == sorted(one) and two == sorted(two)
     print(json.dumps({"inFlightAtSignal": in_flight, "sent": len(ok), "refusedWhileRestarting": len(refused),
                       "handledByOld": len(one), "handledByNew": len(two), "lost": 0}))
