@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from benchmarks import workers
+from benchmarks import queue_peers, workers
 
 CTX = mp.get_context("spawn")
 SIZES = {"64 B": 64, "4 KiB": 4096, "512 KiB": 512 * 1024}
@@ -178,6 +178,16 @@ def rtt_runtime(env: Env, size: int, n: int, trace: bool = False) -> list[float]
     return out
 
 
+def rtt_queue(env: Env, size: int, n: int, peer: str) -> list[float]:
+    rtt = {"dirq": queue_peers.dirq_rtt, "persist-queue": queue_peers.pq_rtt}[peer]
+    return rtt(env.fresh_root(), os.urandom(size), n, start)
+
+
+def rate_queue(env: Env, size: int, n: int, peer: str) -> float:
+    rate = {"dirq": queue_peers.dirq_rate, "persist-queue": queue_peers.pq_rate}[peer]
+    return rate(env.fresh_root(), os.urandom(size), n, start)
+
+
 # ------------------------------------------------------------------ one-way rates (envelopes/s)
 def rate_floor(env: Env, size: int, n: int) -> float:
     root = floor_root(env)
@@ -226,7 +236,9 @@ figures of the same run only.
   inotify, reads, unlinks and opens. No registry, access or replay checks: the least any file
   transport of this contract must do.
 - **peers**: pyzmq REQ/REP over `ipc://`, `multiprocessing.connection` (AF_UNIX), a raw AF_UNIX
-  stream socket with length prefixes.
+  stream socket with length prefixes; and the file-system queues that do SPEED's job the same way,
+  `dirq` and `persist-queue` (SQLite), as producer/consumer and as request/response over two
+  queues (`benchmarks/queue_peers.py`: no encryption, no checks, consumers poll every 100 µs).
 - **runtime**: `speed_runtime.Node` in two processes: `call()` of an `echo` service (round trip);
   `send()` one-way MESSAGEs from 1 sender process, and from 8 sender processes into one receiver,
   timed from the start signal to the receiver's handler seeing the last one; "journals" turns
@@ -254,6 +266,10 @@ def variants(plan: Plan) -> list[tuple[str, Callable[[Env], object]]]:
             (f"rtt zmq {label}", lambda e, s=size, k=rn: rtt_zmq(e, s, k)),
             (f"rtt mp.connection {label}", lambda e, s=size, k=rn: rtt_mp(e, s, k)),
             (f"rtt unix socket {label}", lambda e, s=size, k=rn: rtt_unix(e, s, k)),
+            (f"rtt dirq {label}", lambda e, s=size, k=rn: rtt_queue(e, s, k, "dirq")),
+            (f"rtt persist-queue {label}", lambda e, s=size, k=rn: rtt_queue(e, s, k, "persist-queue")),
+            (f"rate dirq {label}", lambda e, s=size, k=wn: rate_queue(e, s, k, "dirq")),
+            (f"rate persist-queue {label}", lambda e, s=size, k=wn: rate_queue(e, s, k, "persist-queue")),
             (f"rtt runtime SPC {label}", lambda e, s=size, k=rn: rtt_runtime(e, s, k)),
             (f"rate floor {label}", lambda e, s=size, k=wn: rate_floor(e, s, k)),
             (f"rate runtime 1 sender {label}", lambda e, s=size, k=wn: rate_runtime(e, s, k, 1)),
@@ -292,14 +308,16 @@ def table(summary: dict[str, dict[str, float]], sizes: list[str]) -> str:
     for label in sizes:
         floor = summary[f"rtt floor {label}"]["median_us"]
         peers = {p: summary[f"rtt {p} {label}"]["median_us"] for p in ("zmq", "mp.connection", "unix socket")}
-        for name in ("floor", "zmq", "mp.connection", "unix socket", "runtime SPC", "runtime SPC, journals"):
+        for name in ("floor", "zmq", "mp.connection", "unix socket", "dirq", "persist-queue", "runtime SPC",
+                     "runtime SPC, journals"):
             s = summary[f"rtt {name} {label}"]
             ratio = lambda other: f"{s['median_us'] / other:.2f}×"
             lines.append(f"| round trip, {name}, {label} | {s['median_us']:.0f} µs | {s['p99_us']:.0f} µs | "
                          f"{ratio(floor)} | {ratio(peers['zmq'])} | {ratio(peers['mp.connection'])} | "
                          f"{ratio(peers['unix socket'])} |")
         frate = summary[f"rate floor {label}"]["rate"]
-        for name in ("floor", "runtime 1 sender", "runtime 8 senders", "runtime 1 sender, journals"):
+        for name in ("floor", "dirq", "persist-queue", "runtime 1 sender", "runtime 8 senders",
+                     "runtime 1 sender, journals"):
             rate = summary[f"rate {name} {label}"]["rate"]
             lines.append(f"| one-way rate, {name}, {label} | {rate:,.0f} /s | | {rate / frate:.0%} of floor | | | |")
     return "\n".join(lines)
@@ -314,12 +332,17 @@ def goals(summary: dict[str, dict[str, float]]) -> str:
     one = summary[f"rate runtime 1 sender {label}"]["rate"]
     eight = summary[f"rate runtime 8 senders {label}"]["rate"]
     journal = summary[f"rate runtime 1 sender, journals {label}"]["rate"]
+    queues = {q: (summary[f"rtt {q} {label}"]["median_us"], summary[f"rate {q} {label}"]["rate"])
+              for q in ("dirq", "persist-queue")}
     rows = [
         ("SPC round trip ≤ 1.5× floor", rtt / floor, rtt / floor <= 1.5),
         ("SPC round trip ≤ 3× pyzmq REQ/REP", rtt / zmq, rtt / zmq <= 3),
         ("one-way rate, 1 sender ≥ 60% of floor", one / frate, one / frate >= 0.6),
         ("one-way rate, 8 senders ≥ 60% of floor", eight / frate, eight / frate >= 0.6),
         ("journals cost ≤ 15% of throughput", 1 - journal / one, 1 - journal / one <= 0.15),
+        *[(f"SPC round trip faster than {q}'s request/response (×)", rtt / q_rtt, rtt < q_rtt)
+          for q, (q_rtt, _) in queues.items()],
+        *[(f"one-way rate ahead of {q} (×)", one / q_rate, one > q_rate) for q, (_, q_rate) in queues.items()],
     ]
     out = ["| goal (64 B) | measured | met |", "| --- | --- | --- |"]
     for name, value, ok in rows:
