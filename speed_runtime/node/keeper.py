@@ -37,7 +37,8 @@ class LeaseKeeper:
         self._rescan_requested = True
         self.thread: threading.Thread | None = None
         self.deaf = False
-        self.deaf_after = max(3 * cfg.rescan_seconds, 2 * cfg.heartbeat_seconds)
+        # generous: a loaded machine must not make a busy node look deaf (the lease itself is the slow signal)
+        self.deaf_after = max(3 * cfg.rescan_seconds, 2 * cfg.heartbeat_seconds, cfg.lease_seconds / 2)
 
     # ------------------------------------------------------------------ the entry
     def register(self, now: float) -> bool:

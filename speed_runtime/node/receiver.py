@@ -219,6 +219,7 @@ class Receiver:
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
+        self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
         parsed, refused = judge_name(name, self.node.access)
         if refused:
             self._reject(name, sender if parsed else "?", file_seq, refused)
