@@ -23,13 +23,14 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("TZ", "UTC")
 time.tzset()
 
-from speedtui import rt  # noqa: E402
-from speedtui.app import make_app  # noqa: E402
-from speedtui.clock import FrozenClock  # noqa: E402
-from speedtui.fixture import FIXED_NOW, build, sample_summary  # noqa: E402
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord  # noqa: E402
+from speedtui.services import runtime as rt  # noqa: E402
+from speedtui.ui.app import make_app  # noqa: E402
+from speedtui.services.clock import FrozenClock  # noqa: E402
+from speedtui.environments.fixture import FIXED_NOW, build, sample_summary  # noqa: E402
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen  # noqa: E402
+from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen  # noqa: E402
 
 SIZE = (120, 36)
 
@@ -73,7 +74,7 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
     seed_history(paths)
     theme = extra if extra in ("light", "high-contrast") else None
     if demo:
-        from speedtui.demo import DemoEnvironment
+        from speedtui.environments.demo import DemoEnvironment
 
         env = DemoEnvironment(seed=7).start()
         app = make_app(env.root, rt.load_key(env.key_path), paths=paths, demo=env, theme=theme, steady=True,

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from speedtui.actions import NodeSpec
-from speedtui.app import make_app
-from speedtui.models.history import AuditLog, CallHistory
-from speedtui.screens.confirm import ConfirmScreen
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendScreen
+from speedtui.services.actions import NodeSpec
+from speedtui.ui.app import make_app
+from speedtui.services.history import AuditLog, CallHistory
+from speedtui.ui.screens.confirm import ConfirmScreen
+from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendScreen
 
 from .conftest import SIZE, run_async, wait_for
 
@@ -290,8 +290,8 @@ async def test_live_updates_without_refresh(live_env):
 
 
 def test_failed_process_launch_reports_stderr(live_env):
-    from speedtui.actions import ActionError, ActionService
-    from speedtui.bridge import Bridge
+    from speedtui.services.actions import ActionError, ActionService
+    from speedtui.services.bridge import Bridge
 
     root, key, paths = live_env
     acts = ActionService(root, key, Bridge(), AuditLog(paths.audit_log), CallHistory(paths.call_history))

@@ -2,7 +2,7 @@
 
 import json
 
-from speedtui.models.history import AuditLog
+from speedtui.services.history import AuditLog
 
 from .conftest import SIZE, run_async, wait_for
 

@@ -2,13 +2,15 @@
 
 import json
 
-from speedtui.fixture import FIXED_NOW, journal_records
+from speedtui.environments.fixture import FIXED_NOW, journal_records
 from speedtui.models.access import AccessGraph, explain, grant_preview
 from speedtui.models.fabrics import build_fabrics
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord, speed_call_command
+from speedtui.models.commands import speed_call_command
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory
 from speedtui.models.query import parse_query
-from speedtui.models.registry import (EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters,
-                                      fmt_duration, read_registry)
+from speedtui.models.registry import EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters, fmt_duration
+from speedtui.services.registry import read_registry
 from speedtui.models.traces import TraceFilter, TraceStore, parse_record
 
 
@@ -218,7 +220,8 @@ def test_registry_reader_survives_hostile_entries(tmp_path):
     import json as _json
     import uuid as _uuid
 
-    from speedtui.models.registry import RegistryModel, read_registry
+    from speedtui.models.registry import RegistryModel
+    from speedtui.services.registry import read_registry
 
     reg = tmp_path / "speed_registry"
     reg.mkdir()

@@ -3,11 +3,12 @@ files, no processes).  Update with `pytest tests/console --snapshot-update`."""
 
 import json
 
-from speedtui.fixture import FIXED_NOW, sample_summary
+from speedtui.environments.fixture import FIXED_NOW, sample_summary
 from speedtui.models.access import AccessGraph
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord
-from speedtui.screens.confirm import ConfirmScreen
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory
+from speedtui.ui.screens.confirm import ConfirmScreen
+from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
 
 from .conftest import SIZE
 

@@ -36,10 +36,6 @@ class KeyInfo:
     __str__ = __repr__
 
 
-def runtime_available() -> bool:
-    return True  # speed_runtime is a dependency of this package
-
-
 def load_key(path: Path | str, allow_insecure: bool = False) -> KeyInfo:
     path = Path(path)
     try:

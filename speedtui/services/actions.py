@@ -8,9 +8,9 @@ command.  Observer events of the console's own nodes go to the Bridge.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,30 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import rt
+from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
+from ..models.history import AuditEntry, CallRecord
+from ..models.traces import TraceRecord, parse_record
+from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
-from .models.history import (AuditEntry, AuditLog, CallHistory, CallRecord, q, speed_call_command,
-                             speed_node_command)
-from .models.traces import TraceRecord, parse_record
+from .history import AuditLog, CallHistory
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
 
 
 class ActionError(Exception):
     """An action that could not be done; the message is shown to the operator."""
-
-
-@dataclass
-class NodeSpec:
-    name: str
-    groups: tuple[str, ...] = ()
-    allow: tuple[str, ...] = ()
-    services: tuple[str, ...] = ()
-    trace: bool = True
-    in_process: bool = True
-    lease_seconds: float | None = None
-    heartbeat_seconds: float | None = None
 
 
 @dataclass
@@ -104,13 +93,6 @@ class ActionService:
         self.audit.record(AuditEntry(ts=time.time(), action=action, detail=detail, command=command, ok=ok,
                                      result=result))
 
-    def _runtime(self):
-        if not rt.runtime_available():
-            raise ActionError("speed_runtime is not available in this Python environment")
-        import speed_runtime
-
-        return speed_runtime
-
     def _observer(self, name: str):
         bridge = self.bridge
 
@@ -151,8 +133,8 @@ class ActionService:
 
     # ------------------------------------------------------------------ launch / stop
     def node_command(self, spec: NodeSpec) -> str:
-        return speed_node_command(self.root, self.key.path, spec.name, spec.groups, spec.allow, spec.services,
-                                  spec.trace)
+        """What the audit log records for ``spec``: the line a process node is started with."""
+        return node_command(self.root, self.key.path, spec, control_stdin=not spec.in_process).shell()
 
     def launch(self, spec: NodeSpec, ready_timeout: float = 15.0) -> OwnNode:
         self._check_writable()
@@ -173,7 +155,7 @@ class ActionService:
         return own
 
     def _launch_in_process(self, spec: NodeSpec) -> OwnNode:
-        srt = self._runtime()
+        import speed_runtime
         from speed_runtime.demo import DEMO_SERVICES
 
         kwargs: dict[str, Any] = dict(groups=list(spec.groups), allow=list(spec.allow), trace=spec.trace)
@@ -181,7 +163,7 @@ class ActionService:
             kwargs["lease_seconds"] = spec.lease_seconds
         if spec.heartbeat_seconds:
             kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
-        node = srt.Node(str(self.root), self.key.runtime_key or str(self.key.path), spec.name, **kwargs)
+        node = speed_runtime.Node(str(self.root), self.key.runtime_key or str(self.key.path), spec.name, **kwargs)
         for s in spec.services:
             if s not in DEMO_SERVICES:
                 raise ActionError(f"unknown demo service {s!r}; choose from {', '.join(DEMO_SERVICES)}")
@@ -193,20 +175,8 @@ class ActionService:
         return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub)
 
     def _launch_process(self, spec: NodeSpec, ready_timeout: float) -> OwnNode:
-        args = speed_command() + ["node", "--dir", str(self.root), "--key", str(self.key.path), "--name", spec.name]
-        for g in spec.groups:
-            args += ["--group", g]
-        for a in spec.allow:
-            args += ["--allow", a]
-        for s in spec.services:
-            args += ["--service", s]
-        if spec.trace:
-            args.append("--trace")
-        if spec.lease_seconds:
-            args += ["--lease", f"{spec.lease_seconds:g}"]
-        if spec.heartbeat_seconds:
-            args += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
-        args.append("--control-stdin")  # so that grants and revokes reach the process (set_allow)
+        # --control-stdin: grants and revokes reach the process (set_allow)
+        args = node_command(self.root, self.key.path, spec, control_stdin=True).exec_argv(speed_command())
         # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
         err_file = tempfile.TemporaryFile()
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
@@ -313,7 +283,7 @@ class ActionService:
     # ------------------------------------------------------------------ calls and messages
     def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0) -> CallRecord:
         self._check_writable()
-        cmd = speed_call_command(target, service, arguments, caller, self.root, self.key.path, timeout)
+        cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
         node = self.get_node(caller)
         started = time.perf_counter()
         status, result, code, message = "SUCCESS", None, "", ""
@@ -334,8 +304,7 @@ class ActionService:
 
     def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0) -> int:
         self._check_writable()
-        cmd = (f"speed send {q(target)} {q(json.dumps(data, separators=(',', ':')))} --as {q(sender)} "
-               f"--dir {q(self.root)} --key {q(self.key.path)}" + (" --confirm" if confirm else ""))
+        cmd = send_command(target, data, sender, self.root, self.key.path, confirm).shell()
         node = self.get_node(sender)
         try:
             seq = node.send(target, data, confirm=confirm, timeout=timeout)
@@ -358,7 +327,7 @@ class ActionService:
         sender, receiver = rec.sender, rec.receiver
         filename = rt.envelope_filename(sender, dec.header.source_id, dec.header.seq, dec.header.nonce)
         detail = f"{sender} → {receiver} {rec.type} seq {dec.header.seq}"
-        cmd = f"# re-deliver {len(data)} sealed bytes as {q(str(self.root / receiver / 'inbox' / filename))}"
+        cmd = f"# re-deliver {len(data)} sealed bytes as {shlex.quote(str(self.root / receiver / 'inbox' / filename))}"
         try:
             rt.inject(self.root, receiver, filename, data)
         except Exception as exc:  # noqa: BLE001
@@ -370,7 +339,7 @@ class ActionService:
 
     def reap(self, name: str) -> bool:
         self._check_writable()
-        cmd = f"speed reap {q(name)} --dir {q(self.root)}"
+        cmd = reap_command([name], self.root).shell()
         try:
             from speed_runtime.registry import Registry
 
@@ -423,7 +392,7 @@ def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
     try:
         for line in proc.stdout or ():
             if len(sink) < 200:
-                sink.append(line.decode(errors="replace").rstrip())
+                sink.append(line.rstrip())  # the pipe is opened in text mode
     except (OSError, ValueError):
         pass
 

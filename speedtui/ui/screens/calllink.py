@@ -10,7 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..models.traces import CallLink
+from ...models.traces import CallLink
 from ..views.common import fmt_ts
 
 

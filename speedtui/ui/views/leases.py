@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 
-from ..models.registry import COLUMNS, EXPIRING, NodeRow, fmt_counters, fmt_duration
+from ...models.registry import COLUMNS, EXPIRING, NodeRow, fmt_counters, fmt_duration
 from ..widgets.fast_table import Column, FastTable, Row
 from ..widgets.rendered_pane import RenderedPane
 from .common import fmt_datetime, fmt_ts, pretty_json, status_text

@@ -14,8 +14,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 
-from ..models.query import parse_query
-from ..models.traces import TraceRecord
+from ...models.query import parse_query
+from ...models.traces import TraceRecord
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
 

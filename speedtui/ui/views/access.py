@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
-from ..models.access import AccessGraph, explain
+from ...models.access import AccessGraph, explain
 from .access_picture import access_picture
 
 SYM_STYLE = {"⇄": "bold green", "→": "yellow", "←": "yellow", "·": "dim red", " ": ""}

@@ -10,8 +10,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models.registry import RawEntry
-from .models.traces import TraceRecord
+from ..models.registry import RawEntry
+from ..models.traces import TraceRecord
 
 
 @dataclass

@@ -17,24 +17,27 @@ from textual.screen import Screen
 from textual.containers import Horizontal
 from textual.widgets import Button, Input, TabbedContent, TabPane
 
-from . import rt
-from .actions import ActionError, ActionService, NodeSpec
-from .bridge import Bridge
-from .clock import Clock, SystemClock
-from .config import Config
+from ..services import runtime as rt
+from ..services.actions import ActionError, ActionService
+from ..services.bridge import Bridge
+from ..services.clock import Clock, SystemClock
+from ..services.config import Config
 from .gc_pacer import CollectorPacer
 from .messages import ActionDone, CallFinished, PipelineFinished, PipelineProgress
-from .models.access import AccessGraph
-from .models.history import AuditEntry, AuditLog, CallHistory, speed_call_command
-from .models.registry import RegistryModel, local_boot_id
-from .models.traces import TraceRecord, TraceStore
-from .paths import Paths
+from ..models.access import AccessGraph
+from ..models.commands import NodeSpec, speed_call_command
+from ..models.history import AuditEntry
+from ..models.registry import RegistryModel
+from ..models.traces import TraceRecord, TraceStore
+from ..paths import Paths
 from .screens.calllink import CallLinkScreen
 from .screens.confirm import ConfirmScreen
 from .screens.envelope import EnvelopeScreen
 from .screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
 from .screens.help import HelpScreen
-from .sources import JournalTailer, RegistrySource
+from ..services.history import AuditLog, CallHistory
+from ..services.registry import host_facts
+from ..services.sources import JournalTailer, RegistrySource
 from .themes import load_themes, resolve_theme_name
 from .views.access import AccessView
 from .views.analytics import AnalyticsView
@@ -113,7 +116,6 @@ class SpeedApp(App):
         self.replays: list[PendingReplay] = []
         self._replay_baselines: dict[str, dict | None] = {}
         self.sources: list = []
-        self.boot_id = local_boot_id()
         self._themes = load_themes([self.paths.config_dir / "themes"])
         self._requested_theme = resolve_theme_name(theme) if theme else None
         self._audit_cache: tuple[int, list] = (-1, [])
@@ -216,7 +218,7 @@ class SpeedApp(App):
         d = self.bridge.drain()
         now = self.clock.time()
         if d.registry is not None:
-            self.registry.update(d.registry, now, self.boot_id, self.clock.boottime())
+            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
             self._reg_dirty = True
         if d.records:
             self.traces.add(d.records)
@@ -240,7 +242,7 @@ class SpeedApp(App):
 
     def tick(self) -> None:
         """Once a second: lease countdowns and heartbeat ages move even without file events."""
-        self.registry.refresh(self.clock.time(), self.boot_id, self.clock.boottime())
+        self.registry.refresh(self.clock.time(), host_facts(self.clock.boottime()))
         self._reg_dirty = True
 
     def active_view(self) -> str:
@@ -617,7 +619,7 @@ class SpeedApp(App):
     @work(thread=True, exclusive=True, group="analytics")
     def run_analysis(self) -> None:
         try:
-            from .pipeline.job import run_pipeline
+            from ..pipeline.job import run_pipeline
         except Exception as exc:  # noqa: BLE001 - pyspark missing etc.
             self.post_message(PipelineFinished(False, None, f"the analytics pipeline is not available: {exc}"))
             return

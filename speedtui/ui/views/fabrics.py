@@ -9,7 +9,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static, Tree
 
-from ..models.fabrics import build_fabrics
+from ...models.fabrics import build_fabrics
 from .common import STATUS_ICON, STATUS_STYLE
 
 HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "down": "bold red", "empty": "dim"}

@@ -12,8 +12,9 @@ import threading
 from pathlib import Path
 
 from .bridge import Bridge
-from .models.registry import REGISTRY_DIR, read_registry
-from .models.traces import TraceRecord, parse_record
+from ..models.registry import REGISTRY_DIR
+from .registry import read_registry
+from ..models.traces import TraceRecord, parse_record
 
 TRACES_DIR = "speed_traces"
 
@@ -142,9 +143,6 @@ class JournalTailer(_Loop):
         if batch or bad:
             batch.sort(key=lambda r: r.ts)  # interleave the journals of one pass by time
             self.bridge.push_records(batch, bad)
-
-    def read_all_once(self) -> None:
-        self.step()
 
     def _read(self, name: str) -> tuple[list[TraceRecord], int]:
         path = self.watch_dir / name

@@ -15,9 +15,9 @@ from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Select, Static
 
-from ..actions import DEMO_SERVICE_NAMES, NodeSpec
-from ..models.access import AccessGraph, grant_preview
-from ..models.history import speed_call_command, speed_node_command
+from ...services.actions import DEMO_SERVICE_NAMES
+from ...models.access import AccessGraph, grant_preview
+from ...models.commands import NodeSpec, node_command, speed_call_command
 
 
 def split_list(text: str) -> tuple[str, ...]:
@@ -85,7 +85,7 @@ class LaunchScreen(ModalScreen[NodeSpec | None]):
     def _preview(self) -> None:
         s = self.spec()
         t = Text("equivalent: ", style="dim")
-        t.append(speed_node_command(self.root, self.key_path, s.name or "NAME", s.groups, s.allow, s.services, s.trace))
+        t.append(node_command(self.root, self.key_path, NodeSpec(**{**s.__dict__, "name": s.name or "NAME"})).shell())
         if s.name in self.names:
             t.append(f"\n{s.name} is already registered: launching fails unless its lease is stale", style="yellow")
         self.query_one("#ln-preview", Static).update(t)

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import rt
-from .actions import NodeSpec, OwnNode, _read_line, _terminate, speed_command
+from ..services import runtime as rt
+from ..models.commands import NodeSpec, node_command
+from ..services.actions import OwnNode, _read_line, _terminate, speed_command
 
 LEASE, HEARTBEAT = 8.0, 1.0
 
@@ -82,15 +83,9 @@ class DemoEnvironment:
         return self
 
     def _args(self, name: str, groups, allow, services) -> list[str]:
-        args = speed_command() + ["node", "--dir", str(self.root), "--key", str(self.key_path), "--name", name,
-                                  "--trace", "--lease", f"{LEASE:g}", "--heartbeat", f"{HEARTBEAT:g}"]
-        for g in groups:
-            args += ["--group", g]
-        for a in allow:
-            args += ["--allow", a]
-        for s in services:
-            args += ["--service", s]
-        return args
+        spec = NodeSpec(name, tuple(groups), tuple(allow), tuple(services), trace=True, in_process=False,
+                        lease_seconds=LEASE, heartbeat_seconds=HEARTBEAT)
+        return node_command(self.root, self.key_path, spec).exec_argv(speed_command())
 
     def _spawn(self, spec) -> bool:
         name, groups, allow, services = spec

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from . import rt
+from ..services import runtime as rt
 
 FIXED_NOW = 1767225600.0  # 2026-01-01 00:00:00 UTC
 FIXED_KEY = bytes(range(32))
@@ -146,7 +146,7 @@ def sample_summary(now: float = FIXED_NOW) -> dict:
     the run (time, paths) pinned so that snapshots are stable."""
     import tempfile
 
-    from .pipeline.reference import analyze
+    from ..pipeline.reference import analyze
 
     with tempfile.TemporaryDirectory() as tmp:
         root, _ = build(Path(tmp) / "root", now)

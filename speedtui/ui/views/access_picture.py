@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.cells import cell_len
 from rich.text import Text
 
-from ..models.access import MUTUAL, AccessGraph, Edge
+from ...models.access import MUTUAL, AccessGraph, Edge
 
 MUTUAL_STYLE, ONE_WAY_STYLE, NONE_STYLE = "bold green", "yellow", "dim red"
 TITLE_STYLE, NOTE_STYLE, LANE_STYLE = "bold magenta", "dim", "dim"

@@ -16,8 +16,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from .. import rt
-from ..models.traces import TraceRecord
+from ...services import runtime as rt
+from ...models.traces import TraceRecord
 
 
 def envelope_renderable(rec: TraceRecord, secret: bytes | None):
