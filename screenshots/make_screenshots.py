@@ -54,8 +54,8 @@ SHOTS = [
 ]
 
 
-def seed_history(paths: Paths) -> None:
-    log = AuditLog(paths.audit_log)
+def seed_history(paths: Paths, root: Path) -> None:
+    log = AuditLog(paths.audit_log(root))
     log.record(AuditEntry(FIXED_NOW - 60, "launch", "ops (in-process)",
                           "speed node --dir /dev/shm/speed --key speed.key --name ops --allow billing --trace"))
     log.record(AuditEntry(FIXED_NOW - 30, "call", "ops → billing.calculateTax",
@@ -63,7 +63,7 @@ def seed_history(paths: Paths) -> None:
                           "--key speed.key --timeout 5", result="SUCCESS 4.2ms"))
     log.record(AuditEntry(FIXED_NOW - 20, "replay", "gateway → billing MESSAGE seq 9",
                           "# re-deliver 154 sealed bytes", result="injected"))
-    CallHistory(paths.call_history).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
+    CallHistory(paths.call_history(root)).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
                                                       {"amount": 100}, 5.0, "SUCCESS", {"tax": 18.0}, latency_ms=4.2))
     paths.analytics_dir.mkdir(parents=True, exist_ok=True)
     (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
@@ -71,16 +71,17 @@ def seed_history(paths: Paths) -> None:
 
 async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: bool, work: Path) -> None:
     paths = Paths(work / f"cfg-{name}", work / f"data-{name}")
-    seed_history(paths)
     theme = extra if extra in ("light", "high-contrast") else None
     if demo:
         from speedtui.environments.demo import DemoEnvironment
 
         env = DemoEnvironment(seed=7).start()
+        seed_history(paths, env.root)
         app = make_app(env.root, rt.load_key(env.key_path), paths=paths, demo=env, theme=theme, steady=True,
                        dir_label="/dev/shm/speed (demo)")
     else:
         root, key_path = build(work / f"root-{name}")
+        seed_history(paths, root)
         app = make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW), theme=theme,
                        steady=True, dir_label="/dev/shm/speed")
     async with app.run_test(size=SIZE) as pilot:

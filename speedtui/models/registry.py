@@ -132,9 +132,10 @@ def fmt_counters(c: dict[str, Any]) -> str:
 
 
 COLUMNS: list[tuple[str, str, int]] = [
-    # key, label, width (the first eleven fit 120 columns; scroll right for the runtime)
-    ("status", "STATUS", 9),
+    # key, label, width (NAME and STATUS stay when the table scrolls right; the first eleven fit
+    # 120 columns, COUNTERS takes what is left of wider screens)
     ("name", "NAME", 13),
+    ("status", "STATUS", 9),
     ("remaining", "LEASE", 7),
     ("hb_age", "HB AGE", 6),
     ("pid", "PID", 7),
@@ -146,6 +147,8 @@ COLUMNS: list[tuple[str, str, int]] = [
     ("counters", "COUNTERS", 20),
     ("runtime", "RUNTIME", 24),
 ]
+FROZEN_COLUMNS = 2
+FLEX_COLUMN = "counters"
 
 _STATUS_ORDER = {"stale": 0, "leaving": 1, "online": 2}
 
@@ -171,7 +174,7 @@ def row_matches(row: NodeRow, text: str) -> bool:
         return True
     t = text.lower()
     hay = " ".join([row.name, row.status, row.host, row.runtime, " ".join(row.groups),
-                    " ".join(row.services), str(row.pid or "")]).lower()
+                    " ".join(row.services), str(row.pid or ""), row.reason]).lower()
     return all(part in hay for part in t.split())
 
 

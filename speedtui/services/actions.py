@@ -8,6 +8,7 @@ command.  Observer events of the console's own nodes go to the Bridge.
 from __future__ import annotations
 
 import base64
+import getpass
 import os
 import select
 import shlex
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..models.errors import describe_call_error, describe_failure
 from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
 from ..models.history import AuditEntry, CallRecord
 from ..models.traces import TraceRecord, parse_record
@@ -45,6 +47,7 @@ class OwnNode:
     unsubscribe: Any = None
     output: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None  # drains the process's stdout
+    stoppable: bool = True  # False for a node someone else drives (the demo's traffic driver)
 
     @property
     def kind(self) -> str:
@@ -64,6 +67,15 @@ class ReplayResult:
     type: str
     seq: int
     filename: str
+
+
+def console_node_name() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    clean = "".join(c if c.isalnum() or c in "-_" else "-" for c in user)[:40] or "operator"
+    return f"console-{clean}"
 
 
 def speed_command() -> list[str]:
@@ -119,8 +131,17 @@ class ActionService:
             return sorted(n for n, o in self.own.items() if o.node is not None and o.alive)
 
     def own_names(self) -> list[str]:
+        """The nodes the operator may stop."""
         with self._lock:
-            return sorted(self.own)
+            return sorted(n for n, o in self.own.items() if o.stoppable)
+
+    def _own_set(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.own)
+
+    def describe(self, exc: BaseException) -> str:
+        """A failure in the console's words (one sentence)."""
+        return describe_failure(exc, self._own_set())
 
     def get_node(self, name: str):
         with self._lock:
@@ -146,7 +167,7 @@ class ActionService:
                     raise ActionError(f"this console already runs a node named {spec.name}")
             own = self._launch_in_process(spec) if spec.in_process else self._launch_process(spec, ready_timeout)
         except Exception as exc:  # noqa: BLE001
-            msg = _one_line(exc)
+            msg = self.describe(exc)
             self._record("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
             raise ActionError(msg) from None
         with self._lock:
@@ -203,6 +224,10 @@ class ActionService:
         own.reader.start()
         return own
 
+    def start_console_node(self, name: str | None = None) -> OwnNode:
+        """A node of the console's own to call and send from (issue 15): ``console-<user>``."""
+        return self.launch(NodeSpec(name or console_node_name(), groups=("console",), trace=True, in_process=True))
+
     def stop(self, name: str) -> None:
         self._check_writable()
         with self._lock:
@@ -248,7 +273,7 @@ class ActionService:
                 (node.allow if grant else node.revoke)(peer)
                 allowed = list(node.allowed)
         except Exception as exc:  # noqa: BLE001
-            msg = _one_line(exc)
+            msg = self.describe(exc)
             self._record(verb, f"{name} allow {peer}", "", ok=False, result=msg)
             raise ActionError(msg) from None
         with self._lock:
@@ -291,15 +316,17 @@ class ActionService:
             result = node.call(target, service, arguments, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - SpcError has .code; others are local failures
             status = "ERROR"
-            code = str(getattr(exc, "code", "") or type(exc).__name__)
-            message = _one_line(exc)
+            code = str(getattr(exc, "code", "") or "")
+            raw = str(getattr(exc, "message", "") or exc).strip()
+            message = (describe_call_error(code, raw.splitlines()[0] if raw else "", self._own_set()) if code
+                       else self.describe(exc))
         latency = (time.perf_counter() - started) * 1000.0
         rec = CallRecord(ts=time.time(), caller=caller, target=target, service=service, arguments=arguments,
                          timeout=timeout, status=status, result=result, error_code=code, error_message=message,
                          latency_ms=round(latency, 3))
         self.calls.record(rec)
         self._record("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
-                     result=f"{status} {code} {latency:.1f}ms".replace("  ", " "))
+                     result=f"{code or status} {latency:.1f}ms")
         return rec
 
     def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0) -> int:
@@ -309,7 +336,7 @@ class ActionService:
         try:
             seq = node.send(target, data, confirm=confirm, timeout=timeout)
         except Exception as exc:  # noqa: BLE001
-            msg = _one_line(exc)
+            msg = self.describe(exc)
             self._record("send", f"{sender} → {target}", cmd, ok=False, result=msg)
             raise ActionError(msg) from None
         self._record("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
@@ -331,7 +358,7 @@ class ActionService:
         try:
             rt.inject(self.root, receiver, filename, data)
         except Exception as exc:  # noqa: BLE001
-            msg = _one_line(exc)
+            msg = self.describe(exc)
             self._record("replay", detail, cmd, ok=False, result=msg)
             raise ActionError(msg) from None
         self._record("replay", detail, cmd, result="injected")
@@ -345,7 +372,7 @@ class ActionService:
 
             done = Registry(str(self.root), create=False).reap(name, time.time())
         except Exception as exc:  # noqa: BLE001
-            msg = _one_line(exc)
+            msg = self.describe(exc)
             self._record("reap", name, cmd, ok=False, result=msg)
             raise ActionError(msg) from None
         self._record("reap", name, cmd, ok=done, result="removed" if done else "not stale: left alone")
@@ -362,11 +389,6 @@ class ActionService:
             return o.node.replay_state()
         except Exception:  # noqa: BLE001
             return None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:

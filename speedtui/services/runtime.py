@@ -85,6 +85,9 @@ class DecodedEnvelope:
     problem: str | None  # why the envelope could not be read/decrypted
 
 
+BAD_TAG = "authentication tag does not verify with this console's key"
+
+
 def decode_envelope(data: bytes, secret: bytes | None) -> DecodedEnvelope:
     """What the inspector shows: the header even when the tag fails, the payload only when it passes."""
     if len(data) < OVERHEAD:
@@ -102,7 +105,7 @@ def decode_envelope(data: bytes, secret: bytes | None) -> DecodedEnvelope:
     try:
         plain = open_envelope(data, keyfile.Key(secret), max_payload=h.payload_size).payload
     except EnvelopeError as exc:
-        problem = "authentication tag does not verify" if exc.reason == "bad_tag" else f"{exc.detail} ({exc.reason})"
+        problem = BAD_TAG if exc.reason == "bad_tag" else f"{exc.detail} ({exc.reason})"
         return DecodedEnvelope(data, hdr, None, None, exc.reason != "bad_tag", problem)
     text = plain.decode("utf-8", errors="replace")
     try:
@@ -110,6 +113,14 @@ def decode_envelope(data: bytes, secret: bytes | None) -> DecodedEnvelope:
     except ValueError:
         payload = None
     return DecodedEnvelope(data, hdr, payload, text, True, None)
+
+
+def key_verifies(data: bytes, secret: bytes) -> bool | None:
+    """Does ``secret`` open this envelope?  None when the envelope is malformed (it cannot tell)."""
+    dec = decode_envelope(data, secret)
+    if dec.problem is None:
+        return True
+    return False if dec.problem == BAD_TAG else None
 
 
 def seal_envelope(secret: bytes, etype: int, seq: int, ts_ms: int, source_id: str, target_id: str,

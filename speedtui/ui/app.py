@@ -1,43 +1,49 @@
-"""The SPEED console application.  ``make_app(...)`` builds it (the CLI and the tests use it)."""
+"""The SPEED console application: wiring and message routing.  ``make_app(...)`` builds it (the
+CLI and the tests use it).  Views read the models in ``ConsoleState`` and post typed messages;
+actions run in thread workers and report back with messages."""
 
 from __future__ import annotations
 
 import base64
 import json
-import time
-from dataclasses import dataclass
+import shutil
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.containers import Horizontal
-from textual.widgets import Button, Input, TabbedContent, TabPane
+from textual.screen import Screen
+from textual.widgets import Button, Input, Static, TabbedContent, TabPane
 
+from ..models.commands import NodeSpec, speed_call_command
+from ..models.history import AuditEntry
+from ..models.keycheck import KeyCheck
+from ..models.registry import RegistryModel
+from ..models.replays import ReplayTracker
+from ..models.traces import TraceStore
+from ..paths import Paths
 from ..services import runtime as rt
-from ..services.actions import ActionError, ActionService
+from ..services.actions import ActionError, ActionService, ReplayResult, console_node_name
 from ..services.bridge import Bridge
 from ..services.clock import Clock, SystemClock
 from ..services.config import Config
+from ..services.exports import write_export
+from ..services.history import AuditLog, CallHistory
+from ..services.registry import host_facts
+from ..services.sources import JournalTailer, RegistrySource
+from . import messages as msg
 from .gc_pacer import CollectorPacer
-from .messages import ActionDone, CallFinished, PipelineFinished, PipelineProgress
-from ..models.access import AccessGraph
-from ..models.commands import NodeSpec, speed_call_command
-from ..models.history import AuditEntry
-from ..models.registry import RegistryModel
-from ..models.traces import TraceRecord, TraceStore
-from ..paths import Paths
+from .palette import help_rows, palette_commands
 from .screens.calllink import CallLinkScreen
 from .screens.confirm import ConfirmScreen
 from .screens.envelope import EnvelopeScreen
 from .screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
 from .screens.help import HelpScreen
-from ..services.history import AuditLog, CallHistory
-from ..services.registry import host_facts
-from ..services.sources import JournalTailer, RegistrySource
+from .screens.jump import JumpScreen, JumpTarget, jump_targets
+from .state import ConsoleState
 from .themes import load_themes, resolve_theme_name
 from .views.access import AccessView
 from .views.analytics import AnalyticsView
@@ -46,28 +52,13 @@ from .views.fabrics import FabricsView
 from .views.leases import LeasesView
 from .views.replay import ReplayView
 from .views.traces import TracesView
-from .widgets.footer import SpeedFooter
 from .widgets.fast_table import FastTable
+from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
 VIEWS = [("leases", "Leases"), ("fabrics", "Fabrics"), ("access", "Access"), ("traces", "Traces"),
          ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit")]
-REPLAY_VERDICT_SECONDS = 10.0
-
-
-@dataclass
-class PendingReplay:
-    ts: float
-    sender: str
-    receiver: str
-    type: str
-    seq: int
-    outcome: str = "pending"
-    reason: str = ""
-    # the receiver's published per-reason rejection counts before the replay, for receivers that
-    # keep no journal: a count that rises is their verdict (at their next heartbeat)
-    rejected_before: dict | None = None
-    deadline: float = 0.0  # when "no verdict" is concluded (set from the receiver's heartbeat)
+ACTIONS = ("launch", "stop_node", "grant", "call", "send")  # every one changes the environment
 
 
 class SpeedApp(App):
@@ -76,6 +67,7 @@ class SpeedApp(App):
     BINDINGS = [
         *[Binding(str(i + 1), f"show('{vid}')", label, id=f"app.{vid}", show=False) for i, (vid, label) in enumerate(VIEWS)],
         Binding("question_mark,f1", "help", "Help", id="app.help"),
+        Binding("colon", "jump", "Jump", id="app.jump", show=False),
         Binding("n", "launch", "Launch node", id="app.launch"),
         Binding("d", "stop_node", "Stop node", id="app.stop"),
         Binding("g", "grant", "Grant", id="app.grant"),
@@ -106,50 +98,67 @@ class SpeedApp(App):
         if steady:
             self.animation_level = "none"
         self.bridge = Bridge()
-        self.registry = RegistryModel()
-        self.traces = TraceStore(capacity=trace_capacity or self.config.trace_buffer)
-        self.audit = AuditLog(self.paths.audit_log)
-        self.calls = CallHistory(self.paths.call_history)
+        # the environment's own audit log and call history: another ROOT never shows (or re-runs) them
+        self.audit = AuditLog(self.paths.audit_log(self.root))
+        self.calls = CallHistory(self.paths.call_history(self.root))
         self.actions = None if key is None else ActionService(self.root, key, self.bridge, self.audit, self.calls,
                                                                self.clock, readonly)
-        self.fabric: str | None = None
-        self.replays: list[PendingReplay] = []
-        self._replay_baselines: dict[str, dict | None] = {}
+        secret = key.secret if key is not None else None
+        self.state = ConsoleState(
+            root=self.root, registry=RegistryModel(),
+            traces=TraceStore(capacity=trace_capacity or self.config.trace_buffer), replays=ReplayTracker(),
+            keycheck=KeyCheck(lambda data: rt.key_verifies(data, secret) if secret is not None else None),
+            key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,
+            audit_entries=self.audit.entries, call_entries=self.calls.entries,
+            own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
+            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time)
+        self.registry = self.state.registry
+        self.traces = self.state.traces
         self.sources: list = []
         self._themes = load_themes([self.paths.config_dir / "themes"])
         self._requested_theme = resolve_theme_name(theme) if theme else None
-        self._audit_cache: tuple[int, list] = (-1, [])
         self._dirty = True
         self._reg_dirty = True
         self._stopped = False
+        self._banner = ""
         self.gc_pacer = CollectorPacer() if pace_gc else None
+
+    @property
+    def replays(self):
+        return self.state.replays.replays
+
+    @property
+    def fabric(self) -> str | None:
+        return self.state.fabric
+
+    def replay_state_for(self, name: str) -> dict[str, Any]:
+        return self.state.replay_state_for(name)
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield SpeedHeader(self.dir_label, self.key.fingerprint if self.key else "no key", self.readonly,
                           self.demo is not None)
+        yield Static(id="banner")
+        views = {"leases": LeasesView, "fabrics": FabricsView, "access": AccessView, "traces": TracesView,
+                 "replay": ReplayView, "audit": AuditView}
         with TabbedContent(initial=self.initial_view, id="views"):
-            with TabPane("1 Leases", id="leases"):
-                yield LeasesView(id="view-leases")
-            with TabPane("2 Fabrics", id="fabrics"):
-                yield FabricsView(id="view-fabrics")
-            with TabPane("3 Access", id="access"):
-                yield AccessView(id="view-access")
-            with TabPane("4 Traces", id="traces"):
-                yield TracesView(id="view-traces")
-            with TabPane("5 Replay", id="replay"):
-                yield ReplayView(id="view-replay")
-            with TabPane("6 Analytics", id="analytics"):
-                yield AnalyticsView(id="view-analytics")
-            with TabPane("7 Audit", id="audit"):
-                yield AuditView(id="view-audit")
+            for i, (vid, label) in enumerate(VIEWS):
+                with TabPane(f"{i + 1} {label}", id=vid):
+                    # the analytics view is another engineer's and reads the app itself
+                    yield AnalyticsView(id="view-analytics") if vid == "analytics" else \
+                        views[vid](self.state, id=f"view-{vid}")
         if not self.readonly:
             with Horizontal(id="actionbar"):
-                for bid, label in (("launch", "Launch node (n)"), ("stop_node", "Stop node (d)"),
-                                   ("grant", "Grant (g)"), ("call", "Call (F)"), ("send", "Message (m)"),
+                for bid, label in (("launch", "Launch (n)"), ("stop_node", "Stop (d)"), ("grant", "Grant (g)"),
+                                   ("call", "Call (F)"), ("send", "Message (m)"), ("jump", "Jump (:)"),
                                    ("help", "Help (?)")):
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
         yield SpeedFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ACTIONS and self.readonly:
+            return None  # not offered at all: footer, help and palette leave them out
+        return True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""
@@ -162,6 +171,7 @@ class SpeedApp(App):
         self._header = self.query_one(SpeedHeader)
         self._tabs = self.query_one("#views", TabbedContent)
         self._views = {vid: self.query_one(f"#view-{vid}") for vid, _ in VIEWS}
+        self.query_one("#banner").display = False
         for t in self._themes.values():
             self.register_theme(t)
         name = self._requested_theme or resolve_theme_name(self.config.theme)
@@ -211,34 +221,50 @@ class SpeedApp(App):
             except OSError:
                 pass
 
+    def theme_names(self) -> list[str]:
+        return list(self._themes)
+
     # ------------------------------------------------------------------ data flow
+    def _live(self) -> bool:
+        return not self._stopped and self.is_running
+
     def drain(self) -> None:
-        if self._stopped or not self.is_running:
+        if not self._live():
             return
         d = self.bridge.drain()
         now = self.clock.time()
+        replays = self.state.replays
         if d.registry is not None:
             self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
             self._reg_dirty = True
         if d.records:
             self.traces.add(d.records)
-            self._match_replays(d.records)
+            self._tell(replays.match_records(d.records))
+            self.state.keycheck.observe(d.records)
             self._dirty = True
-        if d.bad_lines:
-            self.traces.bad_lines += d.bad_lines
-        if d.dropped:
-            self.traces.dropped += d.dropped
+        self.traces.bad_lines += d.bad_lines
+        self.traces.dropped += d.dropped
         for note in d.notes:
             if isinstance(note, tuple) and note and note[0] == "error":
                 self.log.warning(note[1])
         if d.registry is not None:
-            self._match_published_counters()
-        self._expire_replays()
-        if getattr(self._views["leases"], "_pending", False) and self.active_view() == "leases":
-            self._reg_dirty = True
+            self._tell(replays.match_counters(self.registry.by_name()))
+        replays.expire(now)
+        self._show_banner(self.state.keycheck.banner())
         if self._reg_dirty or self._dirty:
             self.refresh_active(registry=self._reg_dirty)
             self._reg_dirty = self._dirty = False
+
+    def _tell(self, notes) -> None:
+        for n in notes:
+            self.notify(n.text, title="replay", severity="error" if n.alarming else "information")
+
+    def _show_banner(self, text: str) -> None:
+        if text != self._banner:
+            self._banner = text
+            banner = self.query_one("#banner", Static)
+            banner.update(f"⚠ {text}")
+            banner.display = bool(text)
 
     def tick(self) -> None:
         """Once a second: lease countdowns and heartbeat ages move even without file events."""
@@ -253,20 +279,17 @@ class SpeedApp(App):
 
     def refresh_active(self, registry: bool = True) -> None:
         vid = self.active_view()
-        w = self.view_widget(vid)
-        if vid == "traces":
-            w.refresh_view()
-        elif registry or vid == "replay":
-            w.refresh_view()
+        if vid == "traces" or registry or vid == "replay":
+            self.view_widget(vid).refresh_view()
         self.update_header()
 
     def update_header(self) -> None:
         paused = self.view_widget("traces").paused
         self._header.update_info(self.registry.counts(), self.traces.rate_series(self.clock.time()),
-                                                paused, self.fabric)
+                                 paused, self.fabric)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if self._stopped or not self.is_running or not hasattr(self, "_views"):
+        if not self._live() or not hasattr(self, "_views"):
             return
         vid = event.pane.id or "leases"
         self.view_widget(vid).refresh_view(force=True)
@@ -274,114 +297,102 @@ class SpeedApp(App):
 
     def focus_view(self, vid: str) -> None:
         w = self.view_widget(vid)
-        target = {"fabrics": "#fabrics-tree", "access": "#access-matrix"}.get(vid)
-        try:
-            (w.query_one(target) if target else w.query(FastTable).first()).focus()
-        except Exception:  # noqa: BLE001 - views without a table (analytics)
-            try:
-                w.query("Button").first().focus()
-            except Exception:  # noqa: BLE001
-                pass
+        target = {"fabrics": "#fabrics-tree", "access": "#access-matrix", "audit": "#calls-table"}.get(vid)
+        found = w.query(target) if target else w.query(FastTable)
+        if not found:
+            found = w.query("Button")
+        if found:
+            found.first().focus()
 
-    # ------------------------------------------------------------------ fabric filter
-    def fabric_nodes(self) -> frozenset[str] | None:
-        if self.fabric is None:
-            return None
-        return frozenset(r.name for r in self.registry.rows if self.registry.in_fabric(r))
+    def action_show(self, vid: str) -> None:
+        self._tabs.active = vid
+        self.focus_view(vid)  # at once: keys typed right after the switch go to the new view
 
+    # ------------------------------------------------------------------ requests from views and dialogs
     def set_fabric(self, fabric: str | None) -> None:
-        self.fabric = fabric
+        self.state.fabric = fabric
         self.registry.fabric = fabric
         self.view_widget("traces").apply_filter()
         self.view_widget(self.active_view()).refresh_view(force=True)
         self.update_header()
         self.notify(f"fabric filter: {fabric or '(ungrouped)'}" if fabric is not None else "showing all fabrics")
 
+    def on_choose_fabric(self, m: msg.ChooseFabric) -> None:
+        self.set_fabric(m.fabric)
+
     def show_node(self, name: str) -> None:
         self.action_show("leases")
-        self.view_widget("leases").refresh_view(force=True)
-        self.view_widget("leases").query_one(FastTable).move_to_key(name)
+        leases = self.view_widget("leases")
+        leases.refresh_view(force=True)
+        if not leases.query_one(FastTable).move_to_key(name):
+            self.notify(f"{name} is not listed (a filter may hide it)", severity="warning")
 
-    # ------------------------------------------------------------------ replay bookkeeping
-    def _match_replays(self, records: Iterable[TraceRecord]) -> None:
-        pending = [p for p in self.replays if p.outcome == "pending"]
-        if not pending:
+    def on_show_node(self, m: msg.ShowNode) -> None:
+        self.show_node(m.name)
+
+    def on_traces_paused(self, m: msg.TracesPaused) -> None:
+        self.update_header()
+
+    def on_reap_requested(self, m: msg.ReapRequested) -> None:
+        self.request_reap(m.name)
+
+    def on_open_envelope(self, m: msg.OpenEnvelope) -> None:
+        self.open_envelope(m.record)
+
+    def on_open_call_link(self, m: msg.OpenCallLink) -> None:
+        self.open_call_link(m.record)
+
+    def on_replay_requested(self, m: msg.ReplayRequested) -> None:
+        self.request_replay(m.record)
+
+    def on_call_from_trace(self, m: msg.CallFromTrace) -> None:
+        self.open_call_from_trace(m.record, copy_only=m.copy_only)
+
+    def on_grant_requested(self, m: msg.GrantRequested) -> None:
+        self.open_grant(m.node, m.peer)
+
+    def on_call_requested(self, m: msg.CallRequested) -> None:
+        self.open_call(m.caller, m.target, m.service, m.arguments, m.timeout)
+
+    def on_run_call(self, m: msg.RunCall) -> None:
+        acts = self._actions_or_warn()
+        if acts is None:
             return
-        for r in records:
-            if r.dir != "in" or r.outcome not in ("accepted", "rejected"):
-                continue
-            for p in pending:
-                if (p.outcome == "pending" and r.node == p.receiver and r.peer == p.sender and r.seq == p.seq
-                        and r.ts >= p.ts - 1.0):
-                    p.outcome, p.reason = r.outcome, r.reason
-                    if r.outcome == "rejected":
-                        self.notify(f"{p.receiver} rejected the replayed envelope: {r.reason}", title="replay")
-                    else:
-                        self.notify(f"{p.receiver} ACCEPTED a replayed envelope", severity="error", title="replay")
+        if m.caller not in acts.own_in_process():
+            self.notify(f"{m.caller} is not running in this console: edit the call (e) to pick a caller",
+                        severity="warning")
+            return
+        if not isinstance(self.screen, CallScreen):
+            self.notify(f"calling {m.caller} → {m.target}.{m.service}…")
+        self.run_call(m.caller, m.target, m.service, m.arguments, m.timeout)
 
-    def _published_rejections(self, name: str) -> dict | None:
-        row = self.registry.by_name().get(name)
-        counts = row.counters.get("rejected") if row is not None and isinstance(row.counters, dict) else None
-        return dict(counts) if isinstance(counts, dict) else None
+    def on_copy_text(self, m: msg.CopyText) -> None:
+        self.copy_to_clipboard(m.text)  # OSC 52: works over SSH too
+        self.notify(m.text if len(m.text) <= 300 else m.text[:300] + "…", title=f"copied {m.what}", timeout=8)
 
-    def _verdict_window(self, name: str) -> float:
-        """Long enough for a journal line, or for two of the receiver's heartbeats."""
-        row = self.registry.by_name().get(name)
-        hb = row.raw.get("heartbeatSeconds") if row is not None and isinstance(row.raw, dict) else None
-        hb = hb if isinstance(hb, (int, float)) and 0 < hb <= 60 else 5.0
-        return max(REPLAY_VERDICT_SECONDS, 2 * hb + 1)
+    def on_export_rows(self, m: msg.ExportRows) -> None:
+        now = self.clock.time()
+        try:
+            path = write_export(self.paths.env_dir(self.root) / "exports", m.kind, m.suffix, m.lines, now)
+        except OSError as exc:
+            self.notify(f"the export could not be written: {exc.strerror or exc}", severity="error")
+            return
+        self.audit.record(AuditEntry(ts=now, action="export", detail=m.detail, command=f"# wrote {path}",
+                                     result=f"{len(m.lines)} lines"))
+        self.notify(str(path), title=f"exported {m.detail}", timeout=10)
+        self.view_widget("audit").refresh_view(force=True)
 
-    def _match_published_counters(self) -> None:
-        for p in self.replays:
-            if p.outcome != "pending" or p.rejected_before is None:
-                continue
-            now_counts = self._published_rejections(p.receiver) or {}
-            risen = sorted(k for k, v in now_counts.items()
-                           if isinstance(v, int) and v > p.rejected_before.get(k, 0))
-            if risen:
-                p.outcome = "rejected"
-                p.reason = "/".join(risen) + " (from its published counters: it keeps no journal)"
-                self.notify(f"{p.receiver} rejected the replayed envelope: {'/'.join(risen)}", title="replay")
+    def on_start_console_node(self, m: msg.StartConsoleNode) -> None:
+        if self._actions_or_warn() is None:
+            return
+        name = console_node_name()
+        then = {"call": self.action_call, "send": self.action_send}.get(m.then)
+        self.notify(f"starting {name}…")
+        self._run_action("launch", lambda: self.actions.start_console_node(name), f"{name} is running",
+                         after=then)
 
-    def _expire_replays(self) -> None:
-        now = time.time()
-        for p in self.replays:
-            if p.outcome == "pending" and now > p.deadline:
-                p.outcome = "no verdict"
-                p.reason = (f"{p.receiver} neither journaled a verdict nor published a new rejection "
-                            f"within {now - p.ts:.0f}s")
-
-    def replay_state_for(self, name: str) -> dict[str, Any]:
-        st = self.traces.replay_state(name)
-        st["source"] = "journals"
-        if self.actions is not None:
-            own = self.actions.own_replay_state(name)
-            if own is not None:
-                st["source"] = "journals + live node state"
-                senders = own.get("senders")
-                if isinstance(senders, dict):
-                    # the runtime keys its state by sender instance id: {"sender", "lastSeq", ...}
-                    names = [v.get("sender") for v in senders.values() if isinstance(v, dict)]
-                    for k, v in senders.items():
-                        if not isinstance(v, dict):
-                            continue
-                        seq = v.get("lastSeq", v.get("last_seq"))
-                        who = str(v.get("sender") or k)
-                        if names.count(v.get("sender")) > 1:
-                            who = f"{who} #{str(k)[:8]}"
-                        if isinstance(seq, int):
-                            st["last_accepted"][who] = seq
-        return st
-
-    # ------------------------------------------------------------------ history caches
-    def audit_entries(self):
-        return self.audit.entries()
-
-    def call_entries(self):
-        return self.calls.entries()
-
-    # ------------------------------------------------------------------ actions
-    def _actions_or_warn(self):
+    # ------------------------------------------------------------------ dialogs and actions
+    def _actions_or_warn(self) -> ActionService | None:
         if self.readonly:
             self.notify("read-only console: actions are disabled (--readonly)", severity="warning")
             return None
@@ -390,33 +401,33 @@ class SpeedApp(App):
             return None
         return self.actions
 
-    def graph(self) -> AccessGraph:
-        return AccessGraph(self.registry.rows)
-
-    def action_show(self, vid: str) -> None:
-        self._tabs.active = vid
-        self.focus_view(vid)  # at once: keys typed right after the switch go to the new view
+    def graph(self):
+        return self.state.graph()
 
     def action_help(self) -> None:
-        rows = []
-        seen = set()
-        for (_node, binding, enabled, tooltip) in self.screen.active_bindings.values():
-            if binding.id and binding.id not in seen:
-                seen.add(binding.id)
-                rows.append((self.get_key_display(binding), binding.description or binding.action, binding.id))
-        for vid, label in VIEWS:
-            w = self.view_widget(vid)
-            for b in w.BINDINGS:
-                if isinstance(b, Binding) and b.id and b.id not in seen:
-                    seen.add(b.id)
-                    rows.append((self.get_key_display(b), f"{label}: {b.description}", b.id))
-        self.push_screen(HelpScreen(rows, str(self.paths.config_file)))
+        self.push_screen(HelpScreen(help_rows(self, VIEWS), str(self.paths.config_file)))
 
     def action_next_theme(self) -> None:
-        names = [n for n in self._themes]
+        names = self.theme_names()
         cur = self.theme if self.theme in names else names[0]
         self.theme = names[(names.index(cur) + 1) % len(names)]
         self.notify(f"theme: {self.theme}")
+
+    def jump_targets(self) -> dict[str, JumpTarget]:
+        rows = self.registry.rows
+        return jump_targets(VIEWS, [r.name for r in rows], sorted({s for r in rows for s in r.services}))
+
+    def action_jump(self) -> None:
+        self.push_screen(JumpScreen(self.jump_targets()), lambda t: self.jump_to(t) if t else None)
+
+    def jump_to(self, target: JumpTarget) -> None:
+        if target.kind == "view":
+            self.action_show(target.name)
+        elif target.kind == "node":
+            self.show_node(target.name)
+        else:  # a service: the nodes offering it
+            self.action_show("leases")
+            self.view_widget("leases").query_one("#leases-filter", Input).value = target.name
 
     def action_launch(self) -> None:
         if self._actions_or_warn() is None:
@@ -436,12 +447,18 @@ class SpeedApp(App):
             return
         items = [(n, f"{n} ({acts.own[n].kind})") for n in acts.own_names()]
         if not items:
-            self.notify("this console has not started any node", severity="warning")
+            self.notify("this console has not started any node it may stop", severity="warning")
             return
         self.push_screen(PickScreen("Stop which of this console's nodes?", items), self._stop_chosen)
 
     def _stop_chosen(self, name: str | None) -> None:
         if name:
+            self.push_screen(ConfirmScreen("Stop node", f"Stop {name}? It deregisters and its inbox stops being "
+                                           "read; calls to it fail until it is started again.", yes="Stop"),
+                             partial(self._stop_confirmed, name))
+
+    def _stop_confirmed(self, name: str, yes: bool | None) -> None:
+        if yes:
             self._run_action("stop", lambda: self.actions.stop(name), f"{name} stopped")
 
     def action_grant(self) -> None:
@@ -453,7 +470,9 @@ class SpeedApp(App):
             return
         own = acts.own_alive()
         if not own:
-            self.notify("grants change on nodes this console started: launch one first (n)", severity="warning")
+            where = f" (the grant is needed on {node}, which it did not start)" if node else ""
+            self.notify(f"this console has no node of its own to grant on{where}: launch one (n)",
+                        severity="warning")
             return
         self.push_screen(GrantScreen(own, self.graph(), node, peer), self._grant_chosen)
 
@@ -474,58 +493,46 @@ class SpeedApp(App):
         self.push_screen(CallScreen(acts.own_in_process(), self.graph(), str(self.root), str(self.key.path),
                                     caller, target, service, arguments, timeout))
 
-    def open_call_from_trace(self, rec: TraceRecord) -> None:
+    def open_call_from_trace(self, rec, copy_only: bool = False) -> None:
         if rec.type not in ("SPC_REQUEST", "SPC_RESPONSE"):
             self.notify("only SPC requests and responses open as a call", severity="warning")
             return
         link = self.traces.call_link(rec)
         caller, target = (link.caller, link.callee) if link else (rec.sender, rec.receiver)
-        args: Any = {}
+        args: dict = {}
         req = next((r for r in (link.records if link else (rec,)) if r.type == "SPC_REQUEST" and r.envelope), None)
         if req is not None and self.key is not None:
             dec = rt.decode_envelope(base64.b64decode(req.envelope), self.key.secret)
             if isinstance(dec.payload, dict) and isinstance(dec.payload.get("arguments"), dict):
                 args = dec.payload["arguments"]
-        self.open_call(caller, target, (link.service if link else rec.service), args)
+        service = link.service if link else rec.service
+        if copy_only:
+            line = speed_call_command(target, service, args, caller, self.root, self.state.key_path)
+            self.on_copy_text(msg.CopyText(line, "the `speed call` line"))
+            return
+        self.open_call(caller, target, service, args)
 
     @work(thread=True, group="call")
     def run_call(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
         try:
             rec = self.actions.call(caller, target, service, arguments, timeout)
         except ActionError as exc:
-            self.post_message(ActionDone("call", False, str(exc)))
+            self.post_message(msg.ActionDone("call", False, str(exc)))
             return
-        self.post_message(CallFinished(rec))
+        self.post_message(msg.CallFinished(rec))
 
-    def on_call_finished(self, msg: CallFinished) -> None:
-        if self._stopped or not self.is_running:
+    def on_call_finished(self, m: msg.CallFinished) -> None:
+        if not self._live():
             return
-        rec = msg.record
+        rec = m.record
         if isinstance(self.screen, CallScreen):
             self.screen.show_result(rec)
         else:
             detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
-                      else f"{rec.error_code} {rec.error_message}")
-            self.notify(f"{rec.caller} → {rec.target}.{rec.service}: {rec.status} {detail} "
-                        f"({rec.latency_ms:.1f} ms)", severity="information" if rec.status == "SUCCESS" else "error")
+                      else f"{rec.error_code or 'failed'}: {rec.error_message}")
+            self.notify(f"{rec.caller} → {rec.target}.{rec.service}: {detail} ({rec.latency_ms:.1f} ms)",
+                        severity="information" if rec.status == "SUCCESS" else "error")
         self.view_widget("audit").refresh_view(force=True)
-
-    def rerun_call(self, c) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        if c.caller not in acts.own_in_process():
-            self.notify(f"{c.caller} is not running in this console: edit the call (e) to pick a caller",
-                        severity="warning")
-            return
-        self.notify(f"re-running {c.caller} → {c.target}.{c.service}…")
-        self.run_call(c.caller, c.target, c.service, c.arguments, c.timeout)
-
-    def copy_call_command(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
-        cmd = speed_call_command(target, service, arguments, caller, self.root, self.key.path if self.key else "KEY",
-                                 timeout)
-        self.copy_to_clipboard(cmd)
-        self.notify(cmd, title="copied to the clipboard", timeout=8)
 
     def action_send(self) -> None:
         acts = self._actions_or_warn()
@@ -556,20 +563,20 @@ class SpeedApp(App):
         if yes:
             self._run_action("reap", lambda: self.actions.reap(name), f"{name}'s stale entry removed")
 
-    def request_replay(self, rec: TraceRecord) -> None:
+    def request_replay(self, rec) -> None:
         if self._actions_or_warn() is None:
             return
         if not rec.envelope:
             self.notify("this record carries no sealed envelope to replay", severity="warning")
             return
-        self._replay_baselines[rec.receiver] = self._published_rejections(rec.receiver)
+        self.state.replays.note_baseline(self.registry.by_name().get(rec.receiver), rec.receiver)
         self._run_action("replay", lambda: self.actions.replay(rec), "")
 
-    def open_envelope(self, rec: TraceRecord) -> None:
+    def open_envelope(self, rec) -> None:
         self.push_screen(EnvelopeScreen(rec, self.key.secret if self.key else None),
                          partial(self._envelope_closed, rec))
 
-    def _envelope_closed(self, rec: TraceRecord, choice: str | None) -> None:
+    def _envelope_closed(self, rec, choice: str | None) -> None:
         if choice == "replay":
             self.request_replay(rec)
         elif choice == "call":
@@ -577,7 +584,7 @@ class SpeedApp(App):
         elif choice == "ascall":
             self.open_call_from_trace(rec)
 
-    def open_call_link(self, rec: TraceRecord) -> None:
+    def open_call_link(self, rec) -> None:
         link = self.traces.call_link(rec)
         if link is None:
             self.notify("this record is not part of an SPC call", severity="warning")
@@ -585,32 +592,43 @@ class SpeedApp(App):
         self.push_screen(CallLinkScreen(link))
 
     @work(thread=True, group="actions")
-    def _run_action(self, action: str, fn, success: str) -> None:
+    def _run_action(self, action: str, fn: Callable[[], Any], success: str,
+                    after: Callable[[], None] | None = None) -> None:
         try:
             result = fn()
         except ActionError as exc:
-            self.post_message(ActionDone(action, False, str(exc)))
+            self.post_message(msg.ActionDone(action, False, str(exc)))
             return
         except Exception as exc:  # noqa: BLE001 - show, never crash the console
-            self.post_message(ActionDone(action, False, f"{type(exc).__name__}: {exc}"))
+            self.post_message(msg.ActionDone(action, False, self.actions.describe(exc) if self.actions else str(exc)))
             return
-        self.post_message(ActionDone(action, True, success, result))
-
-    def on_action_done(self, msg: ActionDone) -> None:
-        if self._stopped or not self.is_running:
-            return
-        if msg.action == "replay" and msg.ok:
-            r = msg.payload
-            now = time.time()
-            before = self._replay_baselines.pop(r.receiver, None)
-            self.replays.append(PendingReplay(now, r.sender, r.receiver, r.type, r.seq, rejected_before=before,
-                                              deadline=now + self._verdict_window(r.receiver)))
-            self.notify(f"replayed {r.type} seq {r.seq} into {r.receiver}'s inbox; waiting for its verdict…")
-            self.action_show("replay")
-        elif msg.ok:
-            self.notify(msg.text or f"{msg.action} done")
+        if isinstance(result, ReplayResult):
+            self.post_message(msg.ReplayInjected(result))
         else:
-            self.notify(msg.text, title=f"{msg.action} failed", severity="error", timeout=8)
+            self.post_message(msg.ActionDone(action, True, success))
+        if after is not None:
+            self.call_from_thread(after)
+
+    def on_replay_injected(self, m: msg.ReplayInjected) -> None:
+        if not self._live():
+            return
+        r = m.result
+        self.state.replays.start(self.clock.time(), r.sender, r.receiver, r.type, r.seq,
+                                 self.registry.by_name().get(r.receiver))
+        self.notify(f"replayed {r.type} seq {r.seq} into {r.receiver}'s inbox; waiting for its verdict…")
+        self.action_show("replay")
+        self._after_action()
+
+    def on_action_done(self, m: msg.ActionDone) -> None:
+        if not self._live():
+            return
+        if m.ok:
+            self.notify(m.text or f"{m.action} done")
+        else:
+            self.notify(m.text, title=f"{m.action} failed", severity="error", timeout=8)
+        self._after_action()
+
+    def _after_action(self) -> None:
         for s in self.sources:
             s.poke()
         self.view_widget("audit").refresh_view(force=True)
@@ -621,58 +639,34 @@ class SpeedApp(App):
         try:
             from ..pipeline.job import run_pipeline
         except Exception as exc:  # noqa: BLE001 - pyspark missing etc.
-            self.post_message(PipelineFinished(False, None, f"the analytics pipeline is not available: {exc}"))
+            self.post_message(msg.PipelineFinished(False, None, f"the analytics pipeline is not available: {exc}"))
             return
         out = self.paths.analytics_dir
         try:
             summary = run_pipeline([str(self.root / "speed_traces")], str(out),
-                                   progress=lambda f, t: self.post_message(PipelineProgress(float(f), str(t))))
+                                   progress=lambda f, t: self.post_message(msg.PipelineProgress(float(f), str(t))))
         except Exception as exc:  # noqa: BLE001
-            self.post_message(PipelineFinished(False, None, str(exc).splitlines()[0] if str(exc) else repr(exc)))
+            self.post_message(msg.PipelineFinished(False, None, str(exc).splitlines()[0] if str(exc) else repr(exc)))
             return
-        self.post_message(PipelineFinished(True, summary))
+        self.post_message(msg.PipelineFinished(True, summary))
 
-    def on_pipeline_progress(self, msg: PipelineProgress) -> None:
-        if self._stopped or not self.is_running:
-            return
-        self.view_widget("analytics").progress(msg.fraction, msg.text)
+    def on_pipeline_progress(self, m: msg.PipelineProgress) -> None:
+        if self._live():
+            self.view_widget("analytics").progress(m.fraction, m.text)
 
-    def on_pipeline_finished(self, msg: PipelineFinished) -> None:
-        if self._stopped or not self.is_running:
+    def on_pipeline_finished(self, m: msg.PipelineFinished) -> None:
+        if not self._live():
             return
-        self.view_widget("analytics").finished(msg.ok, msg.summary, msg.error)
+        self.view_widget("analytics").finished(m.ok, m.summary, m.error)
         self.audit.record(AuditEntry(
-            ts=time.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
+            ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
             command=f"speedtui analyze {self.root / 'speed_traces'} --out {self.paths.analytics_dir}",
-            ok=msg.ok, result="" if msg.ok else msg.error))
+            ok=m.ok, result="" if m.ok else m.error))
 
     # ------------------------------------------------------------------ command palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for vid, label in VIEWS:
-            yield SystemCommand(f"View: {label}", f"Show the {label} view", partial(self.action_show, vid))
-        for name in self._themes:
-            yield SystemCommand(f"Theme: {name}", "Switch theme (remembered across runs)",
-                                partial(setattr, self, "theme", name))
-        yield SystemCommand("Help", "Views, keys and the config file", self.action_help)
-        yield SystemCommand("Pause/resume traces", "Freeze the traces view", self._toggle_pause)
-        yield SystemCommand("All fabrics", "Clear the fabric filter", partial(self.set_fabric, None))
-        if not self.readonly and self.actions is not None:
-            yield SystemCommand("Launch node", "Start a node in this console or as a `speed node` process",
-                                self.action_launch)
-            yield SystemCommand("Stop node", "Stop a node this console started", self.action_stop_node)
-            yield SystemCommand("Grant or revoke", "Change allow entries of this console's nodes", self.action_grant)
-            yield SystemCommand("Fire SPC call", "Call a service from one of this console's nodes", self.action_call)
-            yield SystemCommand("Send message", "Send a MESSAGE from one of this console's nodes", self.action_send)
-            yield SystemCommand("Reap stale entry", "Remove the selected stale registry entry",
-                                lambda: self.view_widget("leases").action_reap())
-            yield SystemCommand("Replay selected envelope", "Re-deliver the selected traced envelope",
-                                lambda: self.view_widget("traces").action_replay())
-            yield SystemCommand("Run analytics", "Analyse the journals with the Spark pipeline",
-                                lambda: (self.action_show("analytics"), self.view_widget("analytics").action_run()))
-
-    def _toggle_pause(self) -> None:
-        self.view_widget("traces").action_pause()
+        yield from palette_commands(self, VIEWS)
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
@@ -683,6 +677,8 @@ class SpeedApp(App):
             s.stop()
         if self.demo is not None:
             self.demo.stop()  # its traffic driver first, then its processes
+            # the demo's environment is gone: so is what the console kept about it
+            shutil.rmtree(self.paths.env_dir(self.root), ignore_errors=True)
         if self.actions is not None:
             self.actions.stop_all()
         if self.gc_pacer is not None:

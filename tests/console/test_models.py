@@ -104,8 +104,12 @@ def test_ring_buffer_is_bounded_and_view_follows():
     s.add(recs)
     assert len(s.ring) == 10 and len(s.view) == 10 and s.total == 25
     s.set_filter(TraceFilter(text="b"))
-    s.add(recs[:5])
-    assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [0, 1, 2, 3, 4]
+    s.add(recs[:5])  # older than everything the full ring keeps (the ring is in time order)
+    assert len(s.view) == 10 and [r.seq for r in s.view] == list(range(15, 25))
+    newer = [parse_record({"ts": 100.0 + i, "node": "a", "dir": "out", "peer": "b", "type": "MESSAGE",
+                           "seq": 100 + i, "outcome": "sent"}) for i in range(5)]
+    s.add(newer)
+    assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [100, 101, 102, 103, 104]
 
 
 def test_filters_and_query_language():

@@ -96,8 +96,8 @@ def test_analytics_report(snap_compare, fixture_app, fixture_env):
 
 
 def test_audit(snap_compare, fixture_app, fixture_env):
-    _, _, paths = fixture_env
-    log = AuditLog(paths.audit_log)
+    root, _, paths = fixture_env
+    log = AuditLog(paths.audit_log(root))
     log.record(AuditEntry(FIXED_NOW - 60, "launch", "ops (in-process)",
                           "speed node --dir /fixture/speed --key /fixture/speed.key --name ops --trace"))
     log.record(AuditEntry(FIXED_NOW - 30, "call", "ops → billing.calculateTax",
@@ -105,7 +105,7 @@ def test_audit(snap_compare, fixture_app, fixture_env):
                           "--key /fixture/speed.key --timeout 5", result="SUCCESS 4.2ms"))
     log.record(AuditEntry(FIXED_NOW - 10, "reap", "batch", "speed reap batch --dir /fixture/speed", ok=False,
                           result="not stale: left alone"))
-    CallHistory(paths.call_history).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
+    CallHistory(paths.call_history(root)).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
                                                       {"amount": 100}, 5.0, "SUCCESS", {"tax": 18.0},
                                                       latency_ms=4.2))
     assert snap_compare(app_for(fixture_app), press=["7"], terminal_size=SIZE)

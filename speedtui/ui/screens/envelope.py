@@ -18,6 +18,7 @@ from textual.widgets import Button, Static
 
 from ...services import runtime as rt
 from ...models.traces import TraceRecord
+from ..messages import CopyText
 
 
 def envelope_renderable(rec: TraceRecord, secret: bytes | None):
@@ -65,7 +66,8 @@ def envelope_renderable(rec: TraceRecord, secret: bytes | None):
 
 class EnvelopeScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape,q", "dismiss(None)", "Close"), Binding("R", "dismiss('replay')", "Replay"),
-                Binding("c", "dismiss('call')", "Follow call"), Binding("C", "dismiss('ascall')", "As call")]
+                Binding("c", "dismiss('call')", "Follow call"), Binding("C", "dismiss('ascall')", "As call"),
+                Binding("y", "copy_payload", "Copy payload")]
 
     def __init__(self, rec: TraceRecord, secret: bytes | None) -> None:
         super().__init__()
@@ -81,8 +83,22 @@ class EnvelopeScreen(ModalScreen[str | None]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Replay (R)", id="replay", variant="warning")
                 yield Button("Follow call (c)", id="call")
-                yield Button("Open as call (C)", id="ascall")
-                yield Button("Close (Esc)", id="close")
+                yield Button("As call (C)", id="ascall")
+                yield Button("Close", id="close")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(None if event.button.id == "close" else event.button.id)
+
+    def action_copy_payload(self) -> None:
+        """The decrypted payload (the console's only plaintext) to the clipboard, on request."""
+        dec = None
+        if self.rec.envelope and self.secret is not None:
+            try:
+                dec = rt.decode_envelope(base64.b64decode(self.rec.envelope), self.secret)
+            except ValueError:
+                dec = None
+        if dec is None or dec.payload_text is None:
+            self.notify("no decrypted payload to copy", severity="warning")
+            return
+        text = json.dumps(dec.payload, indent=2, ensure_ascii=False) if dec.payload is not None else dec.payload_text
+        self.app.post_message(CopyText(text, "the decrypted payload"))

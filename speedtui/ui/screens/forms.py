@@ -13,11 +13,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Select, Static
+from textual.widgets import Button, Input, Label, RadioSet, Select, Static
 
-from ...services.actions import DEMO_SERVICE_NAMES
 from ...models.access import AccessGraph, grant_preview
 from ...models.commands import NodeSpec, node_command, speed_call_command
+from ...services.actions import DEMO_SERVICE_NAMES, console_node_name
+from ..messages import CopyText, RunCall, StartConsoleNode
+from ..widgets.toggles import OnOffCheckbox as Checkbox
+from ..widgets.toggles import OnOffRadioButton as RadioButton
 
 
 def split_list(text: str) -> tuple[str, ...]:
@@ -33,6 +36,17 @@ def parse_args(text: str) -> tuple[dict | None, str]:
     if not isinstance(val, dict):
         return None, "arguments must be a JSON object, e.g. {\"amount\": 100}"
     return val, ""
+
+
+def no_own_node(what: str) -> ComposeResult:
+    """Shown instead of the sender field when the console has no node to send from."""
+    yield Static(Text.assemble(
+        ("This console has no node of its own", "bold yellow"),
+        (f" to {what} from (only nodes it runs can send). Start one: it registers as ", ""),
+        (console_node_name(), "bold"), (" in this environment, runs inside the console and stops with it. "
+                                         "Other nodes must allow it before it can reach them.", "")),
+        classes="no-own-node")
+    yield Button(f"Start {console_node_name()}", id="start-console-node", variant="primary")
 
 
 class LaunchScreen(ModalScreen[NodeSpec | None]):
@@ -71,6 +85,7 @@ class LaunchScreen(ModalScreen[NodeSpec | None]):
 
     def on_mount(self) -> None:
         self._preview()
+        self.query_one("#ln-name", Input).focus()  # typing goes to the name at once
 
     def spec(self) -> NodeSpec:
         return NodeSpec(
@@ -120,15 +135,19 @@ class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
         super().__init__()
         self.own = own
         self.graph = graph
+        self.wanted = node  # where the grant is needed, perhaps on a node this console did not start
         self.node = node if node in own else (own[0] if own else None)
-        self.peer = peer or ""
+        self.peer = peer if peer and peer != self.node else ""  # never a node granting itself
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="grant-dialog"):
             yield Static("Grant or revoke an allow entry", classes="dialog-title")
-            yield Label("on node (one of this console's in-process nodes)")
-            yield Select([(n, n) for n in self.own], value=self.node if self.node else Select.BLANK,
-                         id="gr-node", allow_blank=not self.own, prompt="no node of this console: launch one (n)")
+            if self.wanted and self.wanted not in self.own:
+                yield Static(Text(f"The grant is needed on {self.wanted}, which this console did not start: "
+                                  f"its allow list is its own (restart it with --allow {self.peer or 'PEER'}). "
+                                  "Below: grants on the console's own nodes.", style="yellow"), classes="preview")
+            yield Label("on node (one this console started)")
+            yield Select([(n, n) for n in self.own], value=self.node, id="gr-node", allow_blank=False)
             yield Label("peer (the node that may write to it)")
             yield Input(value=self.peer, id="gr-peer", suggester=SuggestFromList(self.graph.names))
             with RadioSet(id="gr-mode", compact=True):
@@ -176,7 +195,13 @@ class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
         if not node or not peer:
             self.notify("choose one of the console's nodes and a peer", severity="error")
             return
+        if node == peer:
+            self.notify(f"{node} cannot grant itself: choose another peer", severity="error")
+            return
         self.dismiss((node, peer, grant))
+
+    def on_input_submitted(self) -> None:
+        self.on_button_pressed(Button.Pressed(self.query_one("#gr-go", Button)))
 
 
 class CallScreen(ModalScreen[None]):
@@ -198,11 +223,18 @@ class CallScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="call-dialog"):
             yield Static("Fire an SPC call", classes="dialog-title")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Call", id="call-go", variant="primary")
+                yield Button("Copy (ctrl+y)", id="call-copy")
+                yield Button("Close", id="call-close")
+            if not self.own:
+                yield from no_own_node("call")
             with Horizontal(classes="formrow"):
-                with Vertical():
-                    yield Label("caller (this console's node)")
-                    yield Select([(n, n) for n in self.own], value=self.init["caller"] or Select.BLANK,
-                                 id="call-caller", allow_blank=not self.own, prompt="no in-process node")
+                if self.own:
+                    with Vertical():
+                        yield Label("caller (ours)")
+                        yield Select([(n, n) for n in self.own], value=self.init["caller"], id="call-caller",
+                                     allow_blank=False)
                 with Vertical():
                     yield Label("target")
                     yield Input(value=self.init["target"], id="call-target",
@@ -219,17 +251,13 @@ class CallScreen(ModalScreen[None]):
                     yield Input(value=self.init["timeout"], id="call-timeout")
             yield Static(id="call-check", classes="preview")
             yield Static(id="call-result", classes="result")
-            with Horizontal(classes="dialog-buttons"):
-                yield Button("Call", id="call-go", variant="primary")
-                yield Button("Copy as `speed call` (ctrl+y)", id="call-copy")
-                yield Button("Close", id="call-close")
 
     def on_mount(self) -> None:
         self._update_services()
         self._check()
 
     def values(self) -> dict[str, Any]:
-        sel = self.query_one("#call-caller", Select).value
+        sel = self.query_one("#call-caller", Select).value if self.own else None
         args, err = parse_args(self.query_one("#call-args", Input).value)
         try:
             timeout = float(self.query_one("#call-timeout", Input).value)
@@ -251,7 +279,7 @@ class CallScreen(ModalScreen[None]):
         v = self.values()
         problems = []
         if not v["caller"]:
-            problems.append("launch an in-process node first (n) to call from")
+            problems.append("this console has no node to call from: start one (button above)")
         if not v["target"]:
             problems.append("choose a target")
         elif v["target"] not in self.graph.nodes:
@@ -295,6 +323,9 @@ class CallScreen(ModalScreen[None]):
             self.dismiss(None)
         elif bid == "call-copy":
             self.action_copy()
+        elif bid == "start-console-node":
+            self.dismiss(None)
+            self.app.post_message(StartConsoleNode(then="call"))
         else:
             self.action_call()
 
@@ -306,7 +337,7 @@ class CallScreen(ModalScreen[None]):
             self.notify(self._check() or "incomplete call", severity="error")
             return
         self.query_one("#call-result", Static).update(Text("calling…", style="yellow"))
-        self.app.run_call(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"])
+        self.app.post_message(RunCall(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"]))
 
     def show_result(self, rec) -> None:
         t = Text()
@@ -314,7 +345,7 @@ class CallScreen(ModalScreen[None]):
             t.append("SUCCESS ", style="bold green")
             t.append(json.dumps(rec.result, ensure_ascii=False)[:400])
         else:
-            t.append(f"{rec.error_code or 'ERROR'} ", style="bold red")
+            t.append(f"{rec.error_code or 'failed'}: ", style="bold red")
             t.append(rec.error_message)
         if rec.latency_ms is not None:
             t.append(f"   latency {rec.latency_ms:.1f} ms", style="dim")
@@ -322,8 +353,10 @@ class CallScreen(ModalScreen[None]):
 
     def action_copy(self) -> None:
         v = self.values()
-        if v["caller"] and v["target"] and v["service"] and v["arguments"] is not None:
-            self.app.copy_call_command(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"] or 5.0)
+        if v["target"] and v["service"] and v["arguments"] is not None:
+            line = speed_call_command(v["target"], v["service"], v["arguments"], v["caller"] or console_node_name(),
+                                      self.root, self.key_path, v["timeout"] or 5.0)
+            self.app.post_message(CopyText(line, "the `speed call` line"))
 
 
 class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
@@ -338,21 +371,23 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="send-dialog"):
             yield Static("Send a message", classes="dialog-title")
-            yield Label("from (this console's node)")
-            yield Select([(n, n) for n in self.own], value=self.own[0] if self.own else Select.BLANK,
-                         id="snd-from", allow_blank=not self.own, prompt="no in-process node")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Send", id="snd-go", variant="primary")
+                yield Button("Cancel", id="snd-cancel")
+            if self.own:
+                yield Label("from (this console's node)")
+                yield Select([(n, n) for n in self.own], value=self.own[0], id="snd-from", allow_blank=False)
+            else:
+                yield from no_own_node("send")
             yield Label("to")
             yield Input(id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
             yield Label("data (any JSON value)")
             yield Input(value='{"hello": "world"}', id="snd-data")
             yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
             yield Static(id="snd-check", classes="preview")
-            with Horizontal(classes="dialog-buttons"):
-                yield Button("Send", id="snd-go", variant="primary")
-                yield Button("Cancel", id="snd-cancel")
 
     def _values(self):
-        sel = self.query_one("#snd-from", Select).value
+        sel = self.query_one("#snd-from", Select).value if self.own else None
         sender = sel if isinstance(sel, str) else None
         to = self.query_one("#snd-to", Input).value.strip()
         try:
@@ -377,9 +412,14 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
         if event.button.id == "snd-cancel":
             self.dismiss(None)
             return
+        if event.button.id == "start-console-node":
+            self.dismiss(None)
+            self.app.post_message(StartConsoleNode(then="send"))
+            return
         sender, to, data, err = self._values()
         if not sender or not to or err:
-            self.notify(err or "choose a sender and a receiver", severity="error")
+            self.notify(err or ("start a console node first (the button above)" if not sender
+                                else "choose a receiver"), severity="error")
             return
         self.dismiss((sender, to, data, self.query_one("#snd-confirm", Checkbox).value))
 

@@ -1,9 +1,12 @@
-"""Access graph view: matrix, lanes-and-arrows picture per fabric, and the call explainer."""
+"""Access graph view: an interactive matrix, lanes-and-arrows picture per fabric, and the call
+explainer; export the matrix."""
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
+import csv
+import io
+import json
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,36 +14,35 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
-from ...models.access import AccessGraph, explain
+from ...models.access import AccessGraph, explain, grants_needed
+from ..messages import ExportRows, GrantRequested
+from ..state import ConsoleState
+from ..widgets.matrix import AccessMatrix
 from .access_picture import access_picture
 
-SYM_STYLE = {"⇄": "bold green", "→": "yellow", "←": "yellow", "·": "dim red", " ": ""}
 
-
-def matrix_renderable(g: AccessGraph, names: list[str]) -> Table | Text:
-    if not names:
-        return Text("no nodes", style="dim")
-    t = Table(box=None, padding=(0, 1), show_edge=False, title="row may write to column",
-              title_style="dim", title_justify="left")
-    t.add_column("", style="bold", no_wrap=True)
-    for n in names:
-        t.add_column(n[:8], justify="center", no_wrap=True)
-    m = g.matrix(names)
-    for i, a in enumerate(names):
-        cells = []
-        for j, _ in enumerate(names):
-            s = m[i][j]
-            cells.append(Text(s, style=SYM_STYLE.get(s, "")))
-        t.add_row(a, *cells)
-    return t
+def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
+    """The matrix as a table: a header row, then one row per writer with "yes" where it may write."""
+    out = [["may write to →", *names]]
+    for a in names:
+        out.append([a, *("" if a == b else ("yes" if g.may_write(a, b) else "no") for b in names)])
+    return out
 
 
 class AccessView(Vertical):
     BINDINGS = [
         Binding("g", "grant", "Grant/revoke", id="access.grant"),
         Binding("e", "edit_explainer", "Explain a call", id="access.explain"),
+        Binding("E", "export", "Export matrix", id="access.export", show=False),
         Binding("escape", "leave_inputs", "Leave inputs", show=False),
     ]
+
+    def __init__(self, state: ConsoleState, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self._sig: tuple | None = None
+        self._pic_sig: tuple | None = None
+        self._names: list[str] = []
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="explainer", classes="toolbar"):
@@ -48,21 +50,23 @@ class AccessView(Vertical):
             yield Input(placeholder="target", id="ex-target", compact=True)
             yield Input(placeholder="service", id="ex-service", compact=True)
             yield Button("Explain", id="ex-go", compact=True, variant="primary")
-            yield Button("Grant…", id="ex-grant", compact=True)
+            if not self.state.readonly:
+                yield Button("Grant (g)", id="ex-grant", compact=True)
         yield Static(id="ex-result", classes="verdict")
         with Horizontal():
-            with VerticalScroll(id="access-matrix"):
-                yield Static(id="access-matrix-body")
+            with VerticalScroll(id="access-matrix-pane"):
+                yield AccessMatrix(id="access-matrix")
             with VerticalScroll(id="access-arrows"):
                 yield Static(id="access-arrows-body")
 
-    def on_mount(self) -> None:
-        self._sig = None
-        self._pic_sig = None
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "grant" and self.state.readonly:
+            return None
+        return True
 
     def on_resize(self) -> None:
         # The picture is laid out for the pane's width, which is only known once the view is shown.
-        self._draw_picture(AccessGraph(self.app.registry.rows))
+        self._draw_picture(self.state.graph())
 
     def _picture_width(self) -> int:
         pane = self.query_one("#access-arrows", VerticalScroll)
@@ -77,22 +81,17 @@ class AccessView(Vertical):
         if sig == self._pic_sig:
             return
         self._pic_sig = sig
-        self.query_one("#access-arrows-body", Static).update(access_picture(g, width, self.app.fabric))
-
-    def graph(self) -> AccessGraph:
-        return AccessGraph(self.app.registry.rows)
+        self.query_one("#access-arrows-body", Static).update(access_picture(g, width, self.state.fabric))
 
     def refresh_view(self, force: bool = False) -> None:
-        rows = self.app.registry.rows
-        sig = (tuple((r.name, r.status, r.allow, r.services, r.groups) for r in rows), self.app.fabric)
+        rows = self.state.registry.rows
+        sig = (tuple((r.name, r.status, r.allow, r.services, r.groups) for r in rows), self.state.fabric)
         if sig == self._sig:
             return
         self._sig = sig
         g = AccessGraph(rows)
-        names = [r.name for r in sorted(rows, key=lambda r: r.name) if self.app.registry.in_fabric(r)]
-        legend = Text("⇄ mutual   → one-way (row writes column)   ← one-way (column writes row)   · none",
-                      style="dim")
-        self.query_one("#access-matrix-body", Static).update(Group(matrix_renderable(g, names), legend))
+        self._names = [r.name for r in sorted(rows, key=lambda r: r.name) if self.state.registry.in_fabric(r)]
+        self.query_one(AccessMatrix).set_matrix(self._names, g.matrix(self._names))
         self._draw_picture(g)
         all_names = g.names
         self.query_one("#ex-caller", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
@@ -111,7 +110,7 @@ class AccessView(Vertical):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "ex-target":
-            g = self.graph()
+            g = self.state.graph()
             svcs = list(g.nodes[event.value].services) if event.value in g.nodes else []
             self.query_one("#ex-service", Input).suggester = SuggestFromList(svcs, case_sensitive=True)
 
@@ -127,15 +126,26 @@ class AccessView(Vertical):
         elif event.button.id == "ex-grant":
             self.action_grant()
 
+    def on_access_matrix_pair_chosen(self, event: AccessMatrix.PairChosen) -> None:
+        event.stop()
+        if event.grant:
+            if self.state.readonly:
+                self.notify("read-only console: grants are disabled (--readonly)", severity="warning")
+                return
+            self.post_message(GrantRequested(node=event.reader, peer=event.writer))
+        else:
+            self.set_pair(event.writer, event.reader)
+
     def action_explain(self) -> None:
         caller = self.query_one("#ex-caller", Input).value.strip()
         target = self.query_one("#ex-target", Input).value.strip()
         service = self.query_one("#ex-service", Input).value.strip()
         out = self.query_one("#ex-result", Static)
         if not caller or not target:
-            out.update(Text("pick a caller and a target (and a service) to explain a call", style="dim"))
+            out.update(Text("pick a caller and a target (and a service) to explain a call, or Enter on a "
+                            "cell of the matrix", style="dim"))
             return
-        v = explain(self.graph(), caller, target, service or None)
+        v = explain(self.state.graph(), caller, target, service or None)
         t = Text()
         t.append(v.lines[0] + "\n", style="bold green" if v.ok else "bold red")
         for ln in v.lines[1:]:
@@ -150,9 +160,28 @@ class AccessView(Vertical):
         self.query_one("#ex-caller", Input).focus()
 
     def action_leave_inputs(self) -> None:
-        self.query_one("#access-matrix").focus()
+        self.query_one(AccessMatrix).focus()
 
     def action_grant(self) -> None:
+        """The grant the explained call still needs, preferring one on a node this console runs."""
         caller = self.query_one("#ex-caller", Input).value.strip()
         target = self.query_one("#ex-target", Input).value.strip()
-        self.app.open_grant(node=target or None, peer=caller or None)
+        if not caller or not target:
+            self.post_message(GrantRequested())
+            return
+        needed = grants_needed(self.state.graph(), caller, target)
+        own = set(self.state.own_nodes())
+        node, peer = next((p for p in needed if p[0] in own), needed[0] if needed else (target, caller))
+        self.post_message(GrantRequested(node=node, peer=peer))
+
+    def action_export(self) -> None:
+        g = self.state.graph()
+        rows = matrix_rows(g, self._names)
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        self.post_message(ExportRows("access-matrix", "csv", buf.getvalue().splitlines(),
+                                     f"access matrix of {len(self._names)} nodes"))
+        doc = {n: {"allows": list(g.nodes[n].allow), "may_write_to": [m for m in self._names if g.may_write(n, m)]}
+               for n in self._names}
+        self.post_message(ExportRows("access-matrix", "json", [json.dumps(doc, indent=2, sort_keys=True)],
+                                     f"access matrix of {len(self._names)} nodes"))

@@ -1,4 +1,5 @@
-"""Replay inspection: each node's replay state and the console's replays with their outcome."""
+"""Replay inspection: the console's replays with their verdict (at the top, where no toast covers
+it), then each node's replay state."""
 
 from __future__ import annotations
 
@@ -7,31 +8,40 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
+from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
 
 NODE_COLS = [Column("name", "NODE", 16), Column("senders", "SENDERS", 8), Column("rej", "REJECTED", 9)]
+SHOWN = 6  # the newest replays listed
 
 
 class ReplayView(Vertical):
+    def __init__(self, state: ConsoleState, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self._sig: tuple | None = None
+        self._state_sig: tuple | None = None
+        self._log_sig: tuple | None = None
+
     def compose(self) -> ComposeResult:
         yield Static("Replay: select a traced envelope in Traces and press [b]R[/b]. The exact sealed "
                      "bytes are re-delivered; the receiver must reject them.", classes="hint")
-        with Horizontal():
+        yield Static(id="replay-log", classes="detail")
+        with Horizontal(id="replay-body"):
             yield FastTable(NODE_COLS, id="replay-nodes")
             with VerticalScroll(id="replay-detail", classes="detail"):
                 yield Static(id="replay-state")
-        yield Static(id="replay-log", classes="detail")
 
     def on_mount(self) -> None:
         self.query_one(FastTable).empty_text = "no nodes"
-        self._sig = None
 
     def refresh_view(self, force: bool = False) -> None:
-        names = sorted(r.name for r in self.app.registry.rows if self.app.registry.in_fabric(r))
+        reg = self.state.registry
+        names = sorted(r.name for r in reg.rows if reg.in_fabric(r))
         rows = []
         for n in names:
-            st = self.app.replay_state_for(n)
+            st = self.state.replay_state_for(n)
             rows.append(Row(n, (n, str(len(st["last_accepted"])), str(len(st["rejections"])))))
         table = self.query_one(FastTable)
         sig = tuple(r.cells for r in rows)
@@ -46,9 +56,9 @@ class ReplayView(Vertical):
         if not name:
             body.update(Text("select a node", style="dim"))
             return
-        st = self.app.replay_state_for(name)
+        st = self.state.replay_state_for(name)
         sig = (name, repr(st))
-        if sig == getattr(self, "_state_sig", None):
+        if sig == self._state_sig:
             return
         self._state_sig = sig
         t = Text()
@@ -68,16 +78,16 @@ class ReplayView(Vertical):
         body.update(t)
 
     def show_log(self) -> None:
-        sig = tuple((p.ts, p.outcome, p.reason) for p in self.app.replays[-6:])
-        if sig == getattr(self, "_log_sig", None):
+        log = self.state.replays.replays
+        sig = tuple((p.ts, p.outcome, p.reason) for p in log[-SHOWN:])
+        if sig == self._log_sig:
             return
         self._log_sig = sig
         t = Text()
         t.append("replays by this console:\n", style="bold")
-        log = self.app.replays
         if not log:
             t.append("  none yet\n", style="dim")
-        for rp in log[-6:]:
+        for rp in log[-SHOWN:]:
             t.append(f"  {fmt_ts(rp.ts)}  {rp.sender} → {rp.receiver} {rp.type} seq {rp.seq}: ")
             if rp.outcome == "pending":
                 t.append("waiting for the receiver…\n", style="yellow")

@@ -1,9 +1,11 @@
-"""Traces view: every envelope record the console can see; newest first or follow; filter;
-pause/resume; open the decrypted envelope, follow a call, replay, open as a call."""
+"""Traces view: every envelope record the console can see, in time order; newest first or
+follow; filter (with comparisons and a history); absolute or relative times; pause/resume;
+open the decrypted envelope, follow a call, replay, open or copy as a call, export."""
 
 from __future__ import annotations
 
 import bisect
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,17 +18,24 @@ from textual.widgets import Button, Input, Static
 
 from ...models.query import parse_query
 from ...models.traces import TraceRecord
+from ..messages import CallFromTrace, ExportRows, OpenCallLink, OpenEnvelope, ReplayRequested, TracesPaused
+from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
 
 COLUMNS = [Column("ts", "TIME", 12), Column("node", "JOURNAL", 12), Column("flow", "FROM → TO", 20),
            Column("type", "TYPE", 12), Column("seq", "SEQ", 5), Column("size", "SIZE", 5),
-           Column("result", "OUTCOME", 24), Column("rid", "REQUEST SERVICE", 22)]
+           Column("result", "OUTCOME", 24, flex=True), Column("rid", "REQUEST SERVICE", 22)]
 
 OUTCOME_STYLE = {"sent": "cyan", "accepted": "green", "rejected": "bold red"}
+HISTORY = 30  # filters remembered (up / down in the filter field)
 
 
-def trace_row(r: TraceRecord) -> Row:
+def fmt_ago(seconds: float) -> str:
+    return f"-{seconds:.3f}s" if seconds < 60 else f"-{int(seconds // 60)}m{seconds % 60:04.1f}s"
+
+
+def trace_row(r: TraceRecord, now: float | None = None) -> Row:
     res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
     if r.status == "ERROR" or r.error_code:
         res.append(f" {r.error_code or 'ERROR'}", style="red")
@@ -38,16 +47,20 @@ def trace_row(r: TraceRecord) -> Row:
     flow = Text(f"{r.sender} → {r.receiver}")
     who = Text(r.node)
     who.append(" out" if r.dir == "out" else " in", style="dim")
-    return Row(key=r.id, cells=(fmt_ts(r.ts), who, flow, r.type, "" if r.seq is None else str(r.seq),
-                                "" if r.size is None else str(r.size), res, rid + (" ◆" if r.envelope else "")))
+    when = fmt_ts(r.ts) if now is None else fmt_ago(max(0.0, now - r.ts))
+    return Row(key=(r.ts, r.id), cells=(when, who, flow, r.type, "" if r.seq is None else str(r.seq),
+                                        "" if r.size is None else str(r.size), res, rid + (" ◆" if r.envelope else "")))
 
 
 class TraceRows(Sequence):
-    """A lazy row sequence over a snapshot of the filtered view: rows are built when drawn."""
+    """A lazy row sequence over a snapshot of the filtered view (in time order): rows are built
+    when drawn.  A row's key is (time, record id), so the cursor is found by bisection."""
 
-    def __init__(self, records: list[TraceRecord], newest_first: bool, built: dict[int, Row]) -> None:
+    def __init__(self, records: list[TraceRecord], newest_first: bool, built: dict[int, Row],
+                 now: float | None = None) -> None:
         self.records = records
         self.newest_first = newest_first
+        self.now = now  # relative times are counted from here
         # rows by record id, shared between snapshots: a record keeps its Row object, so the
         # table's rendered-line cache still holds when new records push it down the screen
         self._built = built
@@ -68,22 +81,22 @@ class TraceRows(Sequence):
         if row is None:
             if len(self._built) > 2000:
                 self._built.clear()
-            row = self._built[rec.id] = trace_row(rec)
+            row = self._built[rec.id] = trace_row(rec, self.now)
         return row
 
     def key_at(self, i: int) -> Any:
-        return self.record(i).id
+        r = self.record(i)
+        return (r.ts, r.id)
 
     def index_of(self, key: Any) -> int | None:
-        ids = [r.id for r in self.records]  # ascending
-        j = bisect.bisect_left(ids, key)
-        if j < len(ids) and ids[j] == key:
-            return len(ids) - 1 - j if self.newest_first else j
+        j = bisect.bisect_left(self.records, key, key=lambda r: (r.ts, r.id))
+        if j < len(self.records) and self.records[j].id == key[1]:
+            return len(self.records) - 1 - j if self.newest_first else j
         return None
 
 
 class TraceTable(FastTable):
-    """FastTable over TraceRows (lazy rows, cursor found by record id)."""
+    """FastTable over TraceRows (lazy rows, cursor found by record time and id)."""
 
     def user_moved(self, target: int) -> None:
         # moving away from the tail stops following at once (before any repaint can reset the
@@ -93,7 +106,34 @@ class TraceTable(FastTable):
             tail = 0 if view.newest_first else max(0, len(self.rows) - 1)
             if view.follow != (target == tail):
                 view.follow = target == tail
-                view._status()
+                view.show_status()
+
+
+class FilterInput(Input):
+    """The filter field: up / down walk through the filters used before."""
+
+    BINDINGS = [Binding("up", "history(-1)", "Older filter", show=False),
+                Binding("down", "history(1)", "Newer filter", show=False)]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history: list[str] = []
+        self._at = 0
+
+    def remember(self, text: str) -> None:
+        text = text.strip()
+        if text:
+            if text in self.history:
+                self.history.remove(text)
+            self.history = (self.history + [text])[-HISTORY:]
+        self._at = len(self.history)
+
+    def action_history(self, step: int) -> None:
+        if not self.history:
+            return
+        self._at = max(0, min(len(self.history), self._at + step))
+        self.value = self.history[self._at] if self._at < len(self.history) else ""
+        self.cursor_position = len(self.value)
 
 
 class TracesView(Vertical):
@@ -102,48 +142,57 @@ class TracesView(Vertical):
         Binding("p", "pause", "Pause/resume", id="traces.pause"),
         Binding("f", "follow", "Follow", id="traces.follow"),
         Binding("o", "order", "Order", id="traces.order"),
+        Binding("T", "relative_time", "Relative time", id="traces.time", show=False),
         Binding("enter", "open", "Envelope", id="traces.open", show=False),
         Binding("c", "follow_call", "Follow call", id="traces.call"),
         Binding("R", "replay", "Replay", id="traces.replay"),
         Binding("C", "as_call", "As call", id="traces.ascall"),
+        Binding("y", "copy_call", "Copy as speed call", id="traces.copy", show=False),
+        Binding("E", "export", "Export", id="traces.export", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, state: ConsoleState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.state = state
         self.paused = False
         self.follow = True
         self.newest_first = True
+        self.relative = False
         self._shown_total = -1
         self._filter_text = ""
         self._last_paint = 0.0
         self.min_repaint = 0.25  # at most ~4 repaints a second of a moving tail
         self._built_rows: dict[int, Row] = {}
+        self._status_plain: str | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
-            yield Input(placeholder="/ filter: node:NAME type:req|resp|msg outcome:rejected|error  text…", compact=True,
-                        id="traces-filter")
+            yield FilterInput(placeholder="/ filter: node: type: outcome: reason: latency>50ms size>4k text…",
+                              compact=True, id="traces-filter")
             yield Button("Pause", id="traces-pause", compact=True)
             yield Button("Envelope", id="traces-open", compact=True)
             yield Button("Follow call", id="traces-call", compact=True)
-            yield Button("Replay", id="traces-replay", compact=True, variant="warning")
-        yield TraceTable(COLUMNS, id="traces-table")
+            if not self.state.readonly:
+                yield Button("Replay", id="traces-replay", compact=True, variant="warning")
+        yield TraceTable(COLUMNS, frozen=1, id="traces-table")
         yield Static(id="traces-status", classes="statusline")
 
-    def on_mount(self) -> None:
-        self.query_one(TraceTable).empty_text = "no traced envelopes yet (nodes write journals with --trace)"
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "replay" and self.state.readonly:
+            return None
+        return True
 
     # ---- data
     def apply_filter(self) -> None:
-        self.app.traces.set_filter(parse_query(self._filter_text, self.app.fabric_nodes()))
+        self.state.traces.set_filter(parse_query(self._filter_text, self.state.fabric_nodes()))
         self._shown_total = -1
         self.refresh_view(force=True)
 
     def refresh_view(self, force: bool = False) -> None:
-        store = self.app.traces
+        store = self.state.traces
         if self.paused and not force:
-            self._status()
+            self.show_status()
             return
         if store.total == self._shown_total and not force:
             return
@@ -153,16 +202,30 @@ class TracesView(Vertical):
         self._last_paint = now
         self._shown_total = store.total
         table = self.query_one(TraceTable)
-        rows = TraceRows(list(store.view), self.newest_first, self._built_rows)
+        if self.relative:
+            self._built_rows.clear()  # relative times move: rows are rebuilt at each paint
+        rows = TraceRows(list(store.view), self.newest_first, self._built_rows,
+                         self.state.now() if self.relative else None)
+        table.empty_text = self._empty_text()
         following = self.follow
         table.set_rows(rows, keep_key=not following)
         if following and len(rows):
             table.cursor = 0 if self.newest_first else len(rows) - 1
-        self._status()
+        self.show_status()
 
-    def _status(self) -> None:
-        store = self.app.traces
+    def _empty_text(self) -> str:
+        store = self.state.traces
+        if store.ring:
+            return (f"no traced envelope matches the filter ({len(store.ring):,} buffered): "
+                    "Esc clears it")
+        return "no traced envelopes yet (nodes write journals with --trace)"
+
+    def show_status(self) -> None:
+        store = self.state.traces
         t = Text(no_wrap=True, overflow="ellipsis")
+        banner = self.state.keycheck.banner()
+        if banner:
+            t.append(f"⚠ {banner}  ", style="bold red")
         t.append(f"{len(store.view):,} shown", style="bold")
         t.append(f" of {len(store.ring):,} buffered (capacity {store.capacity:,}, {store.total:,} seen)")
         if store.dropped:
@@ -170,11 +233,13 @@ class TracesView(Vertical):
         if store.bad_lines:
             t.append(f"  {store.bad_lines} unreadable journal lines skipped", style="yellow")
         t.append("  newest first" if self.newest_first else "  oldest first")
+        if self.relative:
+            t.append("  relative times")
         if self.follow:
             t.append("  FOLLOW", style="bold cyan")
         if self.paused:
             t.append(f"  PAUSED ({store.total - self._shown_total:,} new)", style="bold red")
-        if t.plain != getattr(self, "_status_plain", None):
+        if t.plain != self._status_plain:
             self._status_plain = t.plain
             # one line (app.tcss): repaint without relayout, as in the header
             self.query_one("#traces-status", Static).update(t, layout=False)
@@ -192,6 +257,8 @@ class TracesView(Vertical):
             self.apply_filter()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if isinstance(event.input, FilterInput):
+            event.input.remember(event.value)
         self.query_one(TraceTable).focus()
 
     def on_fast_table_selected(self, event: FastTable.Selected) -> None:
@@ -206,14 +273,16 @@ class TracesView(Vertical):
         self.query_one("#traces-filter", Input).focus()
 
     def action_clear_filter(self) -> None:
-        self.query_one("#traces-filter", Input).value = ""
+        box = self.query_one("#traces-filter", FilterInput)
+        box.remember(box.value)
+        box.value = ""
         self.query_one(TraceTable).focus()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.query_one("#traces-pause", Button).label = "Resume" if self.paused else "Pause"
         self.refresh_view(force=not self.paused)
-        self.app.update_header()
+        self.post_message(TracesPaused(self.paused))
 
     def action_follow(self) -> None:
         self.follow = not self.follow
@@ -223,24 +292,54 @@ class TracesView(Vertical):
         self.newest_first = not self.newest_first
         self.refresh_view(force=True)
 
+    def action_relative_time(self) -> None:
+        self.relative = not self.relative
+        self._built_rows.clear()
+        self.refresh_view(force=True)
+
+    def _need(self) -> TraceRecord | None:
+        rec = self.selected()
+        if rec is None:
+            self.notify("select a traced envelope first", severity="warning")
+        return rec
+
     def action_open(self) -> None:
         rec = self.selected()
         if rec is not None:
-            self.app.open_envelope(rec)
+            self.post_message(OpenEnvelope(rec))
 
     def action_follow_call(self) -> None:
         rec = self.selected()
         if rec is None or not rec.request_id:
-            self.app.notify("select an SPC request or response to follow its call", severity="warning")
+            self.notify("select an SPC request or response to follow its call", severity="warning")
             return
-        self.app.open_call_link(rec)
+        self.post_message(OpenCallLink(rec))
 
     def action_replay(self) -> None:
-        rec = self.selected()
+        rec = self._need()
         if rec is not None:
-            self.app.request_replay(rec)
+            self.post_message(ReplayRequested(rec))
 
     def action_as_call(self) -> None:
-        rec = self.selected()
+        rec = self._need()
         if rec is not None:
-            self.app.open_call_from_trace(rec)
+            self.post_message(CallFromTrace(rec))
+
+    def action_copy_call(self) -> None:
+        rec = self._need()
+        if rec is not None:
+            self.post_message(CallFromTrace(rec, copy_only=True))
+
+    def action_export(self) -> None:
+        """The records the filter shows, as JSON lines (the journal's fields, oldest first)."""
+        lines = [json.dumps(record_dict(r), separators=(",", ":"), ensure_ascii=False) for r in self.state.traces.view]
+        what = f"{len(lines)} trace records" + (f" matching {self._filter_text!r}" if self._filter_text else "")
+        self.post_message(ExportRows("traces", "jsonl", lines, what))
+
+
+def record_dict(r: TraceRecord) -> dict[str, Any]:
+    """A record with the journal's field names (§8), empty fields left out."""
+    d = {"ts": r.ts, "node": r.node, "kind": r.kind, "dir": r.dir, "peer": r.peer, "type": r.type, "seq": r.seq,
+         "size": r.size, "outcome": r.outcome, "reason": r.reason, "requestId": r.request_id, "service": r.service,
+         "status": r.status, "errorCode": r.error_code, "latencyMs": r.latency_ms, "envelope": r.envelope}
+    return {k: v for k, v in d.items() if v not in ("", None)}

@@ -1,7 +1,8 @@
 """A line-API table for large, fast-changing row sets (thousands of rows at 10 Hz).
 
 Only visible lines are rendered.  Row 0 is a fixed header; clicking a header cell posts
-``HeaderClicked``.  The cursor follows a row key across updates.
+``HeaderClicked``.  The cursor follows a row key across updates.  The first ``frozen`` columns
+stay when the table scrolls right; a ``flex`` column takes the width the others leave.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Column:
     key: str
     label: str
     width: int
+    flex: bool = False  # takes the spare width of the view (one column per table is enough)
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,13 @@ class FastTable(ScrollView, can_focus=True):
             self.table = table
             self.column = column
 
-    def __init__(self, columns: Sequence[Column] = (), **kwargs: Any) -> None:
+    def __init__(self, columns: Sequence[Column] = (), frozen: int = 0, mark_cursor: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.columns: list[Column] = list(columns)
+        self.frozen = frozen  # leading columns that do not scroll horizontally
+        self.mark_cursor = mark_cursor  # "▶" on the cursor row: the selection reads without colour
+        self._widths: tuple[int, tuple[int, ...]] = (-1, ())
         self.rows: list[Row] = []
         self.sort_column: str | None = None
         self.sort_reverse = False
@@ -88,6 +94,7 @@ class FastTable(ScrollView, can_focus=True):
     # ------------------------------------------------------------------ data
     def set_columns(self, columns: Sequence[Column]) -> None:
         self.columns = list(columns)
+        self._widths = (-1, ())
         self.refresh()
 
     def set_rows(self, rows: Sequence[Row], keep_key: bool = True) -> None:
@@ -125,7 +132,21 @@ class FastTable(ScrollView, can_focus=True):
         return True
 
     def _total_width(self) -> int:
-        return sum(c.width + 1 for c in self.columns)
+        return sum(c.width + 1 for c in self.columns) + (2 if self.mark_cursor else 0)
+
+    def widths(self) -> tuple[int, ...]:
+        """Each column's width in the current view: a flex column takes what the others leave."""
+        view = self.scrollable_content_region.width
+        if self._widths[0] == view:
+            return self._widths[1]
+        widths = [c.width for c in self.columns]
+        spare = view - self._total_width()
+        flex = [i for i, c in enumerate(self.columns) if c.flex]
+        if spare > 0 and flex:
+            for n, i in enumerate(flex):
+                widths[i] += spare // len(flex) + (1 if n < spare % len(flex) else 0)
+        self._widths = (view, tuple(widths))
+        return self._widths[1]
 
     # ------------------------------------------------------------------ cursor
     def watch_cursor(self, old: int, new: int) -> None:
@@ -179,12 +200,15 @@ class FastTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------ mouse
     def _column_at(self, x: int) -> str | None:
-        x += int(self.scroll_offset.x)
-        pos = 0
-        for c in self.columns:
-            if pos <= x < pos + c.width + 1:
+        widths = self.widths()
+        pos = 2 if self.mark_cursor else 0
+        frozen_end = pos + sum(w + 1 for w in widths[:self.frozen])
+        if x >= frozen_end:
+            x += int(self.scroll_offset.x)
+        for c, w in zip(self.columns, widths):
+            if pos <= x < pos + w + 1:
                 return c.key
-            pos += c.width + 1
+            pos += w + 1
         return None
 
     def on_click(self, event: events.Click) -> None:
@@ -202,17 +226,37 @@ class FastTable(ScrollView, can_focus=True):
                 self.post_message(self.Selected(self, self.cursor_key))
 
     # ------------------------------------------------------------------ rendering
-    def _cells_text(self, cells: Sequence[str | Text], header: bool = False) -> Text:
+    def _cells_text(self, cells: Sequence[str | Text], header: bool = False, cursor: bool = False,
+                    columns: slice = slice(None)) -> Text:
         line = Text(no_wrap=True, overflow="crop")
-        for i, c in enumerate(self.columns):
+        widths = self.widths()
+        for i in range(len(self.columns))[columns]:
+            c, width = self.columns[i], widths[i]
             val = cells[i] if i < len(cells) else ""
             t = val.copy() if isinstance(val, Text) else Text(str(val))
             if header and self.sort_column == c.key:
-                t = Text(f"{c.label}{'▼' if self.sort_reverse else '▲'}")
-            t.truncate(c.width, overflow="ellipsis", pad=True)
+                # the arrow always shows: the label gives way to it
+                t = Text(c.label)
+                t.truncate(max(1, width - 1), overflow="ellipsis")
+                t.append("▼" if self.sort_reverse else "▲")
+            t.truncate(width, overflow="ellipsis", pad=True)
             line.append_text(t)
             line.append(" ")
         return line
+
+    def _line(self, cells: Sequence[str | Text], style: Style, scroll_x: int, width: int, header: bool = False,
+              cursor: bool = False) -> Strip:
+        mark = Text(("▶ " if cursor else "  ") if self.mark_cursor else "")
+        if not self.frozen:
+            return self._strip(mark + self._cells_text(cells, header), style, scroll_x, width)
+        fixed = mark + self._cells_text(cells, header, columns=slice(0, self.frozen))
+        left = self._strip(fixed, style, 0, min(width, fixed.cell_len))
+        rest_width = width - left.cell_length
+        if rest_width <= 0:
+            return left
+        rest = self._strip(self._cells_text(cells, header, columns=slice(self.frozen, None)), style, scroll_x,
+                           rest_width)
+        return Strip.join([left, rest])
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -220,8 +264,7 @@ class FastTable(ScrollView, can_focus=True):
         base = self.rich_style
         if y == 0:
             style = self.get_component_rich_style("fast-table--header")
-            text = self._cells_text([c.label for c in self.columns], header=True)
-            return self._strip(text, base + style, scroll_x, width)
+            return self._line([c.label for c in self.columns], base + style, scroll_x, width, header=True)
         idx = int(self.scroll_offset.y) + y - 1
         if idx >= len(self.rows):
             if idx == 0 and not self.rows:
@@ -237,7 +280,7 @@ class FastTable(ScrollView, can_focus=True):
             style = style + Style.parse(row.style)
         if idx == self.cursor:
             style = style + self.get_component_rich_style("fast-table--cursor")
-        strip = self._strip(self._cells_text(row.cells), style, scroll_x, width)
+        strip = self._line(row.cells, style, scroll_x, width, cursor=idx == self.cursor)
         # a few screens' worth: rows are replaced many times a second, and every cached Strip
         # carries its own caches, so a large cache was mostly garbage the collector had to walk
         if len(self._strips) > 4 * max(64, self.size.height):
@@ -248,6 +291,9 @@ class FastTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         self._strips.clear()  # theme changed: rendered lines are stale
         super().notify_style_update()
+
+    def on_resize(self) -> None:
+        self._widths = (-1, ())  # a flex column follows the view's width
 
     def _strip(self, text: Text, style: Style, scroll_x: int, width: int) -> Strip:
         # cut the line where the view ends before it becomes segments: cropping inside a segment
