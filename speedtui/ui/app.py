@@ -149,9 +149,9 @@ class SpeedApp(App):
                         views[vid](self.state, id=f"view-{vid}")
         if not self.readonly:
             with Horizontal(id="actionbar"):
-                for bid, label in (("launch", "Launch (n)"), ("stop_node", "Stop (d)"), ("grant", "Grant (g)"),
-                                   ("call", "Call (F)"), ("send", "Message (m)"), ("jump", "Jump (:)"),
-                                   ("help", "Help (?)")):
+                for bid, label in (("launch", "n Launch"), ("stop_node", "d Stop"), ("grant", "g Grant"),
+                                   ("call", "F Call"), ("send", "m Message"), ("jump", ": Jump"),
+                                   ("help", "? Help")):
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
         yield SpeedFooter()
 

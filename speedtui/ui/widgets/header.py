@@ -68,7 +68,9 @@ class SpeedHeader(Horizontal):
     SpeedHeader #hdr-info { width: 1fr; height: 1; }
     SpeedHeader #hdr-rate { width: 13; height: 1; content-align: right middle; }
     SpeedHeader Sparkline { width: 24; height: 1; }
+    SpeedHeader.-narrow Sparkline { display: none; }
     """
+    NARROW = 110  # below this many columns the sparkline gives its cells to the fingerprint
 
     def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool) -> None:
         super().__init__()
@@ -121,4 +123,5 @@ class SpeedHeader(Horizontal):
         self._info.update(header_text(self._latest, width), layout=False)
 
     def on_resize(self) -> None:
+        self.set_class(self.size.width < self.NARROW, "-narrow")
         self.call_after_refresh(self._paint_info)  # the info part's new width is known after layout

@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 SYM_STYLE = {"⇄": "bold green", "→": "yellow", "←": "yellow", "·": "dim red", " ": ""}
-LEGEND = "⇄ mutual  → row writes column  ← column writes row  · none"
+LEGEND = "⇄ mutual  → row writes col\n← col writes row  · none"
 
 
 class AccessMatrix(Static, can_focus=True):
@@ -92,8 +92,8 @@ class AccessMatrix(Static, can_focus=True):
         pair = self.pair()
         if pair:
             w, r = pair
-            t.append(f"{w} → {r}: ", style="bold")
-            t.append("Enter explains, g grants" if w != r else "a node and itself", style="dim")
+            t.append(f"{w} → {r}", style="bold")
+            t.append(": ⏎ explain, g grant" if w != r else ": itself", style="dim")
             t.append("\n")
         t.append(LEGEND, style="dim")
         return t
