@@ -105,7 +105,7 @@ class SpeedApp(App):
                                                                self.clock, readonly)
         secret = key.secret if key is not None else None
         self.state = ConsoleState(
-            root=self.root, registry=RegistryModel(),
+            root=self.root, root_label=self.dir_label, registry=RegistryModel(),
             traces=TraceStore(capacity=trace_capacity or self.config.trace_buffer), replays=ReplayTracker(),
             keycheck=KeyCheck(lambda data: rt.key_verifies(data, secret) if secret is not None else None),
             key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,

@@ -22,6 +22,7 @@ def _no_replay_state(name: str) -> dict[str, Any] | None:
 @dataclass
 class ConsoleState:
     root: Path
+    root_label: str  # how the header names ROOT (tests and screenshots pin it)
     registry: RegistryModel
     traces: TraceStore
     replays: ReplayTracker

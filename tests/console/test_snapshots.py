@@ -238,9 +238,14 @@ def test_wrong_key_banner(size, snap_compare, fixture_env, tmp_path):
     from speedtui.services.clock import FrozenClock
     from speedtui.ui.app import make_app
 
+    import base64
+    import os
+
     root, _, _ = fixture_env
-    other = tmp_path / "other.key"
-    rt.generate_key_file(other)
+    other = tmp_path / "other.key"  # a fixed key that is not the environment's
+    fd = os.open(other, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"SPEED-KEY-V1\n" + base64.b64encode(bytes(range(100, 132))) + b"\n")
+    os.close(fd)
     app = make_app(root, rt.load_key(other), clock=FrozenClock(FIXED_NOW), steady=True, dir_label="/fixture/speed",
                    paths=Paths(tmp_path / "c2", tmp_path / "d2"))
     assert snap_compare(app, press=["4"], terminal_size=size)
