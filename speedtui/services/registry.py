@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 from speed_runtime.lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry

@@ -4,12 +4,10 @@ actions run in thread workers and report back with messages."""
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -18,29 +16,26 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Button, Input, Static, TabbedContent, TabPane
 
-from ..models.commands import NodeSpec, speed_call_command
+from ..models.access import AccessGraph
 from ..models.history import AuditEntry
 from ..models.keycheck import KeyCheck
 from ..models.registry import RegistryModel
 from ..models.replays import ReplayTracker
-from ..models.traces import TraceStore
+from ..models.traces import TraceRecord, TraceStore
 from ..paths import Paths
 from ..services import runtime as rt
-from ..services.actions import ActionError, ActionService, ReplayResult, console_node_name
+from ..services.actions import ActionError, ActionService
 from ..services.bridge import Bridge
 from ..services.clock import Clock, SystemClock
 from ..services.config import Config
-from ..services.exports import write_export
 from ..services.history import AuditLog, CallHistory
 from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
 from .gc_pacer import CollectorPacer
+from .operations import Operations
 from .palette import help_rows, palette_commands
-from .screens.calllink import CallLinkScreen
-from .screens.confirm import ConfirmScreen
-from .screens.envelope import EnvelopeScreen
-from .screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
+from .screens.forms import CallScreen
 from .screens.help import HelpScreen
 from .screens.jump import JumpScreen, JumpTarget, jump_targets
 from .state import ConsoleState
@@ -122,6 +117,7 @@ class SpeedApp(App):
         self._stopped = False
         self._banner = ""
         self.gc_pacer = CollectorPacer() if pace_gc else None
+        self.ops = Operations(self)
 
     @property
     def replays(self):
@@ -334,74 +330,65 @@ class SpeedApp(App):
         self.update_header()
 
     def on_reap_requested(self, m: msg.ReapRequested) -> None:
-        self.request_reap(m.name)
+        self.ops.reap(m.name)
 
     def on_open_envelope(self, m: msg.OpenEnvelope) -> None:
-        self.open_envelope(m.record)
+        self.ops.envelope(m.record)
 
     def on_open_call_link(self, m: msg.OpenCallLink) -> None:
-        self.open_call_link(m.record)
+        self.ops.call_link(m.record)
 
     def on_replay_requested(self, m: msg.ReplayRequested) -> None:
-        self.request_replay(m.record)
+        self.ops.replay(m.record)
 
     def on_call_from_trace(self, m: msg.CallFromTrace) -> None:
-        self.open_call_from_trace(m.record, copy_only=m.copy_only)
+        self.ops.call_from_trace(m.record, copy_only=m.copy_only)
 
     def on_grant_requested(self, m: msg.GrantRequested) -> None:
-        self.open_grant(m.node, m.peer)
+        self.ops.grant(m.node, m.peer)
 
     def on_call_requested(self, m: msg.CallRequested) -> None:
-        self.open_call(m.caller, m.target, m.service, m.arguments, m.timeout)
+        self.ops.open_call(m.caller, m.target, m.service, m.arguments, m.timeout)
 
     def on_run_call(self, m: msg.RunCall) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        if m.caller not in acts.own_in_process():
-            self.notify(f"{m.caller} is not running in this console: edit the call (e) to pick a caller",
-                        severity="warning")
-            return
-        if not isinstance(self.screen, CallScreen):
-            self.notify(f"calling {m.caller} → {m.target}.{m.service}…")
-        self.run_call(m.caller, m.target, m.service, m.arguments, m.timeout)
+        self.ops.run_call(m)
 
     def on_copy_text(self, m: msg.CopyText) -> None:
-        self.copy_to_clipboard(m.text)  # OSC 52: works over SSH too
-        self.notify(m.text if len(m.text) <= 300 else m.text[:300] + "…", title=f"copied {m.what}", timeout=8)
+        self.ops.copy(m.text, m.what)
 
     def on_export_rows(self, m: msg.ExportRows) -> None:
-        now = self.clock.time()
-        try:
-            path = write_export(self.paths.env_dir(self.root) / "exports", m.kind, m.suffix, m.lines, now)
-        except OSError as exc:
-            self.notify(f"the export could not be written: {exc.strerror or exc}", severity="error")
-            return
-        self.audit.record(AuditEntry(ts=now, action="export", detail=m.detail, command=f"# wrote {path}",
-                                     result=f"{len(m.lines)} lines"))
-        self.notify(str(path), title=f"exported {m.detail}", timeout=10)
-        self.view_widget("audit").refresh_view(force=True)
+        self.ops.export(m)
 
     def on_start_console_node(self, m: msg.StartConsoleNode) -> None:
-        if self._actions_or_warn() is None:
-            return
-        name = console_node_name()
-        then = {"call": self.action_call, "send": self.action_send}.get(m.then)
-        self.notify(f"starting {name}…")
-        self._run_action("launch", lambda: self.actions.start_console_node(name), f"{name} is running",
-                         after=then)
+        self.ops.start_console_node(m.then)
 
-    # ------------------------------------------------------------------ dialogs and actions
-    def _actions_or_warn(self) -> ActionService | None:
-        if self.readonly:
-            self.notify("read-only console: actions are disabled (--readonly)", severity="warning")
-            return None
-        if self.actions is None:
-            self.notify("no key loaded: actions are disabled", severity="warning")
-            return None
-        return self.actions
+    # ------------------------------------------------------------------ keys and what tests drive
+    def action_launch(self) -> None:
+        self.ops.launch()
 
-    def graph(self):
+    def action_stop_node(self) -> None:
+        self.ops.stop()
+
+    def action_grant(self) -> None:
+        self.ops.grant()
+
+    def action_call(self) -> None:
+        self.ops.open_call()
+
+    def action_send(self) -> None:
+        self.ops.send()
+
+    def open_grant(self, node: str | None = None, peer: str | None = None) -> None:
+        self.ops.grant(node, peer)
+
+    def open_call(self, caller: str | None = None, target: str = "", service: str = "",
+                  arguments: dict | None = None, timeout: float = 5.0) -> None:
+        self.ops.open_call(caller, target, service, arguments, timeout)
+
+    def request_replay(self, rec: TraceRecord) -> None:
+        self.ops.replay(rec)
+
+    def graph(self) -> AccessGraph:
         return self.state.graph()
 
     def action_help(self) -> None:
@@ -429,89 +416,7 @@ class SpeedApp(App):
             self.action_show("leases")
             self.view_widget("leases").query_one("#leases-filter", Input).value = target.name
 
-    def action_launch(self) -> None:
-        if self._actions_or_warn() is None:
-            return
-        fabrics = sorted({g for r in self.registry.rows for g in r.groups})
-        self.push_screen(LaunchScreen(str(self.root), str(self.key.path), self.graph().names, fabrics),
-                         self._launch_chosen)
-
-    def _launch_chosen(self, spec: NodeSpec | None) -> None:
-        if spec is not None:
-            self.notify(f"launching {spec.name}…")
-            self._run_action("launch", lambda: self.actions.launch(spec), f"{spec.name} is running")
-
-    def action_stop_node(self) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        items = [(n, f"{n} ({acts.own[n].kind})") for n in acts.own_names()]
-        if not items:
-            self.notify("this console has not started any node it may stop", severity="warning")
-            return
-        self.push_screen(PickScreen("Stop which of this console's nodes?", items), self._stop_chosen)
-
-    def _stop_chosen(self, name: str | None) -> None:
-        if name:
-            self.push_screen(ConfirmScreen("Stop node", f"Stop {name}? It deregisters and its inbox stops being "
-                                           "read; calls to it fail until it is started again.", yes="Stop"),
-                             partial(self._stop_confirmed, name))
-
-    def _stop_confirmed(self, name: str, yes: bool | None) -> None:
-        if yes:
-            self._run_action("stop", lambda: self.actions.stop(name), f"{name} stopped")
-
-    def action_grant(self) -> None:
-        self.open_grant()
-
-    def open_grant(self, node: str | None = None, peer: str | None = None) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        own = acts.own_alive()
-        if not own:
-            where = f" (the grant is needed on {node}, which it did not start)" if node else ""
-            self.notify(f"this console has no node of its own to grant on{where}: launch one (n)",
-                        severity="warning")
-            return
-        self.push_screen(GrantScreen(own, self.graph(), node, peer), self._grant_chosen)
-
-    def _grant_chosen(self, choice) -> None:
-        if choice:
-            node, peer, grant = choice
-            self._run_action("grant" if grant else "revoke", lambda: self.actions.set_allow(node, peer, grant),
-                             f"{node} {'now allows' if grant else 'no longer allows'} {peer}")
-
-    def action_call(self) -> None:
-        self.open_call()
-
-    def open_call(self, caller: str | None = None, target: str = "", service: str = "", arguments: Any = None,
-                  timeout: float = 5.0) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        self.push_screen(CallScreen(acts.own_in_process(), self.graph(), str(self.root), str(self.key.path),
-                                    caller, target, service, arguments, timeout))
-
-    def open_call_from_trace(self, rec, copy_only: bool = False) -> None:
-        if rec.type not in ("SPC_REQUEST", "SPC_RESPONSE"):
-            self.notify("only SPC requests and responses open as a call", severity="warning")
-            return
-        link = self.traces.call_link(rec)
-        caller, target = (link.caller, link.callee) if link else (rec.sender, rec.receiver)
-        args: dict = {}
-        req = next((r for r in (link.records if link else (rec,)) if r.type == "SPC_REQUEST" and r.envelope), None)
-        if req is not None and self.key is not None:
-            dec = rt.decode_envelope(base64.b64decode(req.envelope), self.key.secret)
-            if isinstance(dec.payload, dict) and isinstance(dec.payload.get("arguments"), dict):
-                args = dec.payload["arguments"]
-        service = link.service if link else rec.service
-        if copy_only:
-            line = speed_call_command(target, service, args, caller, self.root, self.state.key_path)
-            self.on_copy_text(msg.CopyText(line, "the `speed call` line"))
-            return
-        self.open_call(caller, target, service, args)
-
+    # ------------------------------------------------------------------ results of workers
     @work(thread=True, group="call")
     def run_call(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
         try:
@@ -534,90 +439,10 @@ class SpeedApp(App):
                         severity="information" if rec.status == "SUCCESS" else "error")
         self.view_widget("audit").refresh_view(force=True)
 
-    def action_send(self) -> None:
-        acts = self._actions_or_warn()
-        if acts is None:
-            return
-        self.push_screen(SendScreen(acts.own_in_process(), self.graph().names, self.config.confirm_send),
-                         self._send_chosen)
-
-    def _send_chosen(self, choice) -> None:
-        if choice:
-            sender, to, data, confirm = choice
-            self._run_action("send", lambda: self.actions.send(sender, to, data, confirm),
-                             f"message {sender} → {to} delivered" + (" and confirmed" if confirm else ""))
-
-    def request_reap(self, name: str | None) -> None:
-        if self._actions_or_warn() is None or not name:
-            return
-        row = self.registry.by_name().get(name)
-        if row is None or row.status != "stale":
-            self.notify(f"{name} is not stale: only stale entries can be reaped", severity="warning")
-            return
-        self.push_screen(ConfirmScreen("Reap stale entry", f"Remove the stale registry entry of {name} "
-                                       f"(pid {row.pid}, host {row.host})?\nThe runtime re-checks staleness under "
-                                       "the registry lock and never removes a live entry.", yes="Reap"),
-                         partial(self._reap_confirmed, name))
-
-    def _reap_confirmed(self, name: str, yes: bool | None) -> None:
-        if yes:
-            self._run_action("reap", lambda: self.actions.reap(name), f"{name}'s stale entry removed")
-
-    def request_replay(self, rec) -> None:
-        if self._actions_or_warn() is None:
-            return
-        if not rec.envelope:
-            self.notify("this record carries no sealed envelope to replay", severity="warning")
-            return
-        self.state.replays.note_baseline(self.registry.by_name().get(rec.receiver), rec.receiver)
-        self._run_action("replay", lambda: self.actions.replay(rec), "")
-
-    def open_envelope(self, rec) -> None:
-        self.push_screen(EnvelopeScreen(rec, self.key.secret if self.key else None),
-                         partial(self._envelope_closed, rec))
-
-    def _envelope_closed(self, rec, choice: str | None) -> None:
-        if choice == "replay":
-            self.request_replay(rec)
-        elif choice == "call":
-            self.open_call_link(rec)
-        elif choice == "ascall":
-            self.open_call_from_trace(rec)
-
-    def open_call_link(self, rec) -> None:
-        link = self.traces.call_link(rec)
-        if link is None:
-            self.notify("this record is not part of an SPC call", severity="warning")
-            return
-        self.push_screen(CallLinkScreen(link))
-
-    @work(thread=True, group="actions")
-    def _run_action(self, action: str, fn: Callable[[], Any], success: str,
-                    after: Callable[[], None] | None = None) -> None:
-        try:
-            result = fn()
-        except ActionError as exc:
-            self.post_message(msg.ActionDone(action, False, str(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - show, never crash the console
-            self.post_message(msg.ActionDone(action, False, self.actions.describe(exc) if self.actions else str(exc)))
-            return
-        if isinstance(result, ReplayResult):
-            self.post_message(msg.ReplayInjected(result))
-        else:
-            self.post_message(msg.ActionDone(action, True, success))
-        if after is not None:
-            self.call_from_thread(after)
-
     def on_replay_injected(self, m: msg.ReplayInjected) -> None:
-        if not self._live():
-            return
-        r = m.result
-        self.state.replays.start(self.clock.time(), r.sender, r.receiver, r.type, r.seq,
-                                 self.registry.by_name().get(r.receiver))
-        self.notify(f"replayed {r.type} seq {r.seq} into {r.receiver}'s inbox; waiting for its verdict…")
-        self.action_show("replay")
-        self._after_action()
+        if self._live():
+            self.ops.replay_injected(m.result)
+            self._after_action()
 
     def on_action_done(self, m: msg.ActionDone) -> None:
         if not self._live():
