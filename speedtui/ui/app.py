@@ -405,7 +405,9 @@ class SpeedApp(App):
         return jump_targets(VIEWS, [r.name for r in rows], sorted({s for r in rows for s in r.services}))
 
     def action_jump(self) -> None:
-        self.push_screen(JumpScreen(self.jump_targets()), lambda t: self.jump_to(t) if t else None)
+        # after the dialog has gone and given focus back (which would switch back to its tab)
+        self.push_screen(JumpScreen(self.jump_targets()),
+                         lambda t: self.call_after_refresh(self.jump_to, t) if t else None)
 
     def jump_to(self, target: JumpTarget) -> None:
         if target.kind == "view":

@@ -255,6 +255,11 @@ class CallScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self._update_services()
         self._check()
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:  # typing goes to the first field still empty
+            empty = next((f for f in ("#call-target", "#call-service") if not self.query_one(f, Input).value), None)
+            self.query_one(empty or "#call-args", Input).focus()
 
     def values(self) -> dict[str, Any]:
         sel = self.query_one("#call-caller", Select).value if self.own else None
@@ -385,6 +390,12 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
             yield Input(value='{"hello": "world"}', id="snd-data")
             yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
             yield Static(id="snd-check", classes="preview")
+
+    def on_mount(self) -> None:
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:
+            self.query_one("#snd-to", Input).focus()
 
     def _values(self):
         sel = self.query_one("#snd-from", Select).value if self.own else None

@@ -202,7 +202,7 @@ class LeasesView(Vertical):
             if row.status != "stale":
                 head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
             elif row.remaining > 0:
-                head.append(f"  (its lease had {fmt_duration(row.remaining)} left)", style="dim")
+                head.append(f"  ({fmt_duration(row.remaining)} left on its lease)", style="dim")
         if head.plain != self._head_plain:
             self._head_plain = head.plain
             # one line whatever it says: the countdown repaints it without a relayout of the pane

@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Sparkline, Static
 
-MIN_DIR_CELLS = 12  # below this a shortened directory says nothing; the line is cut at the end instead
+MIN_DIR_CELLS = 12  # below this a shortened directory says little: only a fabric filter or a pause goes lower
+MIN_DIR_CELLS_SQUEEZED = 6
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ def header_text(info: HeaderInfo, width: int) -> Text:
         if t.cell_len <= width:
             return t
     spare = width - (t.cell_len - len(info.dir_label))
-    return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, MIN_DIR_CELLS)))
+    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused else MIN_DIR_CELLS
+    return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)))
 
 
 def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: str) -> Text:
