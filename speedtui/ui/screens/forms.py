@@ -49,7 +49,20 @@ def no_own_node(what: str) -> ComposeResult:
     yield Button(f"Start {console_node_name()}", id="start-console-node", variant="primary")
 
 
-class LaunchScreen(ModalScreen[NodeSpec | None]):
+class PreviewDialog(ModalScreen):
+    """A dialog whose preview follows every change of its fields."""
+
+    def _preview(self) -> None:  # pragma: no cover - each dialog has its own
+        raise NotImplementedError
+
+    def refresh_preview(self) -> None:
+        try:
+            self._preview()
+        except NoMatches:  # the dialog is closing
+            pass
+
+
+class LaunchScreen(PreviewDialog):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
     def __init__(self, root: str, key_path: str, names: list[str], fabrics: list[str]) -> None:
@@ -109,10 +122,7 @@ class LaunchScreen(ModalScreen[NodeSpec | None]):
     @on(Checkbox.Changed)
     @on(RadioSet.Changed)
     def _changed(self) -> None:
-        try:
-            self._preview()
-        except NoMatches:  # the dialog is closing
-            pass
+        self.refresh_preview()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "ln-cancel":
@@ -128,7 +138,7 @@ class LaunchScreen(ModalScreen[NodeSpec | None]):
         self.on_button_pressed(Button.Pressed(self.query_one("#ln-go", Button)))
 
 
-class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
+class GrantScreen(PreviewDialog):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
     def __init__(self, own: list[str], graph: AccessGraph, node: str | None = None, peer: str | None = None) -> None:
@@ -182,10 +192,7 @@ class GrantScreen(ModalScreen[tuple[str, str, bool] | None]):
     @on(Select.Changed)
     @on(RadioSet.Changed)
     def _changed(self) -> None:
-        try:
-            self._preview()
-        except NoMatches:  # the dialog is closing
-            pass
+        self.refresh_preview()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "gr-cancel":

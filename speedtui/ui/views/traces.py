@@ -223,9 +223,6 @@ class TracesView(Vertical):
     def show_status(self) -> None:
         store = self.state.traces
         t = Text(no_wrap=True, overflow="ellipsis")
-        banner = self.state.keycheck.banner()
-        if banner:
-            t.append(f"⚠ {banner}  ", style="bold red")
         t.append(f"{len(store.view):,} shown", style="bold")
         t.append(f" of {len(store.ring):,} buffered (capacity {store.capacity:,}, {store.total:,} seen)")
         if store.dropped:
