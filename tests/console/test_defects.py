@@ -226,3 +226,47 @@ def test_call_errors_in_the_consoles_words():
     assert text.count("ACCESS_DENIED") == 1 and "press g" in text and "allow(" not in text
     text = describe_failure(NodeUnavailableError("billing"))
     assert "Error" not in text and "billing" in text
+
+
+# 5: at 80x24 the call dialog's buttons are on screen
+@run_async
+async def test_call_dialog_buttons_on_screen_at_80x24(tmp_path):
+    from speedtui.ui.screens.forms import CallScreen
+
+    root, paths, app = fixture_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(CallScreen(["gateway"], app.graph(), "/r", "/k", "gateway", "billing", "calculateTax"))
+        await pilot.pause()
+        for bid in ("#call-go", "#call-copy", "#call-close"):
+            button = app.screen.query_one(bid)
+            x, y = button.region.x + 1, button.region.y + 1
+            assert 0 <= y < 24 and app.screen.get_widget_at(x, y)[0] is button
+
+
+# on/off controls read without colour: the mark is drawn only when on
+@run_async
+async def test_toggles_read_without_colour(tmp_path):
+    root, paths, app = fixture_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="launch dialog")
+        await pilot.pause()
+        on = app.screen.query_one("#ln-svc-echo")
+        off = app.screen.query_one("#ln-svc-fail")
+        assert "X" in str(on.render()) and "X" not in str(off.render())
+
+
+# the lease detail pane is resizable
+@run_async
+async def test_lease_detail_grows_and_shrinks(tmp_path):
+    root, paths, app = fixture_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        detail = app.view_widget("leases").query_one("#leases-detail")
+        before = detail.size.height
+        await pilot.press("plus", "plus")
+        await pilot.pause()
+        bigger = detail.size.height
+        await pilot.press("minus", "minus", "minus", "minus")
+        await pilot.pause()
+        assert bigger > before and detail.size.height == before  # the table is back to all its rows
