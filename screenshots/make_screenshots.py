@@ -49,6 +49,8 @@ SHOTS = [
     ("call-dialog.svg", [], "call"),
     ("grant-dialog.svg", [], "grant"),
     ("launch-dialog.svg", [], "launch"),
+    ("call-without-node.svg", [], "call0"),
+    ("jump.svg", ["colon", "b", "i", "l"], None),
     ("theme-light.svg", ["4"], "light"),
     ("theme-high-contrast.svg", [], "high-contrast"),
 ]
@@ -95,6 +97,8 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
         if extra == "call":
             app.push_screen(CallScreen(["gateway"], g, "/dev/shm/speed", "speed.key", "gateway", "billing",
                                        "calculateTax", {"amount": 250}))
+        elif extra == "call0":  # a real environment: the console has no node of its own yet
+            app.push_screen(CallScreen([], g, "/dev/shm/speed", "speed.key"))
         elif extra == "grant":
             app.push_screen(GrantScreen(["gateway"], g, "gateway", "reports"))
         elif extra == "launch":
