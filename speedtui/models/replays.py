@@ -26,6 +26,9 @@ class PendingReplay:
     # keep no journal: a count that rises is their verdict (at their next heartbeat)
     rejected_before: dict | None = None
     deadline: float = 0.0  # when "no verdict" is concluded (set from the receiver's heartbeat)
+    # a counter that rose at a receiver that also journals: its journal line is the better
+    # verdict (it names the envelope), so this one is only used if that line never comes
+    counted: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,23 +86,37 @@ class ReplayTracker:
                                  VerdictNote(f"{p.receiver} ACCEPTED a replayed envelope", True))
         return notes
 
-    def match_counters(self, rows: dict[str, NodeRow]) -> list[VerdictNote]:
+    def match_counters(self, rows: dict[str, NodeRow], journaling: frozenset[str] | set[str] = frozenset()
+                       ) -> list[VerdictNote]:
+        """A rise of the receiver's published rejection counts is its verdict when it keeps no
+        journal (``journaling``: the nodes whose journals the console reads)."""
         notes = []
         for p in self.replays:
-            if p.outcome != "pending" or p.rejected_before is None:
+            if p.outcome != "pending" or p.rejected_before is None or p.counted:
                 continue
             now_counts = published_rejections(rows.get(p.receiver)) or {}
             risen = sorted(k for k, v in now_counts.items()
                            if isinstance(v, int) and v > p.rejected_before.get(k, 0))
-            if risen:
-                p.outcome = "rejected"
-                p.reason = "/".join(risen) + " (from its published counters: it keeps no journal)"
-                notes.append(VerdictNote(f"{p.receiver} rejected the replayed envelope: {'/'.join(risen)}", False))
+            if not risen:
+                continue
+            if p.receiver in journaling:
+                p.counted = "/".join(risen)  # its journal line should follow; kept in case it does not
+                continue
+            p.outcome = "rejected"
+            p.reason = "/".join(risen) + " (from its published counters: it keeps no journal)"
+            notes.append(VerdictNote(f"{p.receiver} rejected the replayed envelope: {'/'.join(risen)}", False))
         return notes
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float) -> list[VerdictNote]:
+        notes = []
         for p in self.replays:
             if p.outcome == "pending" and now > p.deadline:
+                if p.counted:
+                    p.outcome = "rejected"
+                    p.reason = f"{p.counted} (from its published counters: no journal line came)"
+                    notes.append(VerdictNote(f"{p.receiver} rejected the replayed envelope: {p.counted}", False))
+                    continue
                 p.outcome = "no verdict"
                 p.reason = (f"{p.receiver} neither journaled a verdict nor published a new rejection "
                             f"within {now - p.ts:.0f}s")
+        return notes

@@ -197,6 +197,7 @@ class TraceStore:
         self.total = 0
         self.bad_lines = 0
         self.dropped = 0  # records the app could not take in time (bridge overflow)
+        self.journaling: set[str] = set()  # nodes whose journals have been read
         self.buckets: dict[int, int] = {}
         # a lone record is stored bare, not in a one-element list: tens of thousands of small
         # containers made each full garbage collection a key-blocking 100+ ms pause
@@ -206,6 +207,8 @@ class TraceStore:
     def add(self, records: Iterable[TraceRecord]) -> int:
         n = 0
         for r in records:
+            if r.source == "journal":
+                self.journaling.add(r.node)
             if r.kind == "lease":
                 self.leases.append(r)
                 continue

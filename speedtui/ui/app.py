@@ -244,8 +244,8 @@ class SpeedApp(App):
             if isinstance(note, tuple) and note and note[0] == "error":
                 self.log.warning(note[1])
         if d.registry is not None:
-            self._tell(replays.match_counters(self.registry.by_name()))
-        replays.expire(now)
+            self._tell(replays.match_counters(self.registry.by_name(), self.traces.journaling))
+        self._tell(replays.expire(now))
         self._show_banner(self.state.keycheck.banner())
         if self._reg_dirty or self._dirty:
             self.refresh_active(registry=self._reg_dirty)
