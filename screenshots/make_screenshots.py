@@ -30,7 +30,8 @@ from speedtui.environments.fixture import FIXED_NOW, build, sample_summary  # no
 from speedtui.models.history import AuditEntry, CallRecord
 from speedtui.services.history import AuditLog, CallHistory  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
-from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen  # noqa: E402
+from speedtui.ui.screens.calls import CallScreen  # noqa: E402
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen  # noqa: E402
 
 SIZE = (120, 36)
 

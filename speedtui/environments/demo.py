@@ -20,7 +20,8 @@ from typing import Any
 
 from ..services import runtime as rt
 from ..models.commands import NodeSpec, node_command
-from ..services.actions import OwnNode, _read_line, _terminate, speed_command
+from ..services.actions import OwnNode
+from ..services.processes import _read_line, _terminate, speed_command
 
 LEASE, HEARTBEAT = 8.0, 1.0
 

@@ -8,13 +8,8 @@ command.  Observer events of the console's own nodes go to the Bridge.
 from __future__ import annotations
 
 import base64
-import getpass
-import os
-import select
 import shlex
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,6 +25,7 @@ from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
+from .processes import _close_pipes, _drain, _read_line, _terminate, console_node_name, speed_command
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
 
@@ -67,20 +63,6 @@ class ReplayResult:
     type: str
     seq: int
     filename: str
-
-
-def console_node_name() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    clean = "".join(c if c.isalnum() or c in "-_" else "-" for c in user)[:40] or "operator"
-    return f"console-{clean}"
-
-
-def speed_command() -> list[str]:
-    """How to start the runtime's `speed` CLI from this interpreter."""
-    return [sys.executable, "-m", "speed_runtime"]
 
 
 class ActionService:
@@ -389,54 +371,3 @@ class ActionService:
             return o.node.replay_state()
         except Exception:  # noqa: BLE001
             return None
-
-
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    buf = b""
-    fd = proc.stdout.fileno()
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([fd], [], [], max(0.0, min(0.2, deadline - time.monotonic())))
-        if r:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-            if b"\n" in buf:
-                return buf.split(b"\n", 1)[0].decode(errors="replace").strip()
-        elif proc.poll() is not None:
-            break
-    return buf.decode(errors="replace").strip()
-
-
-def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
-    try:
-        for line in proc.stdout or ():
-            if len(sink) < 200:
-                sink.append(line.rstrip())  # the pipe is opened in text mode
-    except (OSError, ValueError):
-        pass
-
-
-def _terminate(proc: subprocess.Popen, timeout: float = 10.0, close: bool = True) -> None:
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        except ProcessLookupError:
-            pass
-    if close:
-        _close_pipes(proc)
-
-
-def _close_pipes(proc: subprocess.Popen) -> None:
-    for f in (proc.stdout, proc.stderr):
-        try:
-            if f:
-                f.close()
-        except OSError:
-            pass

@@ -35,7 +35,7 @@ from . import messages as msg
 from .gc_pacer import CollectorPacer
 from .operations import Operations
 from .palette import help_rows, palette_commands
-from .screens.forms import CallScreen
+from .screens.calls import CallScreen
 from .screens.help import HelpScreen
 from .screens.jump import JumpScreen, JumpTarget, jump_targets
 from .state import ConsoleState

@@ -12,13 +12,15 @@ from ..models.commands import NodeSpec, speed_call_command
 from ..models.history import AuditEntry
 from ..models.traces import TraceRecord
 from ..services import runtime as rt
-from ..services.actions import ActionError, ActionService, ReplayResult, console_node_name
+from ..services.actions import ActionError, ActionService, ReplayResult
+from ..services.processes import console_node_name
 from ..services.exports import write_export
 from . import messages as msg
 from .screens.calllink import CallLinkScreen
 from .screens.confirm import ConfirmScreen
 from .screens.envelope import EnvelopeScreen
-from .screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
+from .screens.calls import CallScreen, SendScreen
+from .screens.forms import GrantScreen, LaunchScreen, PickScreen
 
 if TYPE_CHECKING:
     from .app import SpeedApp

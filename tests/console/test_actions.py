@@ -13,7 +13,8 @@ from speedtui.services.actions import NodeSpec
 from speedtui.ui.app import make_app
 from speedtui.services.history import AuditLog, CallHistory
 from speedtui.ui.screens.confirm import ConfirmScreen
-from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendScreen
+from speedtui.ui.screens.calls import CallScreen, SendScreen
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
 from .conftest import SIZE, run_async, wait_for
 

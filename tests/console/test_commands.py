@@ -9,7 +9,7 @@ from speed_runtime.cli import build_parser
 
 from speedtui.models.commands import (NodeSpec, call_command, node_command, reap_command, send_command,
                                       speed_call_command)
-from speedtui.services.actions import _drain, speed_command
+from speedtui.services.processes import _drain, speed_command
 
 
 def parsed(cmd):

@@ -231,7 +231,7 @@ def test_call_errors_in_the_consoles_words():
 # 5: at 80x24 the call dialog's buttons are on screen
 @run_async
 async def test_call_dialog_buttons_on_screen_at_80x24(tmp_path):
-    from speedtui.ui.screens.forms import CallScreen
+    from speedtui.ui.screens.calls import CallScreen
 
     root, paths, app = fixture_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -39,8 +39,8 @@ async def test_call_and_message_dialogs_without_a_node_of_its_own(procs, root, k
 
 @run_async
 async def test_start_console_node_then_call_a_speed_node_process(procs, root, key_path, tmp_path):
-    from speedtui.services.actions import console_node_name
-    from speedtui.ui.screens.forms import CallScreen
+    from speedtui.services.processes import console_node_name
+    from speedtui.ui.screens.calls import CallScreen
 
     me = console_node_name()
     procs.start("billing", allow=[me], services=["calculateTax"], trace=True)

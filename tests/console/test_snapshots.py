@@ -11,7 +11,8 @@ from speedtui.models.access import AccessGraph
 from speedtui.models.history import AuditEntry, CallRecord
 from speedtui.services.history import AuditLog, CallHistory
 from speedtui.ui.screens.confirm import ConfirmScreen
-from speedtui.ui.screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
+from speedtui.ui.screens.calls import CallScreen, SendScreen
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen, PickScreen
 
 from speedtui.ui.screens.jump import JumpScreen
 
