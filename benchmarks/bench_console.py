@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from textual import events  # noqa: E402
 
-from speedtui import rt  # noqa: E402
-from speedtui.app import make_app  # noqa: E402
+from speedtui.services import runtime as rt  # noqa: E402
+from speedtui.ui.app import make_app  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
 
 JOURNALS = 20

@@ -23,13 +23,15 @@ sys.path.insert(0, str(HERE.parent))
 os.environ.setdefault("TZ", "UTC")
 time.tzset()
 
-from speedtui import rt  # noqa: E402
-from speedtui.app import make_app  # noqa: E402
-from speedtui.clock import FrozenClock  # noqa: E402
-from speedtui.fixture import FIXED_NOW, build, sample_summary  # noqa: E402
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord  # noqa: E402
+from speedtui.services import runtime as rt  # noqa: E402
+from speedtui.ui.app import make_app  # noqa: E402
+from speedtui.services.clock import FrozenClock  # noqa: E402
+from speedtui.environments.fixture import FIXED_NOW, build, sample_summary  # noqa: E402
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen  # noqa: E402
+from speedtui.ui.screens.calls import CallScreen  # noqa: E402
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen  # noqa: E402
 
 SIZE = (120, 36)
 
@@ -48,13 +50,15 @@ SHOTS = [
     ("call-dialog.svg", [], "call"),
     ("grant-dialog.svg", [], "grant"),
     ("launch-dialog.svg", [], "launch"),
+    ("call-without-node.svg", [], "call0"),
+    ("jump.svg", ["colon", "b", "i", "l"], None),
     ("theme-light.svg", ["4"], "light"),
     ("theme-high-contrast.svg", [], "high-contrast"),
 ]
 
 
-def seed_history(paths: Paths) -> None:
-    log = AuditLog(paths.audit_log)
+def seed_history(paths: Paths, root: Path) -> None:
+    log = AuditLog(paths.audit_log(root))
     log.record(AuditEntry(FIXED_NOW - 60, "launch", "ops (in-process)",
                           "speed node --dir /dev/shm/speed --key speed.key --name ops --allow billing --trace"))
     log.record(AuditEntry(FIXED_NOW - 30, "call", "ops → billing.calculateTax",
@@ -62,7 +66,7 @@ def seed_history(paths: Paths) -> None:
                           "--key speed.key --timeout 5", result="SUCCESS 4.2ms"))
     log.record(AuditEntry(FIXED_NOW - 20, "replay", "gateway → billing MESSAGE seq 9",
                           "# re-deliver 154 sealed bytes", result="injected"))
-    CallHistory(paths.call_history).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
+    CallHistory(paths.call_history(root)).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
                                                       {"amount": 100}, 5.0, "SUCCESS", {"tax": 18.0}, latency_ms=4.2))
     paths.analytics_dir.mkdir(parents=True, exist_ok=True)
     (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
@@ -70,16 +74,17 @@ def seed_history(paths: Paths) -> None:
 
 async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: bool, work: Path) -> None:
     paths = Paths(work / f"cfg-{name}", work / f"data-{name}")
-    seed_history(paths)
     theme = extra if extra in ("light", "high-contrast") else None
     if demo:
-        from speedtui.demo import DemoEnvironment
+        from speedtui.environments.demo import DemoEnvironment
 
         env = DemoEnvironment(seed=7).start()
+        seed_history(paths, env.root)
         app = make_app(env.root, rt.load_key(env.key_path), paths=paths, demo=env, theme=theme, steady=True,
                        dir_label="/dev/shm/speed (demo)")
     else:
         root, key_path = build(work / f"root-{name}")
+        seed_history(paths, root)
         app = make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW), theme=theme,
                        steady=True, dir_label="/dev/shm/speed")
     async with app.run_test(size=SIZE) as pilot:
@@ -93,6 +98,8 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
         if extra == "call":
             app.push_screen(CallScreen(["gateway"], g, "/dev/shm/speed", "speed.key", "gateway", "billing",
                                        "calculateTax", {"amount": 250}))
+        elif extra == "call0":  # a real environment: the console has no node of its own yet
+            app.push_screen(CallScreen([], g, "/dev/shm/speed", "speed.key"))
         elif extra == "grant":
             app.push_screen(GrantScreen(["gateway"], g, "gateway", "reports"))
         elif extra == "launch":

@@ -63,7 +63,7 @@ def check_root(root: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from . import rt
+    from .services import runtime as rt
     from .paths import Paths, default_key, default_root
 
     paths = Paths.default()
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = None
     if args.demo:
-        from .demo import DemoEnvironment
+        from .environments.demo import DemoEnvironment
 
         demo = DemoEnvironment()
         try:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if demo:
             demo.stop()
         return _fail(str(exc))
-    from .app import make_app
+    from .ui.app import make_app
 
     app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,21 +32,32 @@ class Paths:
     def default_key_file(self) -> Path:
         return self.config_dir / "speed.key"
 
-    @property
-    def audit_log(self) -> Path:
-        return self.data_dir / "audit.jsonl"
+    def audit_log(self, root: "os.PathLike[str] | str") -> Path:
+        """The operator's actions on the environment at ``root``."""
+        return self.env_dir(root) / "audit.jsonl"
 
-    @property
-    def call_history(self) -> Path:
-        return self.data_dir / "calls.jsonl"
+    def call_history(self, root: "os.PathLike[str] | str") -> Path:
+        """The SPC calls fired in the environment at ``root`` (re-run there, never elsewhere)."""
+        return self.env_dir(root) / "calls.jsonl"
 
     @property
     def analytics_dir(self) -> Path:
         return self.data_dir / "analytics"
 
+    def env_dir(self, root: "os.PathLike[str] | str") -> Path:
+        """Per-environment data (reports, stores, logs, histories), keyed by the absolute ROOT."""
+        absolute = os.path.abspath(os.fspath(root))
+        slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.path.basename(absolute))[:32] or "root"
+        digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return self.data_dir / "envs" / f"{slug}-{digest}"
 
-def default_root() -> Path:
-    """/dev/shm/speed where /dev/shm exists, else the user's runtime directory."""
+
+def default_root(environ: dict | None = None) -> Path:
+    """$SPEED_DIR (as `speed` reads it), else /dev/shm/speed where /dev/shm exists, else the
+    user's runtime directory."""
+    env = os.environ if environ is None else environ
+    if env.get("SPEED_DIR"):
+        return Path(env["SPEED_DIR"])
     if os.path.isdir("/dev/shm"):
         return Path("/dev/shm/speed")
     return Path(platformdirs.user_runtime_dir("speed"))

@@ -151,3 +151,17 @@ def grant_preview(graph: AccessGraph, node: str, peer: str, grant: bool) -> list
             lines.append(f"closes: SPC calls {node} → {peer} lose their response path "
                          f"({node} fails them with ACCESS_DENIED)")
     return lines
+
+
+def grants_needed(graph: AccessGraph, caller: str, target: str) -> list[tuple[str, str]]:
+    """The allow entries a call ``caller`` → ``target`` still needs, as (node that grants, peer):
+    the target must allow the caller (the request), the caller the target (the response).
+    Never a node granting itself."""
+    needed = []
+    t, c = graph.nodes.get(target), graph.nodes.get(caller)
+    if caller != target:
+        if t is not None and caller not in t.allow:
+            needed.append((target, caller))
+        if c is not None and target not in c.allow:
+            needed.append((caller, target))
+    return needed

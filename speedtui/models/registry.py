@@ -1,41 +1,16 @@
-"""Registry table model: parse entries, judge liveness (SPEED-WIRE-V1 §4.1), sort, filter."""
+"""Registry table model: entries as rows (liveness from ``liveness.judge``), sort, filter.
+Pure: the files are read by ``services/registry.py``."""
 
 from __future__ import annotations
 
 import math
-import os
-import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from speed_runtime.core.entry import MAX_ENTRY_BYTES, RegistryEntry
-from speed_runtime.core.errors import BadEntryError
+from .liveness import STALE, EntryFacts, HostFacts, judge
 
 REGISTRY_DIR = "speed_registry"
 EXPIRING = "expiring"
-
-
-def local_boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-LOCAL_HOST = socket.gethostname()
-
-
-def pid_alive(pid: int) -> bool | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -45,65 +20,6 @@ class RawEntry:
     name: str  # from the file name
     data: dict[str, Any] | None
     error: str | None = None
-
-
-def read_registry(root: Path, cache: dict | None = None) -> list[RawEntry]:
-    """Read every ``*.node`` file; never raises for a bad entry.
-
-    With ``cache`` (a dict kept by the caller), a file whose (inode, size, mtime) did not change
-    is not read again and keeps its RawEntry object (so models can cache per entry)."""
-    reg = Path(root) / REGISTRY_DIR
-    out: list[RawEntry] = []
-    try:
-        names = sorted(os.listdir(reg))
-    except OSError:
-        return out
-    seen = set()
-    for fn in names:
-        if not fn.endswith(".node") or fn.startswith("."):
-            continue
-        name = fn[:-5]
-        if cache is not None:
-            try:
-                st = os.stat(reg / fn, follow_symlinks=False)
-            except OSError:
-                continue
-            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-            seen.add(fn)
-            hit = cache.get(fn)
-            if hit is not None and hit[0] == sig:
-                out.append(hit[1])
-                continue
-            entry = _read_one(reg, fn, name)
-            if entry is not None:
-                cache[fn] = (sig, entry)
-                out.append(entry)
-            continue
-        entry = _read_one(reg, fn, name)
-        if entry is not None:
-            out.append(entry)
-    if cache is not None:
-        for fn in [k for k in cache if k not in seen]:
-            del cache[fn]
-    return out
-
-
-def _read_one(reg: Path, fn: str, name: str) -> RawEntry | None:
-    try:
-        fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_ENTRY_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return RawEntry(name, None, f"unreadable: {exc.strerror}")
-    try:  # the runtime's reader: the same validation as every node (huge numbers, bad ids, names)
-        entry = RegistryEntry.from_json(raw)
-    except BadEntryError as exc:
-        return RawEntry(name, None, str(exc))
-    if entry.name != name:
-        return RawEntry(name, None, f"the file holds an entry named {entry.name!r}")
-    return RawEntry(name, entry.to_dict())
 
 
 def _num(v: Any, default: float | None = None) -> float | None:
@@ -124,13 +40,13 @@ def _strs(v: Any) -> tuple[str, ...]:
 class NodeRow:
     name: str
     status: str  # online | leaving | stale
-    remaining: float  # lease seconds left (negative when stale)
+    remaining: float  # lease seconds left (negative once expired)
     hb_age: float | None
     pid: int | None
     pid_alive: bool | None  # None: other host / unknown
     host: str
     runtime: str
-    uptime: float | None
+    uptime: float | None  # stops at the last heartbeat once the node is judged dead
     groups: tuple[str, ...]
     services: tuple[str, ...]
     allow: tuple[str, ...]
@@ -139,57 +55,42 @@ class NodeRow:
     lease_seconds: float
     raw: dict[str, Any] | None
     error: str | None = None
+    reason: str = ""  # why the node is judged stale ("" when it is not)
 
     @property
     def expiring_soon(self) -> bool:
-        return self.status != "stale" and self.remaining < min(10.0, self.lease_seconds / 3)
+        return self.status != STALE and self.remaining < min(10.0, self.lease_seconds / 3)
 
 
 def _static(raw: RawEntry) -> dict[str, Any]:
     """The parts of a row that depend on the entry only (cached per RawEntry)."""
     d = raw.data or {}
     pid = d.get("pid") if isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool) else None
+    host = str(d.get("host", ""))
+    facts = EntryFacts(lease=_num(d.get("leaseSeconds"), 30.0) or 30.0, last_heartbeat=_num(d.get("lastHeartbeat")),
+                       boottime_heartbeat=_num(d.get("bootTimeHeartbeat")), boot_id=d.get("bootId"), pid=pid,
+                       host=host, leaving=d.get("status") == "leaving", startup=_num(d.get("startupTimestamp")))
     return dict(
-        lease=_num(d.get("leaseSeconds"), 30.0) or 30.0, hb=_num(d.get("lastHeartbeat")),
-        bt=_num(d.get("bootTimeHeartbeat")), boot=d.get("bootId"), pid=pid, host=str(d.get("host", "")),
-        start=_num(d.get("startupTimestamp")), leaving=d.get("status") == "leaving",
+        facts=facts, pid=pid, host=host,
         name=str(d.get("name", raw.name)) if raw.error is None else raw.name, runtime=str(d.get("runtime", "")),
         groups=_strs(d.get("groups")), services=_strs(d.get("services")), allow=_strs(d.get("allow")),
         counters=d.get("counters") if isinstance(d.get("counters"), dict) else {}, node_id=str(d.get("id", "")),
     )
 
 
-def build_row(raw: RawEntry, now: float, boot_id: str | None = None,
-              boottime_now: float | None = None, host: str = LOCAL_HOST,
-              check_pid: Callable[[int], bool | None] = pid_alive, static: dict[str, Any] | None = None) -> NodeRow:
+def build_row(raw: RawEntry, now: float, boot_id: str | None = None, boottime_now: float | None = None,
+              host: str | None = None, check_pid: Callable[[int], bool | None] | None = None,
+              static: dict[str, Any] | None = None, facts: HostFacts | None = None) -> NodeRow:
+    """One row; the host facts come as ``facts`` or as the separate arguments (no host: no pid judged)."""
     st = static if static is not None else _static(raw)
-    lease, hb = st["lease"], st["hb"]
-    age: float | None = None
-    if hb is not None:
-        age = now - hb
-        if boot_id and st["boot"] == boot_id and st["bt"] is not None and boottime_now is not None:
-            age = boottime_now - st["bt"]
-    pid = st["pid"]
-    alive: bool | None = None
-    if pid is not None and st["host"] == host:
-        alive = check_pid(pid)
-    if raw.error is not None or age is None:
-        status = "stale"
-        remaining = -1.0
-    else:
-        remaining = lease - age
-        if age > lease or alive is False:
-            status = "stale"
-        elif st["leaving"]:
-            status = "leaving"
-        else:
-            status = "online"
-    start = st["start"]
+    if facts is None:
+        facts = HostFacts(host=host, boot_id=boot_id, boottime=boottime_now, pid_alive=check_pid)
+    v = judge(st["facts"], now, facts, raw.error)
     return NodeRow(
-        name=st["name"], status=status, remaining=remaining, hb_age=age, pid=pid, pid_alive=alive,
-        host=st["host"], runtime=st["runtime"], uptime=(now - start) if start is not None else None,
+        name=st["name"], status=v.status, remaining=v.remaining, hb_age=v.hb_age, pid=st["pid"],
+        pid_alive=v.pid_alive, host=st["host"], runtime=st["runtime"], uptime=v.uptime,
         groups=st["groups"], services=st["services"], allow=st["allow"], counters=st["counters"],
-        node_id=st["node_id"], lease_seconds=lease, raw=raw.data, error=raw.error,
+        node_id=st["node_id"], lease_seconds=st["facts"].lease, raw=raw.data, error=raw.error, reason=v.reason,
     )
 
 
@@ -231,9 +132,10 @@ def fmt_counters(c: dict[str, Any]) -> str:
 
 
 COLUMNS: list[tuple[str, str, int]] = [
-    # key, label, width (the first eleven fit 120 columns; scroll right for the runtime)
-    ("status", "STATUS", 9),
+    # key, label, width (NAME and STATUS stay when the table scrolls right; the first eleven fit
+    # 120 columns, COUNTERS takes what is left of wider screens)
     ("name", "NAME", 13),
+    ("status", "STATUS", 9),
     ("remaining", "LEASE", 7),
     ("hb_age", "HB AGE", 6),
     ("pid", "PID", 7),
@@ -245,6 +147,8 @@ COLUMNS: list[tuple[str, str, int]] = [
     ("counters", "COUNTERS", 20),
     ("runtime", "RUNTIME", 24),
 ]
+FROZEN_COLUMNS = 2
+FLEX_COLUMN = "counters"
 
 _STATUS_ORDER = {"stale": 0, "leaving": 1, "online": 2}
 
@@ -270,7 +174,7 @@ def row_matches(row: NodeRow, text: str) -> bool:
         return True
     t = text.lower()
     hay = " ".join([row.name, row.status, row.host, row.runtime, " ".join(row.groups),
-                    " ".join(row.services), str(row.pid or "")]).lower()
+                    " ".join(row.services), str(row.pid or ""), row.reason]).lower()
     return all(part in hay for part in t.split())
 
 
@@ -287,14 +191,12 @@ class RegistryModel:
     _static_cache: dict = field(default_factory=dict, repr=False)
     _by_name: dict | None = field(default=None, repr=False)
 
-    def update(self, raw: Iterable[RawEntry], now: float, boot_id: str | None = None,
-               boottime_now: float | None = None, host: str = LOCAL_HOST,
-               check_pid: Callable[[int], bool | None] = pid_alive) -> None:
+    def update(self, raw: Iterable[RawEntry], now: float, facts: HostFacts | None = None) -> None:
         self.raw = list(raw)
-        self.refresh(now, boot_id, boottime_now, host, check_pid)
+        self.refresh(now, facts)
 
-    def refresh(self, now: float, boot_id: str | None = None, boottime_now: float | None = None,
-                host: str = LOCAL_HOST, check_pid: Callable[[int], bool | None] = pid_alive) -> None:
+    def refresh(self, now: float, facts: HostFacts | None = None) -> None:
+        facts = facts if facts is not None else HostFacts()
         cache = self._static_cache
         fresh: dict[int, tuple[RawEntry, dict]] = {}
         rows = []
@@ -302,7 +204,7 @@ class RegistryModel:
             hit = cache.get(id(r))
             st = hit[1] if hit is not None and hit[0] is r else _static(r)
             fresh[id(r)] = (r, st)
-            rows.append(build_row(r, now, boot_id, boottime_now, host, check_pid, static=st))
+            rows.append(build_row(r, now, static=st, facts=facts))
         self._static_cache = fresh
         self.rows = rows
         self._by_name = None

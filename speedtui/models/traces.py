@@ -103,6 +103,22 @@ def parse_record(d: Any, source: str = "journal") -> TraceRecord | None:
     )
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """``latency>50`` (ms), ``seq>=100``, ``size<4096``: a record without the field never matches."""
+
+    field: str  # latency_ms | seq | size
+    op: str  # > >= < <= =
+    value: float
+
+    def matches(self, r: TraceRecord) -> bool:
+        v = getattr(r, self.field)
+        if v is None:
+            return False
+        return {">": v > self.value, ">=": v >= self.value, "<": v < self.value, "<=": v <= self.value,
+                "=": v == self.value}[self.op]
+
+
 @dataclass
 class TraceFilter:
     node: str = ""
@@ -110,9 +126,13 @@ class TraceFilter:
     outcome: str = ""  # sent | accepted | rejected | "" ; "error" = SPC errors
     text: str = ""
     nodes: frozenset[str] | None = None  # fabric restriction
+    reason: str = ""  # rejection reason (prefix), e.g. bad_tag
+    service: str = ""
+    comparisons: tuple[Comparison, ...] = ()
 
     def active(self) -> bool:
-        return bool(self.node or self.type or self.outcome or self.text or self.nodes is not None)
+        return bool(self.node or self.type or self.outcome or self.text or self.nodes is not None or self.reason
+                    or self.service or self.comparisons)
 
     def matches(self, r: TraceRecord) -> bool:
         if self.node and self.node not in (r.node, r.peer):
@@ -127,11 +147,30 @@ class TraceFilter:
                     return False
             elif r.outcome != self.outcome:
                 return False
+        if self.reason and not r.reason.startswith(self.reason):
+            return False
+        if self.service and r.service != self.service:
+            return False
+        for c in self.comparisons:
+            if not c.matches(r):
+                return False
         if self.text:
             hay = r.text()
             if not all(p in hay for p in self.text.lower().split()):
                 return False
         return True
+
+
+def _insert_in_time_order(ring: deque, r: TraceRecord) -> None:
+    """Journals are read one after another, so a record can be older than the last one taken in:
+    it goes where its time puts it (nearly always at the end, else a few places before)."""
+    i = len(ring)
+    while i > 0 and ring[i - 1].ts > r.ts:
+        i -= 1
+    if i == len(ring):
+        ring.append(r)
+    else:
+        ring.insert(i, r)
 
 
 @dataclass(frozen=True)
@@ -158,6 +197,7 @@ class TraceStore:
         self.total = 0
         self.bad_lines = 0
         self.dropped = 0  # records the app could not take in time (bridge overflow)
+        self.journaling: set[str] = set()  # nodes whose journals have been read
         self.buckets: dict[int, int] = {}
         # a lone record is stored bare, not in a one-element list: tens of thousands of small
         # containers made each full garbage collection a key-blocking 100+ ms pause
@@ -167,22 +207,26 @@ class TraceStore:
     def add(self, records: Iterable[TraceRecord]) -> int:
         n = 0
         for r in records:
+            if r.source == "journal":
+                self.journaling.add(r.node)
             if r.kind == "lease":
                 self.leases.append(r)
                 continue
             n += 1
             self.total += 1
+            sec = int(r.ts)
+            self.buckets[sec] = self.buckets.get(sec, 0) + 1
             if len(self.ring) == self.ring.maxlen:
-                old = self.ring[0]
+                if r.ts < self.ring[0].ts:
+                    continue  # older than everything a full ring keeps: it would be the next to go
+                old = self.ring.popleft()
                 if self.view and self.view[0] is old:
                     self.view.popleft()
                 if old.request_id:
                     self._unlink_request(old)
-            self.ring.append(r)
+            _insert_in_time_order(self.ring, r)
             if self.filter.matches(r):
-                self.view.append(r)
-            sec = int(r.ts)
-            self.buckets[sec] = self.buckets.get(sec, 0) + 1
+                _insert_in_time_order(self.view, r)
             if r.request_id:
                 had = self.by_request.get(r.request_id)
                 if had is None:
@@ -221,8 +265,16 @@ class TraceStore:
         return [float(self.buckets.get(s, 0)) for s in range(end - seconds + 1, end + 1)]
 
     def lease_history(self, subject: str, limit: int = 100) -> list[TraceRecord]:
-        out = [r for r in self.leases if r.subject == subject or (r.node == subject and r.subject == subject)]
+        out = [r for r in self.leases if r.subject == subject]
         return out[-limit:]
+
+    def lease_history_split(self, subject: str, limit: int = 12) -> tuple[list[TraceRecord], list[TraceRecord]]:
+        """The node's own lease events (registered, renewed late, lost, deregistered…) and what its
+        peers observed of it (join, expiry, leave), each the newest ``limit``, oldest first."""
+        hist = self.lease_history(subject, limit=10 * limit)
+        own = [r for r in hist if r.node == subject]
+        seen = [r for r in hist if r.node != subject]
+        return own[-limit:], seen[-limit:]
 
     def call_link(self, rec: TraceRecord) -> CallLink | None:
         if not rec.request_id:

@@ -7,9 +7,9 @@ import pytest
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-from speedtui import rt  # noqa: E402
-from speedtui.clock import FrozenClock  # noqa: E402
-from speedtui.fixture import FIXED_NOW, build  # noqa: E402
+from speedtui.services import runtime as rt  # noqa: E402
+from speedtui.services.clock import FrozenClock  # noqa: E402
+from speedtui.environments.fixture import FIXED_NOW, build  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
 
 SIZE = (120, 36)
@@ -25,7 +25,7 @@ def fixture_env(tmp_path):
 
 @pytest.fixture
 def fixture_app(fixture_env):
-    from speedtui.app import make_app
+    from speedtui.ui.app import make_app
 
     root, key, paths = fixture_env
 

@@ -4,7 +4,7 @@ from rich.cells import cell_len
 
 from speedtui.models.access import AccessGraph
 from speedtui.models.registry import RawEntry, build_row
-from speedtui.views.access_picture import access_picture
+from speedtui.ui.views.access_picture import access_picture
 
 
 def entry(name, groups=(), allow=()):

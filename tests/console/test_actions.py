@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from speedtui.actions import NodeSpec
-from speedtui.app import make_app
-from speedtui.models.history import AuditLog, CallHistory
-from speedtui.screens.confirm import ConfirmScreen
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, SendScreen
+from speedtui.services.actions import NodeSpec
+from speedtui.ui.app import make_app
+from speedtui.services.history import AuditLog, CallHistory
+from speedtui.ui.screens.confirm import ConfirmScreen
+from speedtui.ui.screens.calls import CallScreen, SendScreen
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
 from .conftest import SIZE, run_async, wait_for
 
@@ -80,14 +81,17 @@ async def test_launch_in_process_node_and_stop(live_env):
         assert e["groups"] == ["ops-fabric"] and e["allow"] == ["billing"] and e["pid"] == os.getpid()
         assert e["services"] == ["echo"]
         await wait_for(pilot, lambda: "ops" in app.registry.by_name(), what="ops in the leases view")
-        audit = AuditLog(paths.audit_log).entries()
+        audit = AuditLog(paths.audit_log(root)).entries()
         assert audit[-1].action == "launch" and "speed node" in audit[-1].command and "--name ops" in audit[-1].command
         # stop it again from the picker
         await pilot.press("d")
         await wait_for(pilot, lambda: app.screen.query("#pick-list"), what="stop picker")
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="stop confirmation")
+        assert entry(root, "ops") is not None  # nothing is stopped before the confirmation
+        await pilot.press("y")
         await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="ops deregistered")
-        assert AuditLog(paths.audit_log).entries()[-1].action == "stop"
+        assert AuditLog(paths.audit_log(root)).entries()[-1].action == "stop"
 
 
 @run_async
@@ -130,7 +134,7 @@ async def test_grant_and_revoke_publish_allow(live_env, in_process):
         assert "closes" in str(app.screen.query_one("#gr-preview").render())
         await pilot.click("#gr-go")
         await wait_for(pilot, lambda: (entry(root, "ops") or {}).get("allow") == [], what="revoke on disk")
-        actions = [a.action for a in AuditLog(paths.audit_log).entries()]
+        actions = [a.action for a in AuditLog(paths.audit_log(root)).entries()]
         assert actions[-2:] == ["grant", "revoke"]
 
 
@@ -171,11 +175,11 @@ async def test_call_history_journal_and_replay(live_env):
             await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.query("#call-go"),
                            what="call dialog")
             await pilot.click("#call-go")
-            await wait_for(pilot, lambda: CallHistory(paths.call_history).entries(), timeout=60, what="call history")
-            rec = CallHistory(paths.call_history).entries()[-1]
+            await wait_for(pilot, lambda: CallHistory(paths.call_history(root)).entries(), timeout=60, what="call history")
+            rec = CallHistory(paths.call_history(root)).entries()[-1]
             assert rec.status == "SUCCESS" and rec.result == {"tax": 36.0} and rec.latency_ms > 0
             assert "SUCCESS" in str(app.screen.query_one("#call-result").render())
-            audit = AuditLog(paths.audit_log).entries()[-1]
+            audit = AuditLog(paths.audit_log(root)).entries()[-1]
             assert audit.command.startswith("speed call billing calculateTax '{\"amount\":200}' --as ops")
             # the envelope is in ops's journal, and the console shows it
             await wait_for(pilot, lambda: any(r.get("type") == "SPC_REQUEST" and r.get("dir") == "out"
@@ -192,7 +196,7 @@ async def test_call_history_journal_and_replay(live_env):
             assert app.replays[-1].outcome == "rejected"
             assert app.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
             assert any(r.get("outcome") == "rejected" and r.get("peer") == "ops" for r in journal(root, "billing"))
-            assert AuditLog(paths.audit_log).entries()[-1].action == "replay"
+            assert AuditLog(paths.audit_log(root)).entries()[-1].action == "replay"
             st = app.replay_state_for("ops")  # live state of the console's own node, by sender name
             assert st["source"] == "journals + live node state" and st["last_accepted"].get("billing", 0) >= 1
             # the call history survives and re-runs with one key
@@ -200,9 +204,9 @@ async def test_call_history_journal_and_replay(live_env):
             await pilot.pause()
             app.view_widget("audit").query_one("#calls-table").focus()
             await pilot.press("r")
-            await wait_for(pilot, lambda: len(CallHistory(paths.call_history).entries()) == 2, timeout=60,
+            await wait_for(pilot, lambda: len(CallHistory(paths.call_history(root)).entries()) == 2, timeout=60,
                            what="re-run call")
-            assert CallHistory(paths.call_history).entries()[-1].result == {"tax": 36.0}
+            assert CallHistory(paths.call_history(root)).entries()[-1].result == {"tax": 36.0}
 
 
 @run_async
@@ -213,8 +217,8 @@ async def test_call_error_is_shown(live_env):
         async with app.run_test(size=SIZE) as pilot:
             await launch_ops(pilot, app, root)
             app.run_call("ops", "billing", "calculateTax", {"amount": "x"}, 5.0)
-            await wait_for(pilot, lambda: CallHistory(paths.call_history).entries(), timeout=60, what="call")
-            rec = CallHistory(paths.call_history).entries()[-1]
+            await wait_for(pilot, lambda: CallHistory(paths.call_history(root)).entries(), timeout=60, what="call")
+            rec = CallHistory(paths.call_history(root)).entries()[-1]
             assert rec.status == "ERROR" and rec.error_code == "INVALID_ARGUMENTS"
 
 
@@ -237,8 +241,8 @@ async def test_send_with_confirmation(live_env):
             await pilot.click("#snd-go")
             await wait_for(pilot, lambda: got, timeout=60, what="message delivered")
             assert got == [{"hello": 1}]
-            await wait_for(pilot, lambda: AuditLog(paths.audit_log).entries()[-1].action == "send", what="audit")
-            assert "confirmed" in AuditLog(paths.audit_log).entries()[-1].result
+            await wait_for(pilot, lambda: AuditLog(paths.audit_log(root)).entries()[-1].action == "send", what="audit")
+            assert "confirmed" in AuditLog(paths.audit_log(root)).entries()[-1].result
 
 
 @run_async
@@ -261,7 +265,7 @@ async def test_reap_stale_entry_with_confirmation(live_env):
         await pilot.press("y")
         await wait_for(pilot, lambda: not (reg / "ghost.node").exists(), what="entry reaped")
         await wait_for(pilot, lambda: "ghost" not in app.registry.by_name(), what="view updated")
-        assert AuditLog(paths.audit_log).entries()[-1].command.startswith("speed reap ghost")
+        assert AuditLog(paths.audit_log(root)).entries()[-1].command.startswith("speed reap ghost")
 
 
 @run_async
@@ -274,7 +278,7 @@ async def test_readonly_disables_actions(live_env):
         assert not isinstance(app.screen, LaunchScreen)
         with pytest.raises(Exception):
             app.actions.launch(NodeSpec("x"))
-    assert not paths.audit_log.exists()
+    assert not paths.audit_log(root).exists()
 
 
 @run_async
@@ -290,14 +294,14 @@ async def test_live_updates_without_refresh(live_env):
 
 
 def test_failed_process_launch_reports_stderr(live_env):
-    from speedtui.actions import ActionError, ActionService
-    from speedtui.bridge import Bridge
+    from speedtui.services.actions import ActionError, ActionService
+    from speedtui.services.bridge import Bridge
 
     root, key, paths = live_env
-    acts = ActionService(root, key, Bridge(), AuditLog(paths.audit_log), CallHistory(paths.call_history))
+    acts = ActionService(root, key, Bridge(), AuditLog(paths.audit_log(root)), CallHistory(paths.call_history(root)))
     with pytest.raises(ActionError) as err:
         acts.launch(NodeSpec("bad", services=("nope",), in_process=False))
     assert "did not start" in str(err.value) and "nope" in str(err.value)
-    last = AuditLog(paths.audit_log).entries()[-1]
+    last = AuditLog(paths.audit_log(root)).entries()[-1]
     assert last.action == "launch" and not last.ok
     assert acts.own == {}

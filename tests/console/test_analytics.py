@@ -2,7 +2,7 @@
 
 import json
 
-from speedtui.models.history import AuditLog
+from speedtui.services.history import AuditLog
 
 from .conftest import SIZE, run_async, wait_for
 
@@ -29,7 +29,7 @@ async def test_analysis_runs_in_worker_and_shows_summary(fixture_app, fixture_en
     assert written["totals"] == expected["totals"] and written["totals"]["malformed"] == 2
     assert [(r["target"], r["service"], r["calls"], r["successes"]) for r in written["spc"]] == \
         [(r["target"], r["service"], r["calls"], r["successes"]) for r in expected["spc"]]
-    assert AuditLog(paths.audit_log).entries()[-1].action == "analyze"
+    assert AuditLog(paths.audit_log(root)).entries()[-1].action == "analyze"
     # the next start shows the last report at once
     app2 = fixture_app(steady=True)
     async with app2.run_test(size=SIZE) as pilot:

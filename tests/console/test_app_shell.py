@@ -2,8 +2,8 @@
 
 import json
 
-from speedtui.config import Config
-from speedtui.fixture import FIXED_KEY
+from speedtui.services.config import Config
+from speedtui.environments.fixture import FIXED_KEY
 
 from .conftest import SIZE, run_async, wait_for
 
@@ -73,7 +73,7 @@ async def test_sort_by_header_click_and_filter_typing(fixture_app):
 
 @run_async
 async def test_action_bar_buttons_open_dialogs(fixture_app):
-    from speedtui.screens.forms import LaunchScreen
+    from speedtui.ui.screens.forms import LaunchScreen
 
     app = fixture_app(steady=True)
     async with app.run_test(size=SIZE) as pilot:

@@ -1,5 +1,5 @@
-from speedtui.config import Config
-from speedtui.themes import load_themes, resolve_theme_name
+from speedtui.services.config import Config
+from speedtui.ui.themes import load_themes, resolve_theme_name
 
 
 def test_config_round_trip_keeps_unknown_fields(tmp_path):

@@ -4,7 +4,7 @@ import json
 import os
 
 
-from speedtui.demo import DemoEnvironment, PROCESS_NODES
+from speedtui.environments.demo import DemoEnvironment, PROCESS_NODES
 
 from .conftest import run_async, wait_for
 
@@ -39,8 +39,8 @@ def test_demo_environment_lifecycle():
 
 @run_async
 async def test_demo_in_the_app(tmp_path):
-    from speedtui import rt
-    from speedtui.app import make_app
+    from speedtui.services import runtime as rt
+    from speedtui.ui.app import make_app
     from speedtui.paths import Paths
 
     demo = DemoEnvironment(seed=4, period=0.3, kill_every=600)

@@ -3,7 +3,7 @@ collector (thresholds taken over and given back, survivors frozen)."""
 
 import gc
 
-from speedtui.gc_pacer import CollectorPacer, PacerPolicy
+from speedtui.ui.gc_pacer import CollectorPacer, PacerPolicy
 
 
 def test_policy_waits_for_a_quiet_moment():

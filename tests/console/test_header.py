@@ -1,7 +1,7 @@
 """The header's left part at every width: what gives way first, and that it never overflows."""
 import pytest
 
-from speedtui.widgets.header import MIN_DIR_CELLS, HeaderInfo, header_text, shorten_path
+from speedtui.ui.widgets.header import MIN_DIR_CELLS, HeaderInfo, header_text, shorten_path
 
 INFO = HeaderInfo("/dev/shm/speed-demo-k2x9w1q/env", "aa9974689b32b62a",
                   (("leaving", 1), ("online", 12), ("stale", 2)), demo=True)

@@ -7,7 +7,7 @@ from rich.segment import Segment
 from textual.app import App, ComposeResult
 from textual.widgets._footer import FooterKey
 
-from speedtui.widgets.fast_table import Column, FastTable, Row
+from speedtui.ui.widgets.fast_table import Column, FastTable, Row
 
 from .conftest import SIZE, run_async
 

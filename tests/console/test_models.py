@@ -2,13 +2,15 @@
 
 import json
 
-from speedtui.fixture import FIXED_NOW, journal_records
+from speedtui.environments.fixture import FIXED_NOW, journal_records
 from speedtui.models.access import AccessGraph, explain, grant_preview
 from speedtui.models.fabrics import build_fabrics
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord, speed_call_command
+from speedtui.models.commands import speed_call_command
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory
 from speedtui.models.query import parse_query
-from speedtui.models.registry import (EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters,
-                                      fmt_duration, read_registry)
+from speedtui.models.registry import EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters, fmt_duration
+from speedtui.services.registry import read_registry
 from speedtui.models.traces import TraceFilter, TraceStore, parse_record
 
 
@@ -102,8 +104,12 @@ def test_ring_buffer_is_bounded_and_view_follows():
     s.add(recs)
     assert len(s.ring) == 10 and len(s.view) == 10 and s.total == 25
     s.set_filter(TraceFilter(text="b"))
-    s.add(recs[:5])
-    assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [0, 1, 2, 3, 4]
+    s.add(recs[:5])  # older than everything the full ring keeps (the ring is in time order)
+    assert len(s.view) == 10 and [r.seq for r in s.view] == list(range(15, 25))
+    newer = [parse_record({"ts": 100.0 + i, "node": "a", "dir": "out", "peer": "b", "type": "MESSAGE",
+                           "seq": 100 + i, "outcome": "sent"}) for i in range(5)]
+    s.add(newer)
+    assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [100, 101, 102, 103, 104]
 
 
 def test_filters_and_query_language():
@@ -218,7 +224,8 @@ def test_registry_reader_survives_hostile_entries(tmp_path):
     import json as _json
     import uuid as _uuid
 
-    from speedtui.models.registry import RegistryModel, read_registry
+    from speedtui.models.registry import RegistryModel
+    from speedtui.services.registry import read_registry
 
     reg = tmp_path / "speed_registry"
     reg.mkdir()

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.screen import Screen
 
-from speedtui.widgets.rendered_pane import RenderedPane
+from speedtui.ui.widgets.rendered_pane import RenderedPane
 
 from .conftest import SIZE, run_async, wait_for
 

@@ -1,15 +1,23 @@
-"""Snapshot tests of every view and dialog, from the deterministic fixture (frozen clock, fixed
-files, no processes).  Update with `pytest tests/console --snapshot-update`."""
+"""Snapshot tests of every view and dialog at 80x24, 120x36 and 160x48, from the deterministic
+fixture (frozen clock, fixed files, no processes).  Update with
+`pytest tests/console --snapshot-update`."""
 
 import json
 
-from speedtui.fixture import FIXED_NOW, sample_summary
-from speedtui.models.access import AccessGraph
-from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord
-from speedtui.screens.confirm import ConfirmScreen
-from speedtui.screens.forms import CallScreen, GrantScreen, LaunchScreen, PickScreen, SendScreen
+import pytest
 
-from .conftest import SIZE
+from speedtui.environments.fixture import FIXED_NOW, sample_summary
+from speedtui.models.access import AccessGraph
+from speedtui.models.history import AuditEntry, CallRecord
+from speedtui.services.history import AuditLog, CallHistory
+from speedtui.ui.screens.confirm import ConfirmScreen
+from speedtui.ui.screens.calls import CallScreen, SendScreen
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen, PickScreen
+
+from speedtui.ui.screens.jump import JumpScreen
+
+SIZES = [(80, 24), (120, 36), (160, 48)]
+sized = pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 
 
 def app_for(fixture_app, **kw):
@@ -17,19 +25,23 @@ def app_for(fixture_app, **kw):
     return fixture_app(**kw)
 
 
-def test_leases(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), terminal_size=SIZE)
+@sized
+def test_leases(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), terminal_size=size)
 
 
-def test_leases_expiring_and_detail(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["e", "down"], terminal_size=SIZE)
+@sized
+def test_leases_expiring_and_detail(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["e", "down"], terminal_size=size)
 
 
-def test_leases_filter(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["slash", "f", "i", "n"], terminal_size=SIZE)
+@sized
+def test_leases_filter(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["slash", "f", "i", "n"], terminal_size=size)
 
 
-def test_reap_confirm_dialog(snap_compare, fixture_app):
+@sized
+def test_reap_confirm_dialog(size, snap_compare, fixture_app):
     # batch is the stale entry: sort by status puts stale first
     async def before(pilot):
         pilot.app.registry.sort_column = "status"
@@ -37,66 +49,75 @@ def test_reap_confirm_dialog(snap_compare, fixture_app):
         await pilot.pause()
         await pilot.press("x")
 
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_fabrics(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["2"], terminal_size=SIZE)
+@sized
+def test_fabrics(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["2"], terminal_size=size)
 
 
-def test_fabric_filter_applies_to_leases(snap_compare, fixture_app):
+@sized
+def test_fabric_filter_applies_to_leases(size, snap_compare, fixture_app):
     async def before(pilot):
         pilot.app.set_fabric("finance")
         pilot.app.action_show("leases")
         await pilot.pause()
 
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_access_with_explainer(snap_compare, fixture_app):
+@sized
+def test_access_with_explainer(size, snap_compare, fixture_app):
     async def before(pilot):
         await pilot.press("3")
         pilot.app.view_widget("access").set_pair("reports", "gateway", "echo")
         await pilot.pause()
 
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_traces(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["4"], terminal_size=SIZE)
+@sized
+def test_traces(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["4"], terminal_size=size)
 
 
-def test_traces_filtered_paused(snap_compare, fixture_app):
+@sized
+def test_traces_filtered_paused(size, snap_compare, fixture_app):
     assert snap_compare(app_for(fixture_app), press=["4", "slash", *"outcome:rej", "escape", "p"],
-                        terminal_size=SIZE)
+                        terminal_size=size)
 
 
-def test_envelope_dialog(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["4", "down", "down", "down", "enter"], terminal_size=SIZE)
+@sized
+def test_envelope_dialog(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["4", "down", "down", "down", "enter"], terminal_size=size)
 
 
-def test_follow_call_dialog(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["4", "down", "down", "down", "down", "c"], terminal_size=SIZE)
+@sized
+def test_follow_call_dialog(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["4", "down", "down", "down", "down", "c"], terminal_size=size)
 
 
-def test_replay_view(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["5", "down", "down"], terminal_size=SIZE)
+@sized
+def test_replay_view(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["5", "down", "down"], terminal_size=size)
 
 
 def test_analytics_empty(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=(120, 36))
 
 
 def test_analytics_report(snap_compare, fixture_app, fixture_env):
     _, _, paths = fixture_env
     paths.analytics_dir.mkdir(parents=True)
     (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=(120, 36))
 
 
-def test_audit(snap_compare, fixture_app, fixture_env):
-    _, _, paths = fixture_env
-    log = AuditLog(paths.audit_log)
+@sized
+def test_audit(size, snap_compare, fixture_app, fixture_env):
+    root, _, paths = fixture_env
+    log = AuditLog(paths.audit_log(root))
     log.record(AuditEntry(FIXED_NOW - 60, "launch", "ops (in-process)",
                           "speed node --dir /fixture/speed --key /fixture/speed.key --name ops --trace"))
     log.record(AuditEntry(FIXED_NOW - 30, "call", "ops → billing.calculateTax",
@@ -104,14 +125,15 @@ def test_audit(snap_compare, fixture_app, fixture_env):
                           "--key /fixture/speed.key --timeout 5", result="SUCCESS 4.2ms"))
     log.record(AuditEntry(FIXED_NOW - 10, "reap", "batch", "speed reap batch --dir /fixture/speed", ok=False,
                           result="not stale: left alone"))
-    CallHistory(paths.call_history).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
+    CallHistory(paths.call_history(root)).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
                                                       {"amount": 100}, 5.0, "SUCCESS", {"tax": 18.0},
                                                       latency_ms=4.2))
-    assert snap_compare(app_for(fixture_app), press=["7"], terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), press=["7"], terminal_size=size)
 
 
-def test_help_screen(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["question_mark"], terminal_size=SIZE)
+@sized
+def test_help_screen(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["question_mark"], terminal_size=size)
 
 
 def _push(screen_factory):
@@ -122,45 +144,109 @@ def _push(screen_factory):
     return before
 
 
-def test_launch_dialog(snap_compare, fixture_app):
+@sized
+def test_launch_dialog(size, snap_compare, fixture_app):
     before = _push(lambda app: LaunchScreen("/fixture/speed", "/fixture/speed.key", app.graph().names,
                                             ["analytics", "edge", "finance"]))
     assert snap_compare(app_for(fixture_app), run_before=before, press=[*"ops", "tab", *"finance"],
-                        terminal_size=SIZE)
+                        terminal_size=size)
 
 
-def test_grant_dialog(snap_compare, fixture_app):
+@sized
+def test_grant_dialog(size, snap_compare, fixture_app):
     before = _push(lambda app: GrantScreen(["gateway"], app.graph(), "gateway", "reports"))
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_call_dialog(snap_compare, fixture_app):
+@sized
+def test_call_dialog(size, snap_compare, fixture_app):
     before = _push(lambda app: CallScreen(["gateway"], app.graph(), "/fixture/speed", "/fixture/speed.key",
                                           "gateway", "billing", "calculateTax", {"amount": 250}))
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_call_dialog_validation(snap_compare, fixture_app):
+@sized
+def test_call_dialog_validation(size, snap_compare, fixture_app):
     before = _push(lambda app: CallScreen(["gateway"], app.graph(), "/fixture/speed", "/fixture/speed.key",
                                           "gateway", "billing", "nope", None))
     assert snap_compare(app_for(fixture_app), run_before=before, press=["tab", "tab", "tab", "backspace"],
-                        terminal_size=SIZE)
+                        terminal_size=size)
 
 
-def test_send_dialog(snap_compare, fixture_app):
+@sized
+def test_send_dialog(size, snap_compare, fixture_app):
     before = _push(lambda app: SendScreen(["gateway"], app.graph().names, True))
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_stop_picker(snap_compare, fixture_app):
+@sized
+def test_stop_picker(size, snap_compare, fixture_app):
     before = _push(lambda app: PickScreen("Stop which of this console's nodes?",
                                           [("ops", "ops (in-process)"), ("worker", "worker (process)")]))
-    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=SIZE)
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-def test_light_theme(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app, theme="light"), terminal_size=SIZE)
+@sized
+def test_light_theme(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app, theme="light"), terminal_size=size)
 
 
-def test_high_contrast_theme(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app, theme="high-contrast"), press=["4"], terminal_size=SIZE)
+@sized
+def test_high_contrast_theme(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app, theme="high-contrast"), press=["4"], terminal_size=size)
+
+
+@sized
+def test_call_dialog_without_a_node_of_its_own(size, snap_compare, fixture_app):
+    before = _push(lambda app: CallScreen([], app.graph(), "/fixture/speed", "/fixture/speed.key"))
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_send_dialog_without_a_node_of_its_own(size, snap_compare, fixture_app):
+    before = _push(lambda app: SendScreen([], app.graph().names))
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_jump_dialog(size, snap_compare, fixture_app):
+    before = _push(lambda app: JumpScreen(app.jump_targets()))
+    assert snap_compare(app_for(fixture_app), run_before=before, press=[*"bil"], terminal_size=size)
+
+
+@sized
+def test_stop_confirmation(size, snap_compare, fixture_app):
+    before = _push(lambda app: ConfirmScreen("Stop node", "Stop ops? It deregisters and its inbox stops being "
+                                             "read; calls to it fail until it is started again.", yes="Stop"))
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_access_matrix_cursor(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app), press=["3", "down", "down", "right", "right", "enter"],
+                        terminal_size=size)
+
+
+@sized
+def test_readonly(size, snap_compare, fixture_app):
+    assert snap_compare(app_for(fixture_app, readonly=True), terminal_size=size)
+
+
+@sized
+def test_wrong_key_banner(size, snap_compare, fixture_env, tmp_path):
+    from speedtui.paths import Paths
+    from speedtui.services import runtime as rt
+    from speedtui.services.clock import FrozenClock
+    from speedtui.ui.app import make_app
+
+    import base64
+    import os
+
+    root, _, _ = fixture_env
+    other = tmp_path / "other.key"  # a fixed key that is not the environment's
+    fd = os.open(other, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"SPEED-KEY-V1\n" + base64.b64encode(bytes(range(100, 132))) + b"\n")
+    os.close(fd)
+    app = make_app(root, rt.load_key(other), clock=FrozenClock(FIXED_NOW), steady=True, dir_label="/fixture/speed",
+                   paths=Paths(tmp_path / "c2", tmp_path / "d2"))
+    assert snap_compare(app, press=["4"], terminal_size=size)

@@ -3,9 +3,9 @@
 import json
 import os
 
-from speedtui.bridge import Bridge
-from speedtui.models.registry import read_registry
-from speedtui.sources import JournalTailer, RegistrySource
+from speedtui.services.bridge import Bridge
+from speedtui.services.registry import read_registry
+from speedtui.services.sources import JournalTailer, RegistrySource
 
 
 def rec(i, node="a"):

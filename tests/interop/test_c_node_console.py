@@ -4,10 +4,10 @@ import json
 import os
 from pathlib import Path
 
-from speedtui import rt
-from speedtui.app import make_app
-from speedtui.clock import FrozenClock
-from speedtui.fixture import FIXED_NOW, build
+from speedtui.services import runtime as rt
+from speedtui.ui.app import make_app
+from speedtui.services.clock import FrozenClock
+from speedtui.environments.fixture import FIXED_NOW, build
 from speedtui.paths import Paths
 
 from ..console.conftest import SIZE, run_async, wait_for

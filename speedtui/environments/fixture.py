@@ -1,0 +1,158 @@
+"""A deterministic fixture environment: registry entries and journals with fixed timestamps,
+ids, nonces and key.  Used by the snapshot tests, the screenshot script and the benchmark
+(never by the console at run time).  No process is started."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+from ..services import runtime as rt
+
+FIXED_NOW = 1767225600.0  # 2026-01-01 00:00:00 UTC
+FIXED_KEY = bytes(range(32))
+HOST = "fixture-host"  # not this host: pid liveness is not judged, so output is stable
+
+IDS = {
+    "gateway": "11111111-1111-4111-8111-111111111111",
+    "billing": "22222222-2222-4222-8222-222222222222",
+    "ledger": "33333333-3333-4333-8333-333333333333",
+    "reports": "44444444-4444-4444-8444-444444444444",
+    "audit": "55555555-5555-4555-8555-555555555555",
+    "batch": "66666666-6666-4666-8666-666666666666",
+}
+
+NODES = [
+    # name, groups, allow, services, status, heartbeat age, uptime, counters
+    ("gateway", ["edge"], ["billing", "reports"], ["echo"], "online", 2.0, 3600,
+     {"sent": 120, "received": 118, "rejected": {"replayed_nonce": 1}, "spcCalls": 60, "spcErrors": 2}),
+    ("billing", ["finance"], ["gateway", "ledger"], ["calculateTax", "echo"], "online", 1.0, 7200,
+     {"sent": 98, "received": 121, "rejected": {}, "spcCalls": 10, "spcErrors": 0}),
+    ("ledger", ["finance"], ["billing"], ["echo", "sleep"], "online", 24.5, 600,
+     {"sent": 11, "received": 12, "rejected": {}, "spcCalls": 0, "spcErrors": 0}),
+    ("reports", ["analytics", "finance"], ["gateway"], ["echo"], "leaving", 3.0, 86400 * 2, {}),
+    ("audit", [], [], ["fail"], "online", 4.0, 90, {"sent": 0, "received": 0}),
+    ("batch", ["analytics"], ["reports"], [], "online", 95.0, 5000, {}),
+]
+
+
+def write_key(path: Path) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"SPEED-KEY-V1\n{base64.b64encode(FIXED_KEY).decode()}\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def entry(name: str, groups, allow, services, status, age, uptime, counters, now: float = FIXED_NOW) -> dict:
+    return {
+        "name": name, "id": IDS[name], "pid": 40000 + list(IDS).index(name), "host": HOST, "status": status,
+        "startupTimestamp": now - uptime, "lastHeartbeat": now - age, "leaseSeconds": 30,
+        "heartbeatSeconds": 5, "protocol": 1, "groups": groups, "allow": allow, "services": services,
+        "runtime": "speed_runtime-python/0.1", "counters": counters,
+    }
+
+
+def _seal(etype: int, seq: int, ts: float, src: str, dst: str, payload: dict, nonce_byte: int) -> bytes:
+    return rt.seal_envelope(FIXED_KEY, etype, seq, int(ts * 1000), IDS[src], IDS[dst],
+                            json.dumps(payload, separators=(",", ":")).encode(), nonce=bytes([nonce_byte]) * 12)
+
+
+def journal_records(now: float = FIXED_NOW) -> dict[str, list[dict]]:
+    gw, bl = [], []
+    t = now - 50.0
+    for i in range(1, 9):
+        rid = f"req-{i:04d}"
+        amount = 100 * i
+        req = _seal(2, i, t, "gateway", "billing", {"from": "gateway", "to": "billing", "requestId": rid,
+                                                     "service": "calculateTax", "arguments": {"amount": amount},
+                                                     "callerNode": "gateway", "timeoutMs": 5000}, i)
+        ok = i != 5
+        resp_payload = ({"from": "billing", "to": "gateway", "requestId": rid, "status": "SUCCESS",
+                         "result": {"tax": amount * 0.18}} if ok else
+                        {"from": "billing", "to": "gateway", "requestId": rid, "status": "ERROR",
+                         "errorCode": "INVALID_ARGUMENTS", "errorMessage": "'amount' must be a finite number"})
+        resp = _seal(3, i, t + 0.004, "billing", "gateway", resp_payload, 100 + i)
+        common = {"requestId": rid, "service": "calculateTax"}
+        gw.append({"kind": "envelope", "ts": t, "node": "gateway", "dir": "out", "peer": "billing",
+                   "type": "SPC_REQUEST", "seq": i, "size": len(req), "outcome": "sent", **common,
+                   "envelope": base64.b64encode(req).decode()})
+        bl.append({"kind": "envelope", "ts": t + 0.001, "node": "billing", "dir": "in", "peer": "gateway",
+                   "type": "SPC_REQUEST", "seq": i, "size": len(req), "outcome": "accepted", **common,
+                   "envelope": base64.b64encode(req).decode()})
+        st = {"status": "SUCCESS"} if ok else {"status": "ERROR", "errorCode": "INVALID_ARGUMENTS"}
+        bl.append({"kind": "envelope", "ts": t + 0.004, "node": "billing", "dir": "out", "peer": "gateway",
+                   "type": "SPC_RESPONSE", "seq": i, "size": len(resp), "outcome": "sent", **common, **st,
+                   "envelope": base64.b64encode(resp).decode()})
+        gw.append({"kind": "envelope", "ts": t + 0.005, "node": "gateway", "dir": "in", "peer": "billing",
+                   "type": "SPC_RESPONSE", "seq": i, "size": len(resp), "outcome": "accepted", **common, **st,
+                   "latencyMs": 5.25 + i / 10, "envelope": base64.b64encode(resp).decode()})
+        t += 5.0
+    msg = _seal(1, 9, now - 8.0, "gateway", "billing", {"from": "gateway", "to": "billing",
+                                                        "data": {"note": "end of day"}}, 77)
+    gw.append({"kind": "envelope", "ts": now - 8.0, "node": "gateway", "dir": "out", "peer": "billing",
+               "type": "MESSAGE", "seq": 9, "size": len(msg), "outcome": "sent",
+               "envelope": base64.b64encode(msg).decode()})
+    bl.append({"kind": "envelope", "ts": now - 7.999, "node": "billing", "dir": "in", "peer": "gateway",
+               "type": "MESSAGE", "seq": 9, "size": len(msg), "outcome": "accepted",
+               "envelope": base64.b64encode(msg).decode()})
+    # a replay the receiver refused, and an intruder
+    bl.append({"kind": "envelope", "ts": now - 4.0, "node": "billing", "dir": "in", "peer": "gateway",
+               "type": "MESSAGE", "seq": 9, "size": len(msg), "outcome": "rejected", "reason": "replayed_nonce",
+               "envelope": base64.b64encode(msg).decode()})
+    bl.append({"kind": "envelope", "ts": now - 3.0, "node": "billing", "dir": "in", "peer": "mallory",
+               "type": "MESSAGE", "seq": 1, "size": 120, "outcome": "rejected", "reason": "unauthorized"})
+    leases = [
+        (now - 7200, "billing", "billing", "registered"), (now - 3600, "gateway", "gateway", "registered"),
+        (now - 3599, "billing", "gateway", "observed_join"), (now - 900, "gateway", "ledger", "observed_expiry"),
+        (now - 600, "gateway", "ledger", "observed_join"), (now - 300, "billing", "ledger", "renewed_late"),
+        (now - 30, "gateway", "batch", "observed_expiry"), (now - 3, "billing", "reports", "observed_leave"),
+    ]
+    for ts, node, subject, event in leases:
+        (gw if node == "gateway" else bl).append({"kind": "lease", "ts": ts, "node": node, "subject": subject,
+                                                  "event": event})
+    gw.sort(key=lambda r: r["ts"])
+    bl.sort(key=lambda r: r["ts"])
+    return {"gateway": gw, "billing": bl}
+
+
+def build(root: Path, now: float = FIXED_NOW) -> tuple[Path, Path]:
+    """Create ROOT (0700) with registry entries and journals; return (root, key path)."""
+    root = Path(root)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    reg = root / "speed_registry"
+    reg.mkdir(mode=0o700, exist_ok=True)
+    for spec in NODES:
+        e = entry(*spec, now=now)
+        (reg / f"{spec[0]}.node").write_text(json.dumps(e, indent=1))
+    (reg / "broken.node").write_text("{not json")
+    tr = root / "speed_traces"
+    tr.mkdir(mode=0o700, exist_ok=True)
+    for name, recs in journal_records(now).items():
+        with open(tr / f"{name}.jsonl", "w") as fh:
+            for r in recs:
+                fh.write(json.dumps(r, separators=(",", ":")) + "\n")
+            fh.write('{"torn": ')  # a torn last line, as after a crash
+    key = write_key(root.parent / f"{root.name}.key")
+    return root, key
+
+
+def sample_summary(now: float = FIXED_NOW) -> dict:
+    """The summary.json the pipeline writes for the fixture's journals: computed by the pipeline's
+    pure-Python reference (same schema and answers as the Spark job), with the fields that name
+    the run (time, paths) pinned so that snapshots are stable."""
+    import tempfile
+
+    from ..pipeline.reference import analyze
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root, _ = build(Path(tmp) / "root", now)
+        summary = analyze([str(root / "speed_traces")])["summary"]
+    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=["speed_traces"],
+                   out_dir="speed-report", elapsed_seconds=1.0)
+    return summary
+
+

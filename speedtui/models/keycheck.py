@@ -1,0 +1,46 @@
+"""Is the console's key the environment's key?  A few traced envelopes are opened with it: when
+every one tried fails its tag, the console says so once, in a banner, instead of "tag does not
+verify" on each envelope.  Pure: the tag check is handed in."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import deque
+from typing import Callable, Iterable
+
+from .traces import TraceRecord
+
+WRONG_KEY = "every envelope fails its tag: is this the environment's key?"
+
+
+class KeyCheck:
+    def __init__(self, tag_ok: Callable[[bytes], bool | None], window: int = 8, needed: int = 3,
+                 every: int = 200) -> None:
+        self.tag_ok = tag_ok  # True / False, or None when the envelope cannot tell (malformed)
+        self.recent: deque[bool] = deque(maxlen=window)
+        self.needed = needed
+        self.every = every  # after the first window, one envelope in this many is tried
+        self._seen = 0
+
+    def observe(self, records: Iterable[TraceRecord]) -> None:
+        for r in records:
+            if not r.envelope:
+                continue
+            self._seen += 1
+            if len(self.recent) >= self.recent.maxlen and self._seen % self.every:
+                continue
+            try:
+                data = base64.b64decode(r.envelope, validate=True)
+            except (binascii.Error, ValueError):
+                continue
+            ok = self.tag_ok(data)
+            if ok is not None:
+                self.recent.append(ok)
+
+    @property
+    def wrong_key(self) -> bool:
+        return len(self.recent) >= self.needed and not any(self.recent)
+
+    def banner(self) -> str:
+        return WRONG_KEY if self.wrong_key else ""

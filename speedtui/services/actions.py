@@ -1,0 +1,373 @@
+"""Operator actions (launch/stop nodes, grant/revoke, call, send, replay, reap).
+
+Plain Python, thread-safe, no Textual: the app runs these in thread workers and gets results
+back as return values; every action is written to the audit log with the equivalent `speed`
+command.  Observer events of the console's own nodes go to the Bridge.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models.errors import describe_call_error, describe_failure
+from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
+from ..models.history import AuditEntry, CallRecord
+from ..models.traces import TraceRecord, parse_record
+from . import runtime as rt
+from .bridge import Bridge
+from .clock import Clock, SystemClock
+from .history import AuditLog, CallHistory
+from .processes import _close_pipes, _drain, _read_line, _terminate, console_node_name, speed_command
+
+DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
+
+
+class ActionError(Exception):
+    """An action that could not be done; the message is shown to the operator."""
+
+
+@dataclass
+class OwnNode:
+    spec: NodeSpec
+    node: Any = None  # speed_runtime.Node
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    unsubscribe: Any = None
+    output: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None  # drains the process's stdout
+    stoppable: bool = True  # False for a node someone else drives (the demo's traffic driver)
+
+    @property
+    def kind(self) -> str:
+        return "in-process" if self.node is not None else "process"
+
+    @property
+    def alive(self) -> bool:
+        if self.node is not None:
+            return getattr(self.node, "state", "running") == "running"
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    sender: str
+    receiver: str
+    type: str
+    seq: int
+    filename: str
+
+
+class ActionService:
+    def __init__(self, root: Path, key: rt.KeyInfo, bridge: Bridge, audit: AuditLog, calls: CallHistory,
+                 clock: Clock | None = None, readonly: bool = False) -> None:
+        self.root = Path(root)
+        self.key = key
+        self.bridge = bridge
+        self.audit = audit
+        self.calls = calls
+        self.clock = clock or SystemClock()
+        self.readonly = readonly
+        self.own: dict[str, OwnNode] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ helpers
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise ActionError("the console runs with --readonly: actions are disabled")
+
+    def _record(self, action: str, detail: str, command: str, ok: bool = True, result: str = "") -> None:
+        self.audit.record(AuditEntry(ts=time.time(), action=action, detail=detail, command=command, ok=ok,
+                                     result=result))
+
+    def _observer(self, name: str):
+        bridge = self.bridge
+
+        def observe(event: Any) -> None:
+            to_record = getattr(event, "to_record", None)
+            if to_record is None:
+                return
+            try:
+                rec = parse_record(to_record(), source="observer")
+            except Exception:  # noqa: BLE001 - never break the runtime's thread
+                return
+            if rec is not None:
+                bridge.push_records([rec])
+
+        return observe
+
+    def own_alive(self) -> list[str]:
+        """Every running node this console started, in-process or process."""
+        with self._lock:
+            return sorted(n for n, o in self.own.items() if o.alive)
+
+    def own_in_process(self) -> list[str]:
+        with self._lock:
+            return sorted(n for n, o in self.own.items() if o.node is not None and o.alive)
+
+    def own_names(self) -> list[str]:
+        """The nodes the operator may stop."""
+        with self._lock:
+            return sorted(n for n, o in self.own.items() if o.stoppable)
+
+    def _own_set(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self.own)
+
+    def describe(self, exc: BaseException) -> str:
+        """A failure in the console's words (one sentence)."""
+        return describe_failure(exc, self._own_set())
+
+    def get_node(self, name: str):
+        with self._lock:
+            o = self.own.get(name)
+        if o is None or o.node is None:
+            raise ActionError(f"{name} is not one of this console's in-process nodes")
+        if not o.alive:
+            raise ActionError(f"{name} is not running")
+        return o.node
+
+    # ------------------------------------------------------------------ launch / stop
+    def node_command(self, spec: NodeSpec) -> str:
+        """What the audit log records for ``spec``: the line a process node is started with."""
+        return node_command(self.root, self.key.path, spec, control_stdin=not spec.in_process).shell()
+
+    def launch(self, spec: NodeSpec, ready_timeout: float = 15.0) -> OwnNode:
+        self._check_writable()
+        cmd = self.node_command(spec)
+        where = "in-process" if spec.in_process else "process"
+        try:
+            with self._lock:
+                if spec.name in self.own and self.own[spec.name].alive:
+                    raise ActionError(f"this console already runs a node named {spec.name}")
+            own = self._launch_in_process(spec) if spec.in_process else self._launch_process(spec, ready_timeout)
+        except Exception as exc:  # noqa: BLE001
+            msg = self.describe(exc)
+            self._record("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        with self._lock:
+            self.own[spec.name] = own
+        self._record("launch", f"{spec.name} ({where})", cmd, result="ready")
+        return own
+
+    def _launch_in_process(self, spec: NodeSpec) -> OwnNode:
+        import speed_runtime
+        from speed_runtime.demo import DEMO_SERVICES
+
+        kwargs: dict[str, Any] = dict(groups=list(spec.groups), allow=list(spec.allow), trace=spec.trace)
+        if spec.lease_seconds:
+            kwargs["lease_seconds"] = spec.lease_seconds
+        if spec.heartbeat_seconds:
+            kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
+        node = speed_runtime.Node(str(self.root), self.key.runtime_key or str(self.key.path), spec.name, **kwargs)
+        for s in spec.services:
+            if s not in DEMO_SERVICES:
+                raise ActionError(f"unknown demo service {s!r}; choose from {', '.join(DEMO_SERVICES)}")
+            node.register(s, DEMO_SERVICES[s])
+        unsub = None
+        if not spec.trace:  # with tracing on, the journal already brings every event
+            unsub = node.add_observer(self._observer(spec.name))
+        node.start()
+        return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub)
+
+    def _launch_process(self, spec: NodeSpec, ready_timeout: float) -> OwnNode:
+        # --control-stdin: grants and revokes reach the process (set_allow)
+        args = node_command(self.root, self.key.path, spec, control_stdin=True).exec_argv(speed_command())
+        # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
+        err_file = tempfile.TemporaryFile()
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
+                                start_new_session=True, text=True)
+        err_file_ref = err_file
+        own = OwnNode(spec=spec, proc=proc, started=time.time())
+        line = _read_line(proc, ready_timeout)
+        if not line.startswith("ready"):
+            err = ""
+            if proc.poll() is None:
+                _terminate(proc)
+            try:
+                err_file_ref.seek(0)
+                err = err_file_ref.read(65536).decode(errors="replace").strip()
+            except (OSError, ValueError):
+                pass
+            err_file_ref.close()
+            detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
+            raise ActionError(f"speed node {spec.name} did not start: {detail}")
+        err_file_ref.close()  # the child keeps its own descriptor
+        own.output.append(line)
+        own.reader = threading.Thread(target=_drain, args=(proc, own.output), name=f"speedtui-out-{spec.name}",
+                                      daemon=True)
+        own.reader.start()
+        return own
+
+    def start_console_node(self, name: str | None = None) -> OwnNode:
+        """A node of the console's own to call and send from (issue 15): ``console-<user>``."""
+        return self.launch(NodeSpec(name or console_node_name(), groups=("console",), trace=True, in_process=True))
+
+    def stop(self, name: str) -> None:
+        self._check_writable()
+        with self._lock:
+            own = self.own.pop(name, None)
+        if own is None:
+            raise ActionError(f"{name} is not a node this console started")
+        self._stop_own(own)
+        self._record("stop", f"{name} ({own.kind})",
+                     f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
+
+    def _stop_own(self, own: OwnNode) -> None:
+        if own.node is not None:
+            try:
+                own.node.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if own.proc is not None:
+            _terminate(own.proc, close=False)
+            if own.reader is not None:
+                own.reader.join(10)  # EOF once the process is gone
+            _close_pipes(own.proc)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            owns, self.own = list(self.own.values()), {}
+        threads = [threading.Thread(target=self._stop_own, args=(o,)) for o in owns]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+
+    # ------------------------------------------------------------------ grants
+    def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:
+        self._check_writable()
+        verb = "grant" if grant else "revoke"
+        with self._lock:
+            own = self.own.get(name)
+        try:
+            if own is not None and own.proc is not None:
+                allowed = self._set_allow_process(own, peer, grant)
+            else:
+                node = self.get_node(name)
+                (node.allow if grant else node.revoke)(peer)
+                allowed = list(node.allowed)
+        except Exception as exc:  # noqa: BLE001
+            msg = self.describe(exc)
+            self._record(verb, f"{name} allow {peer}", "", ok=False, result=msg)
+            raise ActionError(msg) from None
+        with self._lock:
+            own = self.own.get(name)
+            if own is not None:
+                own.spec.allow = tuple(allowed)
+                cmd = self.node_command(own.spec)
+            else:
+                cmd = ""
+        self._record(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
+                     f"{cmd}  # equivalent node command line", result="allow=" + ",".join(allowed))
+        return allowed
+
+    def _set_allow_process(self, own: OwnNode, peer: str, grant: bool, timeout: float = 10.0) -> list[str]:
+        """A `speed node` process of ours: its control channel, then its registry entry as the proof."""
+        rt.validate_name(peer)
+        if not own.alive or own.proc.stdin is None:
+            raise ActionError(f"{own.spec.name} is not running")
+        try:
+            own.proc.stdin.write(f"{'allow' if grant else 'revoke'} {peer}\n")
+            own.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise ActionError(f"{own.spec.name} no longer reads its control channel") from None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            allowed = rt.read_allow(self.root, own.spec.name)
+            if allowed is not None and (peer in allowed) == grant:
+                return allowed
+            time.sleep(0.02)
+        raise ActionError(f"{own.spec.name} did not publish the change within {timeout:g} s")
+
+    # ------------------------------------------------------------------ calls and messages
+    def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0) -> CallRecord:
+        self._check_writable()
+        cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
+        node = self.get_node(caller)
+        started = time.perf_counter()
+        status, result, code, message = "SUCCESS", None, "", ""
+        try:
+            result = node.call(target, service, arguments, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - SpcError has .code; others are local failures
+            status = "ERROR"
+            code = str(getattr(exc, "code", "") or "")
+            raw = str(getattr(exc, "message", "") or exc).strip()
+            message = (describe_call_error(code, raw.splitlines()[0] if raw else "", self._own_set()) if code
+                       else self.describe(exc))
+        latency = (time.perf_counter() - started) * 1000.0
+        rec = CallRecord(ts=time.time(), caller=caller, target=target, service=service, arguments=arguments,
+                         timeout=timeout, status=status, result=result, error_code=code, error_message=message,
+                         latency_ms=round(latency, 3))
+        self.calls.record(rec)
+        self._record("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
+                     result=f"{code or status} {latency:.1f}ms")
+        return rec
+
+    def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0) -> int:
+        self._check_writable()
+        cmd = send_command(target, data, sender, self.root, self.key.path, confirm).shell()
+        node = self.get_node(sender)
+        try:
+            seq = node.send(target, data, confirm=confirm, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001
+            msg = self.describe(exc)
+            self._record("send", f"{sender} → {target}", cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
+        return seq
+
+    # ------------------------------------------------------------------ replay and reap
+    def replay(self, rec: TraceRecord) -> ReplayResult:
+        self._check_writable()
+        if not rec.envelope:
+            raise ActionError("this record carries no sealed envelope (the node journals without envelopes)")
+        data = base64.b64decode(rec.envelope)
+        dec = rt.decode_envelope(data, None)
+        if dec.header is None:
+            raise ActionError(f"the traced envelope is unreadable: {dec.problem}")
+        sender, receiver = rec.sender, rec.receiver
+        filename = rt.envelope_filename(sender, dec.header.source_id, dec.header.seq, dec.header.nonce)
+        detail = f"{sender} → {receiver} {rec.type} seq {dec.header.seq}"
+        cmd = f"# re-deliver {len(data)} sealed bytes as {shlex.quote(str(self.root / receiver / 'inbox' / filename))}"
+        try:
+            rt.inject(self.root, receiver, filename, data)
+        except Exception as exc:  # noqa: BLE001
+            msg = self.describe(exc)
+            self._record("replay", detail, cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("replay", detail, cmd, result="injected")
+        return ReplayResult(sender, receiver, rec.type, dec.header.seq, filename)
+
+    def reap(self, name: str) -> bool:
+        self._check_writable()
+        cmd = reap_command([name], self.root).shell()
+        try:
+            from speed_runtime.registry import Registry
+
+            done = Registry(str(self.root), create=False).reap(name, time.time())
+        except Exception as exc:  # noqa: BLE001
+            msg = self.describe(exc)
+            self._record("reap", name, cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        self._record("reap", name, cmd, ok=done, result="removed" if done else "not stale: left alone")
+        if not done:
+            raise ActionError(f"{name} is not stale (or already gone): the registry entry was left alone")
+        return True
+
+    def own_replay_state(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            o = self.own.get(name)
+        if o is None or o.node is None or not o.alive:
+            return None
+        try:
+            return o.node.replay_state()
+        except Exception:  # noqa: BLE001
+            return None

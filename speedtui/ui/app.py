@@ -1,0 +1,520 @@
+"""The SPEED console application: wiring and message routing.  ``make_app(...)`` builds it (the
+CLI and the tests use it).  Views read the models in ``ConsoleState`` and post typed messages;
+actions run in thread workers and report back with messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual import events, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Button, Input, Static, TabbedContent, TabPane
+
+from ..models.access import AccessGraph
+from ..models.history import AuditEntry
+from ..models.keycheck import KeyCheck
+from ..models.registry import RegistryModel
+from ..models.replays import ReplayTracker
+from ..models.traces import TraceRecord, TraceStore
+from ..paths import Paths
+from ..services import runtime as rt
+from ..services.actions import ActionError, ActionService
+from ..services.bridge import Bridge
+from ..services.clock import Clock, SystemClock
+from ..services.config import Config
+from ..services.history import AuditLog, CallHistory
+from ..services.registry import host_facts
+from ..services.sources import JournalTailer, RegistrySource
+from . import messages as msg
+from .gc_pacer import CollectorPacer
+from .operations import Operations
+from .palette import help_rows, palette_commands
+from .screens.calls import CallScreen
+from .screens.help import HelpScreen
+from .screens.jump import JumpScreen, JumpTarget, jump_targets
+from .state import ConsoleState
+from .themes import load_themes, resolve_theme_name
+from .views.access import AccessView
+from .views.analytics import AnalyticsView
+from .views.audit import AuditView
+from .views.fabrics import FabricsView
+from .views.leases import LeasesView
+from .views.replay import ReplayView
+from .views.traces import TracesView
+from .widgets.fast_table import FastTable
+from .widgets.footer import SpeedFooter
+from .widgets.header import SpeedHeader
+
+VIEWS = [("leases", "Leases"), ("fabrics", "Fabrics"), ("access", "Access"), ("traces", "Traces"),
+         ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit")]
+ACTIONS = ("launch", "stop_node", "grant", "call", "send")  # every one changes the environment
+
+
+class SpeedApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "SPEED console"
+    BINDINGS = [
+        *[Binding(str(i + 1), f"show('{vid}')", label, id=f"app.{vid}", show=False) for i, (vid, label) in enumerate(VIEWS)],
+        Binding("question_mark,f1", "help", "Help", id="app.help"),
+        Binding("colon", "jump", "Jump", id="app.jump", show=False),
+        Binding("n", "launch", "Launch node", id="app.launch"),
+        Binding("d", "stop_node", "Stop node", id="app.stop"),
+        Binding("g", "grant", "Grant", id="app.grant"),
+        Binding("F", "call", "Call", id="app.call"),
+        Binding("m", "send", "Message", id="app.send"),
+        Binding("t", "next_theme", "Theme", id="app.theme", show=False),
+        Binding("q", "quit", "Quit", id="app.quit"),
+    ]
+
+    def __init__(self, root: Path, key: rt.KeyInfo | None, *, readonly: bool = False, theme: str | None = None,
+                 clock: Clock | None = None, paths: Paths | None = None, config: Config | None = None,
+                 demo: Any = None, dir_label: str | None = None, start_sources: bool = True,
+                 refresh_interval: float = 0.1, trace_capacity: int | None = None,
+                 initial_view: str = "leases", steady: bool = False, pace_gc: bool = True) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self.key = key
+        self.readonly = readonly
+        self.clock = clock or SystemClock()
+        self.paths = paths or Paths.default()
+        self.config = config or Config.load(self.paths.config_file)
+        self.demo = demo
+        self.dir_label = dir_label or str(self.root)
+        self.start_sources = start_sources
+        self.refresh_interval = refresh_interval
+        self.initial_view = initial_view
+        self.steady = steady  # no blinking cursors or animations (snapshots, screenshots)
+        if steady:
+            self.animation_level = "none"
+        self.bridge = Bridge()
+        # the environment's own audit log and call history: another ROOT never shows (or re-runs) them
+        self.audit = AuditLog(self.paths.audit_log(self.root))
+        self.calls = CallHistory(self.paths.call_history(self.root))
+        self.actions = None if key is None else ActionService(self.root, key, self.bridge, self.audit, self.calls,
+                                                               self.clock, readonly)
+        secret = key.secret if key is not None else None
+        self.state = ConsoleState(
+            root=self.root, root_label=self.dir_label, registry=RegistryModel(),
+            traces=TraceStore(capacity=trace_capacity or self.config.trace_buffer), replays=ReplayTracker(),
+            keycheck=KeyCheck(lambda data: rt.key_verifies(data, secret) if secret is not None else None),
+            key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,
+            audit_entries=self.audit.entries, call_entries=self.calls.entries,
+            own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
+            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time)
+        self.registry = self.state.registry
+        self.traces = self.state.traces
+        self.sources: list = []
+        self._themes = load_themes([self.paths.config_dir / "themes"])
+        self._requested_theme = resolve_theme_name(theme) if theme else None
+        self._dirty = True
+        self._reg_dirty = True
+        self._stopped = False
+        self._banner = ""
+        self.gc_pacer = CollectorPacer() if pace_gc else None
+        self.ops = Operations(self)
+
+    @property
+    def replays(self):
+        return self.state.replays.replays
+
+    @property
+    def fabric(self) -> str | None:
+        return self.state.fabric
+
+    def replay_state_for(self, name: str) -> dict[str, Any]:
+        return self.state.replay_state_for(name)
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield SpeedHeader(self.dir_label, self.key.fingerprint if self.key else "no key", self.readonly,
+                          self.demo is not None)
+        yield Static(id="banner")
+        views = {"leases": LeasesView, "fabrics": FabricsView, "access": AccessView, "traces": TracesView,
+                 "replay": ReplayView, "audit": AuditView}
+        with TabbedContent(initial=self.initial_view, id="views"):
+            for i, (vid, label) in enumerate(VIEWS):
+                with TabPane(f"{i + 1} {label}", id=vid):
+                    # the analytics view is another engineer's and reads the app itself
+                    yield AnalyticsView(id="view-analytics") if vid == "analytics" else \
+                        views[vid](self.state, id=f"view-{vid}")
+        if not self.readonly:
+            with Horizontal(id="actionbar"):
+                for bid, label in (("launch", "n Launch"), ("stop_node", "d Stop"), ("grant", "g Grant"),
+                                   ("call", "F Call"), ("send", "m Message"), ("jump", ": Jump"),
+                                   ("help", "? Help")):
+                    yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
+        yield SpeedFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ACTIONS and self.readonly:
+            return None  # not offered at all: footer, help and palette leave them out
+        return True
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        bid = event.button.id or ""
+        if bid.startswith("act-"):
+            event.stop()
+            self.focus_view(self.active_view())  # keys keep working in the view afterwards
+            getattr(self, f"action_{bid[4:]}")()
+
+    def on_mount(self) -> None:
+        self._header = self.query_one(SpeedHeader)
+        self._tabs = self.query_one("#views", TabbedContent)
+        self._views = {vid: self.query_one(f"#view-{vid}") for vid, _ in VIEWS}
+        self.query_one("#banner").display = False
+        for t in self._themes.values():
+            self.register_theme(t)
+        name = self._requested_theme or resolve_theme_name(self.config.theme)
+        if name not in self.available_themes:
+            if self.config.warning is None:
+                self.notify(f"unknown theme {name!r}; using speed-dark", severity="warning")
+            name = "speed-dark"
+        self.theme = name
+        if self.config.keys:
+            self.set_keymap(self.config.keys)
+        if self.config.warning:
+            self.notify(self.config.warning, severity="warning")
+        if self.start_sources:
+            reg = RegistrySource(self.bridge, self.root)
+            jt = JournalTailer(self.bridge, self.root)
+            reg.step()  # first read synchronously: the first frame already shows the environment
+            jt.step()
+            self.sources = [reg, jt]
+            for s in self.sources:
+                s.start()
+        if self.demo is not None and hasattr(self.demo, "attach"):
+            self.demo.attach(self)
+        self.drain()
+        self.set_interval(self.refresh_interval, self.drain, name="drain")
+        self.set_interval(1.0, self.tick, name="tick")
+        self.focus_view(self.initial_view)
+        if self.gc_pacer is not None:
+            # a second in, the widget tree and styles are built: freeze them out of the collector's walk
+            self.set_timer(1.0, self.gc_pacer.start, name="gc-start")
+            self.set_interval(0.25, self.gc_pacer.tick, name="gc-pacer")
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.gc_pacer is not None and isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown,
+                                                            events.MouseScrollUp)):
+            self.gc_pacer.input_seen()
+        await super().on_event(event)
+
+    def on_descendant_focus(self, event) -> None:
+        if self.steady and isinstance(event.widget, Input):
+            event.widget.cursor_blink = False
+
+    def watch_theme(self, theme: str) -> None:
+        if theme in self._themes and theme != self.config.theme:
+            self.config.theme = theme
+            try:
+                self.config.save()
+            except OSError:
+                pass
+
+    def theme_names(self) -> list[str]:
+        return list(self._themes)
+
+    # ------------------------------------------------------------------ data flow
+    def _live(self) -> bool:
+        return not self._stopped and self.is_running
+
+    def drain(self) -> None:
+        if not self._live():
+            return
+        d = self.bridge.drain()
+        now = self.clock.time()
+        replays = self.state.replays
+        if d.registry is not None:
+            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
+            self._reg_dirty = True
+        if d.records:
+            self.traces.add(d.records)
+            self._tell(replays.match_records(d.records))
+            self.state.keycheck.observe(d.records)
+            self._dirty = True
+        self.traces.bad_lines += d.bad_lines
+        self.traces.dropped += d.dropped
+        for note in d.notes:
+            if isinstance(note, tuple) and note and note[0] == "error":
+                self.log.warning(note[1])
+        if d.registry is not None:
+            self._tell(replays.match_counters(self.registry.by_name(), self.traces.journaling))
+        self._tell(replays.expire(now))
+        self._show_banner(self.state.keycheck.banner())
+        if self._reg_dirty or self._dirty:
+            self.refresh_active(registry=self._reg_dirty)
+            self._reg_dirty = self._dirty = False
+
+    def _tell(self, notes) -> None:
+        for n in notes:
+            self.notify(n.text, title="replay", severity="error" if n.alarming else "information")
+
+    def _show_banner(self, text: str) -> None:
+        if text != self._banner:
+            self._banner = text
+            banner = self.query_one("#banner", Static)
+            banner.update(f"⚠ {text}")
+            banner.display = bool(text)
+
+    def tick(self) -> None:
+        """Once a second: lease countdowns and heartbeat ages move even without file events."""
+        self.registry.refresh(self.clock.time(), host_facts(self.clock.boottime()))
+        self._reg_dirty = True
+
+    def active_view(self) -> str:
+        return self._tabs.active or "leases"
+
+    def view_widget(self, vid: str):
+        return self._views[vid]
+
+    def refresh_active(self, registry: bool = True) -> None:
+        vid = self.active_view()
+        if vid == "traces" or registry or vid == "replay":
+            self.view_widget(vid).refresh_view()
+        self.update_header()
+
+    def update_header(self) -> None:
+        paused = self.view_widget("traces").paused
+        self._header.update_info(self.registry.counts(), self.traces.rate_series(self.clock.time()),
+                                 paused, self.fabric)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if not self._live() or not hasattr(self, "_views"):
+            return
+        vid = event.pane.id or "leases"
+        self.view_widget(vid).refresh_view(force=True)
+        self.focus_view(vid)
+
+    def focus_view(self, vid: str) -> None:
+        w = self.view_widget(vid)
+        target = {"fabrics": "#fabrics-tree", "access": "#access-matrix", "audit": "#calls-table"}.get(vid)
+        found = w.query(target) if target else w.query(FastTable)
+        if not found:
+            found = w.query("Button")
+        if found:
+            found.first().focus()
+
+    def action_show(self, vid: str) -> None:
+        self._tabs.active = vid
+        self.focus_view(vid)  # at once: keys typed right after the switch go to the new view
+
+    # ------------------------------------------------------------------ requests from views and dialogs
+    def set_fabric(self, fabric: str | None) -> None:
+        self.state.fabric = fabric
+        self.registry.fabric = fabric
+        self.view_widget("traces").apply_filter()
+        self.view_widget(self.active_view()).refresh_view(force=True)
+        self.update_header()
+        self.notify(f"fabric filter: {fabric or '(ungrouped)'}" if fabric is not None else "showing all fabrics")
+
+    def on_choose_fabric(self, m: msg.ChooseFabric) -> None:
+        self.set_fabric(m.fabric)
+
+    def show_node(self, name: str) -> None:
+        self.action_show("leases")
+        leases = self.view_widget("leases")
+        leases.refresh_view(force=True)
+        if not leases.query_one(FastTable).move_to_key(name):
+            self.notify(f"{name} is not listed (a filter may hide it)", severity="warning")
+
+    def on_show_node(self, m: msg.ShowNode) -> None:
+        self.show_node(m.name)
+
+    def on_traces_paused(self, m: msg.TracesPaused) -> None:
+        self.update_header()
+
+    def on_reap_requested(self, m: msg.ReapRequested) -> None:
+        self.ops.reap(m.name)
+
+    def on_open_envelope(self, m: msg.OpenEnvelope) -> None:
+        self.ops.envelope(m.record)
+
+    def on_open_call_link(self, m: msg.OpenCallLink) -> None:
+        self.ops.call_link(m.record)
+
+    def on_replay_requested(self, m: msg.ReplayRequested) -> None:
+        self.ops.replay(m.record)
+
+    def on_call_from_trace(self, m: msg.CallFromTrace) -> None:
+        self.ops.call_from_trace(m.record, copy_only=m.copy_only)
+
+    def on_grant_requested(self, m: msg.GrantRequested) -> None:
+        self.ops.grant(m.node, m.peer)
+
+    def on_call_requested(self, m: msg.CallRequested) -> None:
+        self.ops.open_call(m.caller, m.target, m.service, m.arguments, m.timeout)
+
+    def on_run_call(self, m: msg.RunCall) -> None:
+        self.ops.run_call(m)
+
+    def on_copy_text(self, m: msg.CopyText) -> None:
+        self.ops.copy(m.text, m.what)
+
+    def on_export_rows(self, m: msg.ExportRows) -> None:
+        self.ops.export(m)
+
+    def on_start_console_node(self, m: msg.StartConsoleNode) -> None:
+        self.ops.start_console_node(m.then)
+
+    # ------------------------------------------------------------------ keys and what tests drive
+    def action_launch(self) -> None:
+        self.ops.launch()
+
+    def action_stop_node(self) -> None:
+        self.ops.stop()
+
+    def action_grant(self) -> None:
+        self.ops.grant()
+
+    def action_call(self) -> None:
+        self.ops.open_call()
+
+    def action_send(self) -> None:
+        self.ops.send()
+
+    def open_grant(self, node: str | None = None, peer: str | None = None) -> None:
+        self.ops.grant(node, peer)
+
+    def open_call(self, caller: str | None = None, target: str = "", service: str = "",
+                  arguments: dict | None = None, timeout: float = 5.0) -> None:
+        self.ops.open_call(caller, target, service, arguments, timeout)
+
+    def request_replay(self, rec: TraceRecord) -> None:
+        self.ops.replay(rec)
+
+    def graph(self) -> AccessGraph:
+        return self.state.graph()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(help_rows(self, VIEWS), str(self.paths.config_file)))
+
+    def action_next_theme(self) -> None:
+        names = self.theme_names()
+        cur = self.theme if self.theme in names else names[0]
+        self.theme = names[(names.index(cur) + 1) % len(names)]
+        self.notify(f"theme: {self.theme}")
+
+    def jump_targets(self) -> dict[str, JumpTarget]:
+        rows = self.registry.rows
+        return jump_targets(VIEWS, [r.name for r in rows], sorted({s for r in rows for s in r.services}))
+
+    def action_jump(self) -> None:
+        # after the dialog has gone and given focus back (which would switch back to its tab)
+        self.push_screen(JumpScreen(self.jump_targets()),
+                         lambda t: self.call_after_refresh(self.jump_to, t) if t else None)
+
+    def jump_to(self, target: JumpTarget) -> None:
+        if target.kind == "view":
+            self.action_show(target.name)
+        elif target.kind == "node":
+            self.show_node(target.name)
+        else:  # a service: the nodes offering it
+            self.action_show("leases")
+            self.view_widget("leases").query_one("#leases-filter", Input).value = target.name
+
+    # ------------------------------------------------------------------ results of workers
+    @work(thread=True, group="call")
+    def run_call(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
+        try:
+            rec = self.actions.call(caller, target, service, arguments, timeout)
+        except ActionError as exc:
+            self.post_message(msg.ActionDone("call", False, str(exc)))
+            return
+        self.post_message(msg.CallFinished(rec))
+
+    def on_call_finished(self, m: msg.CallFinished) -> None:
+        if not self._live():
+            return
+        rec = m.record
+        if isinstance(self.screen, CallScreen):
+            self.screen.show_result(rec)
+        else:
+            detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
+                      else f"{rec.error_code or 'failed'}: {rec.error_message}")
+            self.notify(f"{rec.caller} → {rec.target}.{rec.service}: {detail} ({rec.latency_ms:.1f} ms)",
+                        severity="information" if rec.status == "SUCCESS" else "error")
+        self.view_widget("audit").refresh_view(force=True)
+
+    def on_replay_injected(self, m: msg.ReplayInjected) -> None:
+        if self._live():
+            self.ops.replay_injected(m.result)
+            self._after_action()
+
+    def on_action_done(self, m: msg.ActionDone) -> None:
+        if not self._live():
+            return
+        if m.ok:
+            self.notify(m.text or f"{m.action} done")
+        else:
+            self.notify(m.text, title=f"{m.action} failed", severity="error", timeout=8)
+        self._after_action()
+
+    def _after_action(self) -> None:
+        for s in self.sources:
+            s.poke()
+        self.view_widget("audit").refresh_view(force=True)
+
+    # ------------------------------------------------------------------ analytics
+    @work(thread=True, exclusive=True, group="analytics")
+    def run_analysis(self) -> None:
+        try:
+            from ..pipeline.job import run_pipeline
+        except Exception as exc:  # noqa: BLE001 - pyspark missing etc.
+            self.post_message(msg.PipelineFinished(False, None, f"the analytics pipeline is not available: {exc}"))
+            return
+        out = self.paths.analytics_dir
+        try:
+            summary = run_pipeline([str(self.root / "speed_traces")], str(out),
+                                   progress=lambda f, t: self.post_message(msg.PipelineProgress(float(f), str(t))))
+        except Exception as exc:  # noqa: BLE001
+            self.post_message(msg.PipelineFinished(False, None, str(exc).splitlines()[0] if str(exc) else repr(exc)))
+            return
+        self.post_message(msg.PipelineFinished(True, summary))
+
+    def on_pipeline_progress(self, m: msg.PipelineProgress) -> None:
+        if self._live():
+            self.view_widget("analytics").progress(m.fraction, m.text)
+
+    def on_pipeline_finished(self, m: msg.PipelineFinished) -> None:
+        if not self._live():
+            return
+        self.view_widget("analytics").finished(m.ok, m.summary, m.error)
+        self.audit.record(AuditEntry(
+            ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
+            command=f"speedtui analyze {self.root / 'speed_traces'} --out {self.paths.analytics_dir}",
+            ok=m.ok, result="" if m.ok else m.error))
+
+    # ------------------------------------------------------------------ command palette
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield from palette_commands(self, VIEWS)
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for s in self.sources:
+            s.stop()
+        if self.demo is not None:
+            self.demo.stop()  # its traffic driver first, then its processes
+            # the demo's environment is gone: so is what the console kept about it
+            shutil.rmtree(self.paths.env_dir(self.root), ignore_errors=True)
+        if self.actions is not None:
+            self.actions.stop_all()
+        if self.gc_pacer is not None:
+            self.gc_pacer.stop()
+
+    def on_unmount(self) -> None:
+        self.shutdown()
+
+
+def make_app(root: Path | str, key: rt.KeyInfo | None, **kwargs: Any) -> SpeedApp:
+    """Build the console; tests pass ``clock``, ``paths``, ``dir_label``, ``start_sources``."""
+    return SpeedApp(Path(root), key, **kwargs)

@@ -1,0 +1,145 @@
+"""Typed messages: thread workers report back to the app, and views and dialogs ask the app to do
+something (they never reach into it).  Each payload has its own type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from ..models.history import CallRecord
+from ..models.traces import TraceRecord
+from ..services.actions import ReplayResult
+
+
+# ---------------------------------------------------------------- from workers
+
+@dataclass
+class ActionDone(Message):
+    """An action finished in a worker: show the outcome, refresh the views it touched."""
+
+    action: str
+    ok: bool
+    text: str
+
+
+@dataclass
+class ReplayInjected(Message):
+    result: ReplayResult
+
+
+@dataclass
+class CallFinished(Message):
+    record: CallRecord
+
+
+@dataclass
+class PipelineProgress(Message):
+    fraction: float
+    text: str
+
+
+@dataclass
+class PipelineFinished(Message):
+    ok: bool
+    summary: dict[str, Any] | None
+    error: str = ""
+
+
+# ---------------------------------------------------------------- requests from views and dialogs
+
+@dataclass
+class ShowNode(Message):
+    name: str
+
+
+@dataclass
+class ChooseFabric(Message):
+    fabric: str | None  # None: every fabric, "": the ungrouped nodes
+
+
+@dataclass
+class ReapRequested(Message):
+    name: str
+
+
+@dataclass
+class OpenEnvelope(Message):
+    record: TraceRecord
+
+
+@dataclass
+class OpenCallLink(Message):
+    record: TraceRecord
+
+
+@dataclass
+class ReplayRequested(Message):
+    record: TraceRecord
+
+
+@dataclass
+class CallFromTrace(Message):
+    record: TraceRecord
+    copy_only: bool = False  # copy its `speed call` line instead of opening the dialog
+
+
+@dataclass
+class GrantRequested(Message):
+    node: str | None = None
+    peer: str | None = None
+
+
+@dataclass
+class CallRequested(Message):
+    """Open the call dialog, pre-filled."""
+
+    caller: str | None = None
+    target: str = ""
+    service: str = ""
+    arguments: dict[str, Any] | None = None
+    timeout: float = 5.0
+
+
+@dataclass
+class RunCall(Message):
+    """Fire the call now (from the dialog, or a re-run from the history)."""
+
+    caller: str
+    target: str
+    service: str
+    arguments: dict[str, Any]
+    timeout: float
+
+
+@dataclass
+class StartConsoleNode(Message):
+    then: str = ""  # "call" | "send": the dialog to open again once the node runs
+
+
+@dataclass
+class CopyText(Message):
+    text: str
+    what: str  # what was copied, for the notification
+
+
+@dataclass
+class ExportRows(Message):
+    """Write ``lines`` to a new file in the environment's export folder; shown and audited."""
+
+    kind: str  # traces | access | lease-history
+    suffix: str  # jsonl | csv | json
+    lines: list[str]
+    detail: str
+
+
+@dataclass
+class ExplainPair(Message):
+    caller: str
+    target: str
+
+
+@dataclass
+class TracesPaused(Message):
+    paused: bool  # the header says TRACES PAUSED

@@ -1,0 +1,276 @@
+"""The call and message dialogs: fire an SPC call (the result is shown in the dialog), send a
+MESSAGE; without a node of the console's own, both offer to start one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, Input, Label, Select, Static
+
+from ...models.access import AccessGraph
+from ...models.commands import speed_call_command
+from ...services.processes import console_node_name
+from ..messages import CopyText, RunCall, StartConsoleNode
+from ..widgets.toggles import OnOffCheckbox as Checkbox
+
+
+def parse_args(text: str) -> tuple[dict | None, str]:
+    text = text.strip() or "{}"
+    try:
+        val = json.loads(text)
+    except ValueError as exc:
+        return None, f"arguments are not valid JSON: {exc}"
+    if not isinstance(val, dict):
+        return None, "arguments must be a JSON object, e.g. {\"amount\": 100}"
+    return val, ""
+
+
+def no_own_node(what: str) -> ComposeResult:
+    """Shown instead of the sender field when the console has no node to send from."""
+    yield Static(Text.assemble(
+        ("This console has no node of its own", "bold yellow"),
+        (f" to {what} from (only nodes it runs can send). Start one: it registers as ", ""),
+        (console_node_name(), "bold"), (" in this environment, runs inside the console and stops with it. "
+                                         "Other nodes must allow it before it can reach them.", "")),
+        classes="no-own-node")
+    yield Button(f"Start {console_node_name()}", id="start-console-node", variant="primary")
+
+
+class CallScreen(ModalScreen[None]):
+    """Fire an SPC call; the call runs in a worker, the result is shown here."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close"), Binding("ctrl+y", "copy", "Copy as command")]
+
+    def __init__(self, own: list[str], graph: AccessGraph, root: str, key_path: str, caller: str | None = None,
+                 target: str = "", service: str = "", arguments: Any = None, timeout: float = 5.0) -> None:
+        super().__init__()
+        self.own = own
+        self.graph = graph
+        self.root = root
+        self.key_path = key_path
+        self.init = dict(caller=caller if caller in own else (own[0] if own else None), target=target,
+                         service=service, arguments=json.dumps(arguments if arguments is not None else {}),
+                         timeout=f"{timeout:g}")
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="call-dialog"):
+            yield Static("Fire an SPC call", classes="dialog-title")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Call", id="call-go", variant="primary")
+                yield Button("Copy (ctrl+y)", id="call-copy")
+                yield Button("Close", id="call-close")
+            if not self.own:
+                yield from no_own_node("call")
+            with Horizontal(classes="formrow"):
+                if self.own:
+                    with Vertical():
+                        yield Label("caller (ours)")
+                        yield Select([(n, n) for n in self.own], value=self.init["caller"], id="call-caller",
+                                     allow_blank=False)
+                with Vertical():
+                    yield Label("target")
+                    yield Input(value=self.init["target"], id="call-target",
+                                suggester=SuggestFromList(self.graph.names, case_sensitive=True))
+                with Vertical():
+                    yield Label("service")
+                    yield Input(value=self.init["service"], id="call-service")
+            with Horizontal(classes="formrow"):
+                with Vertical(classes="wide"):
+                    yield Label("arguments (JSON object)")
+                    yield Input(value=self.init["arguments"], id="call-args")
+                with Vertical(classes="narrow"):
+                    yield Label("timeout s")
+                    yield Input(value=self.init["timeout"], id="call-timeout")
+            yield Static(id="call-check", classes="preview")
+            yield Static(id="call-result", classes="result")
+
+    def on_mount(self) -> None:
+        self._update_services()
+        self._check()
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:  # typing goes to the first field still empty
+            empty = next((f for f in ("#call-target", "#call-service") if not self.query_one(f, Input).value), None)
+            self.query_one(empty or "#call-args", Input).focus()
+
+    def values(self) -> dict[str, Any]:
+        sel = self.query_one("#call-caller", Select).value if self.own else None
+        args, err = parse_args(self.query_one("#call-args", Input).value)
+        try:
+            timeout = float(self.query_one("#call-timeout", Input).value)
+            if timeout <= 0:
+                raise ValueError
+        except ValueError:
+            timeout = None
+        return dict(caller=sel if isinstance(sel, str) else None,
+                    target=self.query_one("#call-target", Input).value.strip(),
+                    service=self.query_one("#call-service", Input).value.strip(),
+                    arguments=args, args_error=err, timeout=timeout)
+
+    def _update_services(self) -> None:
+        target = self.query_one("#call-target", Input).value.strip()
+        svcs = list(self.graph.nodes[target].services) if target in self.graph.nodes else []
+        self.query_one("#call-service", Input).suggester = SuggestFromList(svcs, case_sensitive=True)
+
+    def _check(self) -> str:
+        v = self.values()
+        problems = []
+        if not v["caller"]:
+            problems.append("this console has no node to call from: start one (button above)")
+        if not v["target"]:
+            problems.append("choose a target")
+        elif v["target"] not in self.graph.nodes:
+            problems.append(f"{v['target']} is not in the registry")
+        if not v["service"]:
+            problems.append("choose a service")
+        elif v["target"] in self.graph.nodes and v["service"] not in self.graph.nodes[v["target"]].services:
+            svcs = ", ".join(self.graph.nodes[v["target"]].services) or "none"
+            problems.append(f"{v['target']} does not advertise {v['service']} (it offers {svcs})")
+        if v["args_error"]:
+            problems.append(v["args_error"])
+        if v["timeout"] is None:
+            problems.append("timeout must be a positive number of seconds")
+        t = Text()
+        if problems:
+            for p in problems:
+                t.append(f"✗ {p}\n", style="red")
+        else:
+            t.append("✓ ready: ", style="green")
+            t.append(speed_call_command(v["target"], v["service"], v["arguments"], v["caller"], self.root,
+                                        self.key_path, v["timeout"]), style="dim")
+        self.query_one("#call-check", Static).update(t)
+        return "; ".join(problems)
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event) -> None:
+        try:
+            if getattr(event, "input", None) is not None and event.input.id == "call-target":
+                self._update_services()
+            self._check()
+        except NoMatches:  # the dialog is closing
+            pass
+
+    def on_input_submitted(self) -> None:
+        self.action_call()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        bid = event.button.id
+        if bid == "call-close":
+            self.dismiss(None)
+        elif bid == "call-copy":
+            self.action_copy()
+        elif bid == "start-console-node":
+            self.dismiss(None)
+            self.app.post_message(StartConsoleNode(then="call"))
+        else:
+            self.action_call()
+
+    def action_call(self) -> None:
+        # only blocking problems stop the call; a service the target does not advertise
+        # is still sent (the callee answers SERVICE_NOT_FOUND, which is worth seeing)
+        v = self.values()
+        if not v["caller"] or not v["target"] or not v["service"] or v["args_error"] or v["timeout"] is None:
+            self.notify(self._check() or "incomplete call", severity="error")
+            return
+        self.query_one("#call-result", Static).update(Text("calling…", style="yellow"))
+        self.app.post_message(RunCall(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"]))
+
+    def show_result(self, rec) -> None:
+        t = Text()
+        if rec.status == "SUCCESS":
+            t.append("SUCCESS ", style="bold green")
+            t.append(json.dumps(rec.result, ensure_ascii=False)[:400])
+        else:
+            t.append(f"{rec.error_code or 'failed'}: ", style="bold red")
+            t.append(rec.error_message)
+        if rec.latency_ms is not None:
+            t.append(f"   latency {rec.latency_ms:.1f} ms", style="dim")
+        self.query_one("#call-result", Static).update(t)
+
+    def action_copy(self) -> None:
+        v = self.values()
+        if v["target"] and v["service"] and v["arguments"] is not None:
+            line = speed_call_command(v["target"], v["service"], v["arguments"], v["caller"] or console_node_name(),
+                                      self.root, self.key_path, v["timeout"] or 5.0)
+            self.app.post_message(CopyText(line, "the `speed call` line"))
+
+
+class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+
+    def __init__(self, own: list[str], names: list[str], confirm_default: bool = False) -> None:
+        super().__init__()
+        self.own = own
+        self.names = names
+        self.confirm_default = confirm_default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="send-dialog"):
+            yield Static("Send a message", classes="dialog-title")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Send", id="snd-go", variant="primary")
+                yield Button("Cancel", id="snd-cancel")
+            if self.own:
+                yield Label("from (this console's node)")
+                yield Select([(n, n) for n in self.own], value=self.own[0], id="snd-from", allow_blank=False)
+            else:
+                yield from no_own_node("send")
+            yield Label("to")
+            yield Input(id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
+            yield Label("data (any JSON value)")
+            yield Input(value='{"hello": "world"}', id="snd-data")
+            yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
+            yield Static(id="snd-check", classes="preview")
+
+    def on_mount(self) -> None:
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:
+            self.query_one("#snd-to", Input).focus()
+
+    def _values(self):
+        sel = self.query_one("#snd-from", Select).value if self.own else None
+        sender = sel if isinstance(sel, str) else None
+        to = self.query_one("#snd-to", Input).value.strip()
+        try:
+            data = json.loads(self.query_one("#snd-data", Input).value)
+            err = ""
+        except ValueError as exc:
+            data, err = None, f"data is not valid JSON: {exc}"
+        return sender, to, data, err
+
+    @on(Input.Changed)
+    def _changed(self) -> None:
+        try:
+            _, _, _, err = self._values()
+        except NoMatches:  # the dialog is closing
+            return
+        self.query_one("#snd-check", Static).update(Text(f"✗ {err}", style="red") if err else "")
+
+    def on_input_submitted(self) -> None:
+        self.on_button_pressed(Button.Pressed(self.query_one("#snd-go", Button)))
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "snd-cancel":
+            self.dismiss(None)
+            return
+        if event.button.id == "start-console-node":
+            self.dismiss(None)
+            self.app.post_message(StartConsoleNode(then="send"))
+            return
+        sender, to, data, err = self._values()
+        if not sender or not to or err:
+            self.notify(err or ("start a console node first (the button above)" if not sender
+                                else "choose a receiver"), severity="error")
+            return
+        self.dismiss((sender, to, data, self.query_one("#snd-confirm", Checkbox).value))

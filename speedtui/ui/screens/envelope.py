@@ -1,0 +1,104 @@
+"""Envelope inspector: header fields, payload as highlighted JSON, hex dump, tag check."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from ...services import runtime as rt
+from ...models.traces import TraceRecord
+from ..messages import CopyText
+
+
+def envelope_renderable(rec: TraceRecord, secret: bytes | None):
+    summary = Table(box=None, show_header=False, padding=(0, 1))
+    summary.add_column(style="bold", no_wrap=True)
+    summary.add_column()
+    summary.add_row("record", f"{rec.node} {rec.dir} {rec.type} seq {rec.seq} → {rec.result}")
+    if rec.request_id:
+        summary.add_row("request", f"{rec.request_id} {rec.service} {rec.status} {rec.error_code}".strip())
+    if not rec.envelope:
+        return Group(summary, Text("\nthis record carries no sealed envelope: nothing to decrypt", style="yellow"))
+    try:
+        data = base64.b64decode(rec.envelope)
+    except ValueError:
+        return Group(summary, Text("the record's envelope field is not valid base64", style="red"))
+    dec = rt.decode_envelope(data, secret)
+    parts: list = [summary]
+    if dec.header is not None:
+        h = dec.header
+        hdr = Table(title="header (associated data, 64 bytes)", title_justify="left", box=None, padding=(0, 1),
+                    show_header=False)
+        hdr.add_column(style="bold cyan", no_wrap=True)
+        hdr.add_column()
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.timestamp_ms / 1000)) + f".{h.timestamp_ms % 1000:03d}Z"
+        for k, v in [("version", h.version), ("type", f"{h.type} ({h.type_name})"),
+                     ("flags", f"0x{h.flags:04x}" + (" ACK requested" if h.flags & 1 else "")),
+                     ("header length", h.header_length), ("sequence", h.seq), ("timestamp", f"{h.timestamp_ms} ({ts})"),
+                     ("payload size", h.payload_size), ("source node id", h.source_id),
+                     ("target node id", h.target_id), ("nonce", h.nonce.hex())]:
+            hdr.add_row(k, str(v))
+        parts.append(hdr)
+    tag = (Text("tag check: ✓ authentic (ChaCha20-Poly1305 verified with this key)", style="bold green")
+           if dec.tag_ok else Text(f"tag check: ✗ {dec.problem}", style="bold red"))
+    parts.append(tag)
+    if dec.payload is not None:
+        parts.append(Text("payload", style="bold"))
+        parts.append(Syntax(json.dumps(dec.payload, indent=2, ensure_ascii=False), "json",
+                            theme="ansi_dark", background_color="default", word_wrap=True))
+    elif dec.payload_text:
+        parts.append(Text(dec.payload_text))
+    parts.append(Text(f"sealed bytes ({len(data)})", style="bold"))
+    parts.append(Text(rt.hexdump(data, limit=1024), style="dim"))
+    return Group(*parts)
+
+
+class EnvelopeScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape,q", "dismiss(None)", "Close"), Binding("R", "dismiss('replay')", "Replay"),
+                Binding("c", "dismiss('call')", "Follow call"), Binding("C", "dismiss('ascall')", "As call"),
+                Binding("y", "copy_payload", "Copy payload")]
+
+    def __init__(self, rec: TraceRecord, secret: bytes | None) -> None:
+        super().__init__()
+        self.rec = rec
+        self.secret = secret
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide", id="envelope-dialog"):
+            yield Static(f"Envelope {self.rec.sender} → {self.rec.receiver}  ({self.rec.type})",
+                         classes="dialog-title")
+            with VerticalScroll():
+                yield Static(envelope_renderable(self.rec, self.secret))
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Replay (R)", id="replay", variant="warning")
+                yield Button("Follow call (c)", id="call")
+                yield Button("As call (C)", id="ascall")
+                yield Button("Close", id="close")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "close" else event.button.id)
+
+    def action_copy_payload(self) -> None:
+        """The decrypted payload (the console's only plaintext) to the clipboard, on request."""
+        dec = None
+        if self.rec.envelope and self.secret is not None:
+            try:
+                dec = rt.decode_envelope(base64.b64decode(self.rec.envelope), self.secret)
+            except ValueError:
+                dec = None
+        if dec is None or dec.payload_text is None:
+            self.notify("no decrypted payload to copy", severity="warning")
+            return
+        text = json.dumps(dec.payload, indent=2, ensure_ascii=False) if dec.payload is not None else dec.payload_text
+        self.app.post_message(CopyText(text, "the decrypted payload"))

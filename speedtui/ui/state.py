@@ -1,0 +1,68 @@
+"""What the views read: the console's models, handed to each view when the app builds it (views
+never reach into the app; they read this and post messages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..models.access import AccessGraph
+from ..models.history import AuditEntry, CallRecord
+from ..models.keycheck import KeyCheck
+from ..models.registry import RegistryModel
+from ..models.replays import ReplayTracker
+from ..models.traces import TraceStore
+
+
+def _no_replay_state(name: str) -> dict[str, Any] | None:
+    return None
+
+
+@dataclass
+class ConsoleState:
+    root: Path
+    root_label: str  # how the header names ROOT (tests and screenshots pin it)
+    registry: RegistryModel
+    traces: TraceStore
+    replays: ReplayTracker
+    keycheck: KeyCheck
+    key_path: str = "KEY"  # shown in equivalent commands, never read here
+    readonly: bool = False
+    steady: bool = False  # no timers between a key and its frame (snapshots, screenshots)
+    fabric: str | None = None  # None: all fabrics, "": the ungrouped nodes
+    audit_entries: Callable[[], list[AuditEntry]] = list
+    call_entries: Callable[[], list[CallRecord]] = list
+    own_replay_state: Callable[[str], dict[str, Any] | None] = field(default=_no_replay_state)
+    own_nodes: Callable[[], list[str]] = list  # the console's running nodes (grants, calls)
+    now: Callable[[], float] = float  # the app's injected clock
+
+    def graph(self) -> AccessGraph:
+        return AccessGraph(self.registry.rows)
+
+    def fabric_nodes(self) -> frozenset[str] | None:
+        if self.fabric is None:
+            return None
+        return frozenset(r.name for r in self.registry.rows if self.registry.in_fabric(r))
+
+    def replay_state_for(self, name: str) -> dict[str, Any]:
+        """Last accepted sequence per sender and recent rejections: the journals, plus the live
+        replay state of the console's own node (the runtime keys it by sender instance id)."""
+        st = self.traces.replay_state(name)
+        st["source"] = "journals"
+        own = self.own_replay_state(name)
+        if own is not None:
+            st["source"] = "journals + live node state"
+            senders = own.get("senders")
+            if isinstance(senders, dict):
+                names = [v.get("sender") for v in senders.values() if isinstance(v, dict)]
+                for k, v in senders.items():
+                    if not isinstance(v, dict):
+                        continue
+                    seq = v.get("lastSeq", v.get("last_seq"))
+                    who = str(v.get("sender") or k)
+                    if names.count(v.get("sender")) > 1:
+                        who = f"{who} #{str(k)[:8]}"
+                    if isinstance(seq, int):
+                        st["last_accepted"][who] = seq
+        return st

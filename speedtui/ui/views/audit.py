@@ -1,0 +1,122 @@
+"""Audit view: the operator's own actions on this environment (kept across runs) and the SPC
+calls fired in it."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Button, Static
+
+from ...models.commands import speed_call_command
+from ...models.history import CallRecord
+from ..messages import CallRequested, CopyText, RunCall
+from ..state import ConsoleState
+from ..widgets.fast_table import Column, FastTable, Row
+from .common import fmt_datetime
+
+AUDIT_COLS = [Column("ts", "WHEN", 19), Column("action", "ACTION", 10), Column("ok", "OK", 3),
+              Column("detail", "WHAT", 34), Column("command", "EQUIVALENT COMMAND", 80, flex=True)]
+CALL_COLS = [Column("ts", "WHEN", 19), Column("call", "CALL", 34), Column("args", "ARGUMENTS", 24),
+             Column("status", "RESULT", 30, flex=True), Column("lat", "LATENCY", 9)]
+
+
+def call_result_text(c: CallRecord) -> Text:
+    if c.status == "SUCCESS":
+        return Text("SUCCESS " + json.dumps(c.result, separators=(",", ":"))[:40], style="green")
+    return Text(f"{c.error_code or 'failed'}: {c.error_message}", style="red")
+
+
+class AuditView(Vertical):
+    BINDINGS = [Binding("r", "rerun", "Re-run call", id="audit.rerun"),
+                Binding("e", "edit", "Edit call", id="audit.edit"),
+                Binding("y", "copy", "Copy command", id="audit.copy")]
+
+    def __init__(self, state: ConsoleState, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = state
+        self._n = (-1, -1)
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"actions on [b]{self.state.root_label}[/b] (this environment's audit log, kept across runs)",
+                     classes="section", id="audit-title")
+        yield FastTable(AUDIT_COLS, id="audit-table")
+        with Vertical(id="calls-box"):
+            yield Static("SPC calls in this environment: [b]r[/b] re-run ▶, [b]e[/b] edit and run, "
+                         "[b]y[/b] copy as `speed call`", classes="section")
+            yield FastTable(CALL_COLS, id="calls-table", mark_cursor=True)
+            if not self.state.readonly:
+                yield Button("Re-run selected call", id="calls-rerun", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#audit-table", FastTable).empty_text = "no actions recorded in this environment yet"
+        self.query_one("#calls-table", FastTable).empty_text = "no calls in this environment yet (F fires one)"
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("rerun", "edit") and self.state.readonly:
+            return None
+        return True
+
+    def refresh_view(self, force: bool = False) -> None:
+        audit = self.state.audit_entries()
+        calls = self.state.call_entries()
+        if (len(audit), len(calls)) == self._n and not force:
+            return
+        self._n = (len(audit), len(calls))
+        self.query_one("#audit-table", FastTable).set_rows([
+            Row(i, (fmt_datetime(e.ts), e.action, Text("✓", style="green") if e.ok else Text("✗", style="red"),
+                    e.detail + (f" → {e.result}" if e.result else ""), e.command))
+            for i, e in reversed(list(enumerate(audit)))])
+        rows = [Row(i, (fmt_datetime(c.ts), f"{c.caller} → {c.target}.{c.service}",
+                        json.dumps(c.arguments, separators=(",", ":")), call_result_text(c),
+                        "-" if c.latency_ms is None else f"{c.latency_ms:.1f}ms"))
+                for i, c in reversed(list(enumerate(calls)))]
+        table = self.query_one("#calls-table", FastTable)
+        # on the newest call, the cursor stays on the newest as new calls arrive above it
+        newest = table.cursor == 0
+        table.set_rows(rows, keep_key=not newest)
+        if newest:
+            table.cursor = 0
+
+    def _selected_call(self) -> CallRecord | None:
+        t = self.query_one("#calls-table", FastTable)
+        calls = self.state.call_entries()
+        if t.cursor_key is None or t.cursor_key >= len(calls):
+            return None
+        return calls[t.cursor_key]
+
+    def _need_call(self) -> CallRecord | None:
+        c = self._selected_call()
+        if c is None:
+            self.notify("no call selected", severity="warning")
+        return c
+
+    def action_rerun(self) -> None:
+        """Re-run the selected call as it was (one key); the result arrives as a notification."""
+        c = self._need_call()
+        if c is not None:
+            self.post_message(RunCall(c.caller, c.target, c.service, c.arguments, c.timeout))
+
+    def action_edit(self) -> None:
+        c = self._need_call()
+        if c is not None:
+            self.post_message(CallRequested(c.caller, c.target, c.service, c.arguments, c.timeout))
+
+    def action_copy(self) -> None:
+        c = self._need_call()
+        if c is not None:
+            self.post_message(CopyText(self.app_command(c), "the `speed call` line"))
+
+    def app_command(self, c: CallRecord) -> str:
+        return speed_call_command(c.target, c.service, c.arguments, c.caller, self.state.root,
+                                  self.state.key_path, c.timeout)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_rerun()
+
+    def on_fast_table_selected(self, event: FastTable.Selected) -> None:
+        if event.table.id == "calls-table":
+            self.action_edit()
