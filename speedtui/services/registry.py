@@ -7,7 +7,8 @@ import os
 import socket
 from pathlib import Path
 
-from speed_runtime.lease import MAX_ENTRY_BYTES, BadEntryError, RegistryEntry
+from speed_runtime.core.entry import MAX_ENTRY_BYTES, RegistryEntry
+from speed_runtime.core.errors import BadEntryError
 
 from ..models.liveness import HostFacts
 from ..models.registry import REGISTRY_DIR, RawEntry

@@ -217,7 +217,7 @@ def test_demo_driver_is_not_stoppable(tmp_path):
 
 # error texts: the code once, no class names, the console's words
 def test_call_errors_in_the_consoles_words():
-    from speed_runtime.errors import AccessDeniedError, NodeUnavailableError
+    from speed_runtime import AccessDeniedError, NodeUnavailableError
 
     from speedtui.models.errors import describe_failure
 
