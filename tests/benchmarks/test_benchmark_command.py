@@ -13,15 +13,17 @@ def test_benchmark_command_tiny_mode_prints_every_measurement(tmp_path):
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     for row in ("round trip, floor, 64 B", "round trip, zmq, 64 B", "round trip, mp.connection, 64 B",
-                "round trip, unix socket, 64 B", "round trip, runtime SPC, 64 B", "round trip, runtime SPC, journals",
-                "one-way rate, floor, 64 B", "one-way rate, runtime 1 sender, 64 B",
+                "round trip, unix socket, 64 B", "round trip, dirq, 64 B", "round trip, persist-queue, 64 B",
+                "round trip, runtime SPC, 64 B", "round trip, runtime SPC, journals",
+                "one-way rate, floor, 64 B", "one-way rate, dirq, 64 B", "one-way rate, persist-queue, 64 B",
+                "one-way rate, runtime 1 sender, 64 B",
                 "one-way rate, runtime 8 senders, 64 B", "one-way rate, runtime 1 sender, journals, 64 B",
                 "SPC round trip ≤ 1.5× floor", "journals cost ≤ 15% of throughput"):
         assert row in result.stdout, row
     medians = [float(m) for m in re.findall(r"\| (\d+) µs \|", result.stdout)]
     rates = [float(m.replace(",", "")) for m in re.findall(r"\| ([\d,]+) /s \|", result.stdout)]
     assert len(medians) >= 6 and all(m > 0 for m in medians)
-    assert len(rates) == 4 and all(r > 0 for r in rates)
+    assert len(rates) == 6 and all(r > 0 for r in rates)
     page = out.read_text()
     assert page.startswith("# Benchmarks") and "## Method" in page and "SPC round trip" in page
     out.write_text(page.replace("## Method", "## Analysis\nkept by hand\n\n## Method"))
