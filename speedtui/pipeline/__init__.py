@@ -8,8 +8,10 @@ Public API (pyspark is imported lazily, only when the Spark job runs)::
 
 See docs/ANALYTICS.md.
 """
-from .job import (JavaMissingError, PipelineError, SUMMARY_SCHEMA, TABLES, check_java,
-                  format_summary, load_summary, parse_time, run_pipeline)
+from .common import SUMMARY_SCHEMA, TABLES, JavaMissingError, PipelineError, parse_time
+from .job import run_pipeline
+from .session import check_java
+from .summary import format_summary, load_summary
 
 __all__ = ["run_pipeline", "PipelineError", "JavaMissingError", "SUMMARY_SCHEMA", "TABLES",
            "check_java", "format_summary", "load_summary", "parse_time"]

@@ -15,9 +15,10 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable
 
-from .job import (BURST_THRESHOLD, ERROR_CODES, GRACEFUL_EVENTS, MAX_TS, PERCENTILE_ACCURACY,
-                  SELF_EVENTS, SUMMARY_TOP, TERMINAL_EVENTS, PipelineError, build_summary,
-                  choose_bucket, parse_time, reason_label)
+from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, PipelineError, choose_bucket,
+                     parse_time)
+from .records import ERROR_CODES, MAX_TS, TERMINAL_EVENTS, reason_label
+from .summary import availability, build_summary
 
 _STR = ("kind", "node", "dir", "peer", "type", "outcome", "reason", "requestId", "service",
         "status", "errorCode", "subject", "event")
@@ -335,77 +336,6 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
         availability=tables["availability"], burst_threshold=burst_threshold,
         accuracy=PERCENTILE_ACCURACY, engine="reference")
     return {"summary": summary, "tables": tables}
-
-
-def availability(lease_events: dict[str, list], win_start: float | None,
-                 win_end: float | None) -> list[dict]:
-    """Per-node availability from lease events {subject: [(ts, prio, writer, event)]}; the same
-    session rules as the Spark job (docs/ANALYTICS.md, "availability")."""
-    out = []
-    window = (win_end - win_start) if (win_start is not None and win_end is not None) else None
-    for subject in sorted(lease_events):
-        evs = sorted(lease_events[subject])
-        has_self = any(w == subject and e in SELF_EVENTS for _, _, w, e in evs)
-        sessions: dict[int, dict] = {}
-        sid = 0
-        prev = None
-        for ts, prio, writer, ev in evs:
-            is_self = writer == subject
-            if has_self:
-                start = is_self and ev in ("registered", "reclaimed")
-            else:
-                start = ev == "observed_join" and (prev is None or prev in TERMINAL_EVENTS)
-            prev = ev
-            if start:
-                sid += 1
-            s = sessions.get(sid)
-            if s is None:
-                s = sessions[sid] = {"start": None, "term": None, "self_evt": False, "lost": 0,
-                                     "late": 0, "first": ts, "last": ts}
-            if start and s["start"] is None:
-                s["start"] = ts
-            if ev in TERMINAL_EVENTS:
-                key = (ts, prio, writer, ev)
-                if s["term"] is None or key < s["term"]:
-                    s["term"] = key
-            if is_self and ev in ("renewed_late", "lost"):
-                s["self_evt"] = True
-            if is_self and ev == "lost":
-                s["lost"] += 1
-            if is_self and ev == "renewed_late":
-                s["late"] += 1
-            s["first"] = min(s["first"], ts)
-            s["last"] = max(s["last"], ts)
-        ids = sorted(sessions)
-        n = online = crashes = graceful = lost = late = 0
-        last_kind = None
-        for i, k in enumerate(ids):
-            s = sessions[k]
-            lost += s["lost"]
-            late += s["late"]
-            nxt = sessions[ids[i + 1]]["start"] if i + 1 < len(ids) else None
-            exists = k > 0 or s["term"] is not None or s["self_evt"]
-            if not exists:
-                continue
-            start = s["start"] if s["start"] is not None else win_start
-            if s["term"] is not None:
-                end, kind = s["term"][0], ("graceful" if s["term"][3] in GRACEFUL_EVENTS else "crash")
-            elif nxt is not None:
-                end, kind = nxt, "crash"
-            else:
-                end, kind = win_end, "open"
-            n += 1
-            online += max(0.0, end - start)
-            crashes += kind == "crash"
-            graceful += kind == "graceful"
-            last_kind = kind
-        out.append({"node": subject, "online_seconds": float(online), "window_seconds": window,
-                    "availability": (min(1.0, online / window) if window else None),
-                    "sessions": n, "restarts": max(n - 1, 0), "crashes": crashes,
-                    "graceful_departures": graceful, "lost_leases": lost, "late_renewals": late,
-                    "online_at_end": last_kind == "open",
-                    "first_ts": evs[0][0], "last_ts": max(e[0] for e in evs)})
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience

@@ -1,0 +1,85 @@
+"""The pipeline's own copy of the journal record model (wire contract section 8).
+
+The pipeline must run under ``spark-submit`` without the rest of the project, so it keeps its own
+copies of the field names, reject reasons and lease events instead of importing the runtime's;
+``tests/pipeline/test_pipeline_pins.py`` pins these copies to the runtime's definitions.
+"""
+from __future__ import annotations
+
+#: journal fields the analysis reads, with their Spark SQL types (``envelope`` is never parsed)
+FIELDS = (("kind", "string"), ("ts", "double"), ("node", "string"), ("dir", "string"),
+          ("peer", "string"), ("type", "string"), ("seq", "bigint"), ("size", "bigint"),
+          ("outcome", "string"), ("reason", "string"), ("requestId", "string"),
+          ("service", "string"), ("status", "string"), ("errorCode", "string"),
+          ("latencyMs", "double"), ("subject", "string"), ("event", "string"))
+ENVELOPE_REQUIRED = ("dir", "peer", "type", "outcome")
+LEASE_REQUIRED = ("subject", "event")
+
+REJECT_REASONS = ("unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target",
+                  "unknown_sender", "stale_timestamp", "replayed_nonce", "replayed_sequence",
+                  "bad_sequence", "unexpected_response", "too_large", "bad_payload", "bad_file")
+LEASE_EVENTS = ("registered", "reclaimed", "renewed_late", "lost", "deregistered",
+                "observed_join", "observed_expiry", "observed_leave", "reaped")
+ERROR_CODES = ("SERVICE_NOT_FOUND", "ACCESS_DENIED", "INVALID_ARGUMENTS", "EXECUTION_FAILED",
+               "TIMEOUT", "INTERNAL_ERROR")
+
+TERMINAL_EVENTS = ("deregistered", "observed_leave", "observed_expiry", "reaped")
+GRACEFUL_EVENTS = ("deregistered", "observed_leave")
+START_EVENTS = ("registered", "reclaimed")
+SELF_EVENTS = ("registered", "reclaimed", "deregistered", "renewed_late", "lost")
+
+#: what a rejection most likely means, for the security table
+REASON_LABELS = {
+    "bad_tag": "wrong key or tampering",
+    "replayed_nonce": "replay",
+    "replayed_sequence": "replay",
+    "bad_sequence": "replay or a restarted sender",
+    "unexpected_response": "response from a node that was not called",
+    "unauthorized": "missing grant or probing",
+    "stale_timestamp": "clock skew or delayed replay",
+    "unknown_sender": "unknown or restarted sender",
+    "wrong_target": "stale registry entry or misrouting",
+    "bad_size": "malformed or truncated envelope",
+    "bad_version": "malformed or truncated envelope",
+    "too_large": "oversized envelope",
+    "bad_payload": "malformed payload",
+    "bad_file": "file-system tampering",
+}
+DEFAULT_LABEL = "other rejection"
+
+#: timestamps outside [0, MAX_TS) make a line malformed (guards against Infinity / garbage)
+MAX_TS = 1e11
+#: Spark's JSON reader options that match reference.parse_line's rules
+JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false",
+                "allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "false"}
+
+
+def reason_label(reason: str | None) -> str:
+    if reason is None:
+        return DEFAULT_LABEL
+    if reason.startswith("replayed_"):
+        return "replay"
+    return REASON_LABELS.get(reason, DEFAULT_LABEL)
+
+
+def spark_schema():
+    from pyspark.sql import types as T
+    kinds = {"string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType()}
+    return T.StructType([T.StructField(n, kinds[t], True) for n, t in FIELDS])
+
+
+def parse_lines(df):
+    """value:string lines -> the record columns + `valid` (bool); kind defaults to "envelope"."""
+    from pyspark.sql import functions as F
+    p = df.select(F.from_json(F.col("value"), spark_schema(), JSON_OPTIONS).alias("r")).select("r.*")
+    kind, ts = F.col("kind"), F.col("ts")
+    base = ts.isNotNull() & (ts >= 0) & (ts < MAX_TS) & F.col("node").isNotNull()
+    env = kind.isNull() | (kind == "envelope")
+    for name in ENVELOPE_REQUIRED:
+        env = env & F.col(name).isNotNull()
+    lease = kind == "lease"
+    for name in LEASE_REQUIRED:
+        lease = lease & F.col(name).isNotNull()
+    valid = F.coalesce(base & (env | lease), F.lit(False))
+    return p.withColumn("valid", valid).withColumn(
+        "kind", F.when(kind.isNull(), F.lit("envelope")).otherwise(kind))
