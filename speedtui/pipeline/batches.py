@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
-from .records import TERMINAL_EVENTS
+from .records import TERMINAL_EVENTS, read_records
 from .rollup import (CALL, LEASE, LINES, OTHER, REJECTED, TRAFFIC, batch_rows, merge_spc,
                      resolve_open, security_table, spc_table, split_calls, traffic_table)
 from .summary import availability, build_summary
@@ -19,14 +19,14 @@ SPC_DONE = "spc_done"
 SPC_OPEN = "spc_open"
 
 
-def write_batch(spark, lines, batch_dir: str, *, since=None, until=None, batch_id: int = 0,
-                accuracy: int = PERCENTILE_ACCURACY, step=None) -> None:
-    """Roll up `lines` (a value:string DataFrame) into batch_dir: one scan of the lines, then a
-    split of the (much smaller) call legs."""
+def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=None,
+                batch_id: int = 0, accuracy: int = PERCENTILE_ACCURACY, step=None) -> None:
+    """Roll up the journal files `paths` into batch_dir: one scan of the lines, then a split of
+    the (much smaller) call legs."""
     from pyspark.sql import functions as F
     if step:
         step("parse")
-    rows = batch_rows(lines, since, until, batch_id)
+    rows = batch_rows(read_records(spark, paths), since, until, batch_id)
     (rows.write.mode("overwrite").option("compression", "lz4")
      .partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
     if step:
@@ -50,8 +50,7 @@ def _drop_call_rows(spark, rows_uri: str) -> None:
 def schemas(spark) -> dict:
     """The roll-up datasets' schemas, from the plans themselves (no job runs), so that an empty
     batch (nothing new) reads back without schema inference."""
-    lines = spark.createDataFrame([], "value string")
-    rows = batch_rows(lines)
+    rows = batch_rows(read_records(spark, []))
     done, open_legs = split_calls(rows)
     return {ROW_PARTS: rows.schema, SPC_DONE: done.schema, SPC_OPEN: open_legs.schema}
 

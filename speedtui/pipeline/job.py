@@ -109,9 +109,7 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
     batch = f"{out_uri}/_rollup"
     try:
         with Progress(spark, progress, STEPS) as prog:
-            lines = (spark.read.text(read_paths) if read_paths
-                     else spark.createDataFrame([], "value string"))
-            write_batch(spark, lines, batch, since=since, until=until, accuracy=percentile_accuracy,
+            write_batch(spark, read_paths, batch, since=since, until=until, accuracy=percentile_accuracy,
                         step=prog.step)
             parts = report(spark, [batch], out_uri, since=since, until=until,
                            burst_threshold=burst_threshold, accuracy=percentile_accuracy, step=prog.step)

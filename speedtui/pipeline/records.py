@@ -68,10 +68,19 @@ def spark_schema():
     return T.StructType([T.StructField(n, kinds[t], True) for n, t in FIELDS])
 
 
-def parse_lines(df):
-    """value:string lines -> the record columns + `valid` (bool); kind defaults to "envelope"."""
+def read_records(spark, paths: list[str]):
+    """The record columns + `valid` (bool) of journal files, read with Spark's JSON reader.
+
+    The reader skips blank lines, reads a line holding a JSON array of objects as one record per
+    object, and gives a row of nulls (malformed) for any other line that is not an object;
+    reference.parse_values follows the same rules."""
+    if not paths:
+        return with_validity(spark.createDataFrame([], spark_schema()))
+    return with_validity(spark.read.schema(spark_schema()).options(**JSON_OPTIONS).json(paths))
+
+
+def with_validity(p):
     from pyspark.sql import functions as F
-    p = df.select(F.from_json(F.col("value"), spark_schema(), JSON_OPTIONS).alias("r")).select("r.*")
     kind, ts = F.col("kind"), F.col("ts")
     base = ts.isNotNull() & (ts >= 0) & (ts < MAX_TS) & F.col("node").isNotNull()
     env = kind.isNull() | (kind == "envelope")

@@ -65,16 +65,34 @@ def _as_double(v: Any) -> float | None:
         return math.inf if v > 0 else -math.inf
 
 
-def parse_line(line: str) -> dict | None:
-    """The record of one journal line (all known fields, None when absent), or None if the line
-    is malformed. kind defaults to "envelope". (Written for speed: the common types are checked
-    inline, anything unusual goes through the _as_* converters.)"""
+def parse_values(line: str) -> tuple:
+    """What Spark's JSON reader makes of one journal line: usually one record (a dict) or None
+    (malformed); nothing for a blank line; for a JSON array of objects one entry per object (an
+    array holding anything else is one malformed entry)."""
+    text = line.lstrip(_WS)
+    if not text:
+        return ()
     try:
-        obj = _raw_decode(line.lstrip(_WS))[0]
+        obj = _raw_decode(text)[0]
     except (ValueError, RecursionError):
-        return None
-    if obj.__class__ is not dict:
-        return None
+        return (None,)
+    if obj.__class__ is dict:
+        return (record_of(obj),)
+    if obj.__class__ is list and all(v.__class__ is dict for v in obj):
+        return tuple(record_of(v) for v in obj)
+    return (None,)
+
+
+def parse_line(line: str) -> dict | None:
+    """The record of a line holding one JSON object, None if it is malformed."""
+    values = parse_values(line)
+    return values[0] if len(values) == 1 else None
+
+
+def record_of(obj: dict) -> dict | None:
+    """The record of one JSON object (all known fields, None when absent), or None if it is not
+    a valid record. kind defaults to "envelope". (Written for speed: the common types are checked
+    inline, anything unusual goes through the _as_* converters.)"""
     g = obj.get
     ts = g("ts")
     if ts.__class__ is not float:
@@ -183,78 +201,78 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
     security: dict[tuple, list] = {}
     lease_events: dict[str, list] = defaultdict(list)
     noid = 0
-    parse = parse_line
+    parse = parse_values
     for path in files:
         with _open(path) as fh:
             for line in fh:
-                lines += 1
-                rec = parse(line.rstrip("\r\n"))
-                if rec is None:
-                    malformed += 1
-                    continue
-                valid += 1
-                ts = rec["ts"]
-                if (since is not None and ts < since) or (until is not None and ts >= until):
-                    continue
-                recs_in += 1
-                if first_ts is None or ts < first_ts:
-                    first_ts = ts
-                if last_ts is None or ts > last_ts:
-                    last_ts = ts
-                node = rec["node"]
-                nodes.add(node)
-                if rec["kind"] == "lease":
-                    lease_recs += 1
-                    ev = rec["event"]
-                    prio = 0 if ev in TERMINAL_EVENTS else (
-                        2 if ev in ("registered", "reclaimed", "observed_join") else 1)
-                    lease_events[rec["subject"]].append((ts, prio, node, ev))
-                    continue
-                env_recs += 1
-                d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
-                minute = int(math.floor(ts / 60)) * 60
-                if d == "out" and outcome == "sent":
-                    size = rec["size"] or 0
-                    sent_n += 1
-                    sent_bytes += size
-                    t = traffic[(node, peer, typ, minute)]
-                    t[0] += 1
-                    t[1] += size
-                    tt = top.get((node, peer))
-                    if tt is None:
-                        tt = top[(node, peer)] = [0, 0, 0, 0, ts, ts]
-                    tt[0] += 1
-                    tt[1] += size
-                    if typ == "MESSAGE":
-                        tt[2] += 1
-                    elif typ == "SPC_REQUEST":
-                        tt[3] += 1
-                    if ts < tt[4]:
-                        tt[4] = ts
-                    if ts > tt[5]:
-                        tt[5] = ts
-                    if typ == "SPC_REQUEST":
-                        noid, c = _call_slot(calls, node, peer, rec, noid, 0)
-                        c[2] = 1
-                elif d == "in" and outcome == "accepted":
-                    accepted += 1
-                    if typ == "SPC_RESPONSE":
-                        noid, c = _call_slot(calls, node, peer, rec, noid, 1)
-                        c[3] = 1
-                        if c[4] is None or ts < c[4][0]:
-                            c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
-                elif d == "in" and outcome == "rejected":
-                    rejected += 1
-                    reason = rec["reason"] if rec["reason"] is not None else "unknown"
-                    s = security.get((node, reason, minute))
-                    if s is None:
-                        s = security[(node, reason, minute)] = [0, set(), ts, ts]
-                    s[0] += 1
-                    s[1].add(peer)
-                    if ts < s[2]:
-                        s[2] = ts
-                    if ts > s[3]:
-                        s[3] = ts
+                for rec in parse(line):  # one record per line, but none or several for rare lines
+                    lines += 1
+                    if rec is None:
+                        malformed += 1
+                        continue
+                    valid += 1
+                    ts = rec["ts"]
+                    if (since is not None and ts < since) or (until is not None and ts >= until):
+                        continue
+                    recs_in += 1
+                    if first_ts is None or ts < first_ts:
+                        first_ts = ts
+                    if last_ts is None or ts > last_ts:
+                        last_ts = ts
+                    node = rec["node"]
+                    nodes.add(node)
+                    if rec["kind"] == "lease":
+                        lease_recs += 1
+                        ev = rec["event"]
+                        prio = 0 if ev in TERMINAL_EVENTS else (
+                            2 if ev in ("registered", "reclaimed", "observed_join") else 1)
+                        lease_events[rec["subject"]].append((ts, prio, node, ev))
+                        continue
+                    env_recs += 1
+                    d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
+                    minute = int(math.floor(ts / 60)) * 60
+                    if d == "out" and outcome == "sent":
+                        size = rec["size"] or 0
+                        sent_n += 1
+                        sent_bytes += size
+                        t = traffic[(node, peer, typ, minute)]
+                        t[0] += 1
+                        t[1] += size
+                        tt = top.get((node, peer))
+                        if tt is None:
+                            tt = top[(node, peer)] = [0, 0, 0, 0, ts, ts]
+                        tt[0] += 1
+                        tt[1] += size
+                        if typ == "MESSAGE":
+                            tt[2] += 1
+                        elif typ == "SPC_REQUEST":
+                            tt[3] += 1
+                        if ts < tt[4]:
+                            tt[4] = ts
+                        if ts > tt[5]:
+                            tt[5] = ts
+                        if typ == "SPC_REQUEST":
+                            noid, c = _call_slot(calls, node, peer, rec, noid, 0)
+                            c[2] = 1
+                    elif d == "in" and outcome == "accepted":
+                        accepted += 1
+                        if typ == "SPC_RESPONSE":
+                            noid, c = _call_slot(calls, node, peer, rec, noid, 1)
+                            c[3] = 1
+                            if c[4] is None or ts < c[4][0]:
+                                c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
+                    elif d == "in" and outcome == "rejected":
+                        rejected += 1
+                        reason = rec["reason"] if rec["reason"] is not None else "unknown"
+                        s = security.get((node, reason, minute))
+                        if s is None:
+                            s = security[(node, reason, minute)] = [0, set(), ts, ts]
+                        s[0] += 1
+                        s[1].add(peer)
+                        if ts < s[2]:
+                            s[2] = ts
+                        if ts > s[3]:
+                            s[3] = ts
 
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts

@@ -22,7 +22,7 @@ union), so the tables of many batches cost about what their roll-ups weigh, not 
 from __future__ import annotations
 
 from .common import PERCENTILE_ACCURACY
-from .records import ERROR_CODES, REASON_LABELS, DEFAULT_LABEL, parse_lines
+from .records import DEFAULT_LABEL, ERROR_CODES, REASON_LABELS
 
 TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES = 0, 1, 2, 3, 4, 5
 #: response outcome codes: 0 success, 1..6 ERROR_CODES, 7 any other (or missing) code
@@ -30,10 +30,10 @@ CODE_OTHER = len(ERROR_CODES) + 1
 ROW_ID_PREFIX = "\u0000row"
 
 
-def batch_rows(lines, since=None, until=None, batch_id: int = 0):
-    """value:string lines -> the aggregated rows of one batch (one scan, one hash aggregation)."""
+def batch_rows(p, since=None, until=None, batch_id: int = 0):
+    """Records (records.read_records) -> the aggregated rows of one batch (one scan, one hash
+    aggregation)."""
     from pyspark.sql import functions as F
-    p = parse_lines(lines)
     ts, kind, d, out = F.col("ts"), F.col("kind"), F.col("dir"), F.col("outcome")
     in_win = F.col("valid")
     if since is not None:
