@@ -56,7 +56,31 @@ def schemas(spark) -> dict:
 
 
 def _read(spark, batch_dirs: list[str], name: str):
-    return spark.read.schema(schemas(spark)[name]).parquet(*[f"{d}/{name}" for d in batch_dirs])
+    """One dataset of every batch (read one by one: Spark's partition discovery does not take
+    several partitioned roots at once)."""
+    schema = schemas(spark)[name]
+    if not batch_dirs:
+        return spark.createDataFrame([], schema)
+    frames = [spark.read.schema(schema).parquet(f"{d}/{name}") for d in batch_dirs]
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def compact(spark, batch_dirs: list[str], new_dir: str) -> None:
+    """Merge the roll-ups of many batches into one batch that gives the same report."""
+    from pyspark.sql import functions as F
+    legs = [F.sum("nreq").alias("nreq"), F.sum("nresp").alias("nresp"), F.min("resp_ts").alias("resp_ts"),
+            F.min_by("code", "resp_ts").alias("code"), F.min_by("lat", "resp_ts").alias("lat")]
+    rows = _read(spark, batch_dirs, ROW_PARTS).filter(F.col("tag") != CALL)
+    (rows.groupBy("tag", "a", "b", "c", "d", "m", "x")
+     .agg(F.sum("n").alias("n"), F.sum("bytes").alias("bytes"), F.min("tmin").alias("tmin"),
+          F.max("tmax").alias("tmax"), *legs)
+     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{new_dir}/{ROW_PARTS}"))
+    merge_spc(_read(spark, batch_dirs, SPC_DONE)).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
+    (_read(spark, batch_dirs, SPC_OPEN).groupBy("a", "b", "c", "d").agg(*legs)
+     .coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_OPEN}"))
 
 
 def merged_parts(spark, batch_dirs: list[str], accuracy: int = PERCENTILE_ACCURACY):

@@ -132,6 +132,46 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
             spark.stop()
 
 
+def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str | None = None,
+                    progress: Callable[[float, str], Any] | None = None, spark=None, *,
+                    rebuild: bool = False, burst_threshold: int = BURST_THRESHOLD,
+                    percentile_accuracy: int = PERCENTILE_ACCURACY,
+                    shuffle_partitions: int | None = None, on_plan=None) -> dict:
+    """Ingest what is new in the local journal directories `traces` into the store at store_dir
+    (store.py), write the report from the store in out_dir and return its summary, which has an
+    extra "ingest" entry (new bytes, batches, rotated or replaced journals, timings)."""
+    from .store import run_store
+    t0 = time.time()
+    _, shown = check_inputs(traces)
+    out_uri, out_shown = prepare_out(out_dir)
+    spark, own = session_for(spark, master, shuffle_partitions, progress)
+    try:
+        with Progress(spark, progress, STEPS) as prog:
+            parts, facts = run_store(spark, shown, store_dir, out_uri, rebuild=rebuild,
+                                     burst_threshold=burst_threshold, accuracy=percentile_accuracy,
+                                     step=prog.step, on_plan=on_plan)
+            prog.step("summary")
+            summary = build_summary(inputs=shown, out_dir=out_shown, engine="spark", **parts)
+            summary["ingest"] = facts
+            summary["elapsed_seconds"] = round(time.time() - t0, 3)
+            write_summary(spark, out_uri, summary)
+            prog.done(summary.get("message") or "done")
+        return summary
+    except PipelineError:
+        raise
+    except OSError as exc:
+        raise PipelineError(f"the analytics store {store_dir} cannot be written: "
+                            f"{exc.strerror or exc}.") from exc
+    except Exception as exc:
+        err = spark_errors(exc)
+        if err is None:
+            raise
+        raise err from exc
+    finally:
+        if own:
+            spark.stop()
+
+
 def remove_tree(spark, uri: str) -> None:
     if is_local(uri):
         shutil.rmtree(local_path(uri), ignore_errors=True)
