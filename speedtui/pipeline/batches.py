@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
@@ -92,58 +93,71 @@ def merged_parts(spark, batch_dirs: list[str], accuracy: int = PERCENTILE_ACCURA
     return rows.filter(F.col("tag") != CALL), merge_spc(done)
 
 
+def driver_facts(rows, security, spc):
+    """Everything the summary needs, as one small collect (one Spark job): per-node totals,
+    lease events, traffic per minute and per link, rejections per minute and reason, bursts
+    candidates and the spc rows; each part is a JSON object tagged with its name."""
+    from pyspark.sql import functions as F
+    tag, n = F.col("tag"), F.col("n")
+    node = F.when(tag == LEASE, F.col("b")).otherwise(F.col("a"))
+
+    def part(name, df):
+        return df.select(F.lit(name).alias("part"), F.to_json(F.struct(*df.columns)).alias("j"))
+
+    facts = (rows.filter(tag.isin(TRAFFIC, REJECTED, OTHER, LINES))
+             .groupBy("tag", node.alias("node"), F.when(tag.isin(OTHER, LINES), F.col("c")).alias("c"))
+             .agg(F.sum(n).alias("n"), F.sum("bytes").alias("bytes"),
+                  F.min("tmin").alias("tmin"), F.max("tmax").alias("tmax")))
+    lease = rows.filter(tag == LEASE).select("a", "b", "c", "x", "n", "tmin", "tmax")
+    traffic = rows.filter(tag == TRAFFIC)
+    minutes = traffic.groupBy("m").agg(F.sum(n).alias("e"), F.sum("bytes").alias("b"))
+    links = (traffic.groupBy(F.col("a").alias("source"), F.col("b").alias("target"))
+             .agg(F.sum(n).alias("envelopes"), F.sum("bytes").alias("bytes"),
+                  F.sum(F.when(F.col("c") == "MESSAGE", n).otherwise(0)).alias("messages"),
+                  F.sum(F.when(F.col("c") == "SPC_REQUEST", n).otherwise(0)).alias("spc_requests"),
+                  F.min("tmin").alias("first_ts"), F.max("tmax").alias("last_ts")))
+    rejected = security.groupBy("minute", "reason").agg(F.sum("rejections").alias("n"))
+    bursts = security.filter("burst").select("node", "reason", "minute", "rejections", "label")
+    out = part("facts", facts)
+    for name, df in (("lease", lease), ("minutes", minutes), ("links", links),
+                     ("rejected", rejected), ("bursts", bursts), ("spc", spc)):
+        out = out.unionByName(part(name, df))
+    got: dict[str, list] = defaultdict(list)
+    for r in out.collect():
+        got[r["part"]].append(json.loads(r["j"]))
+    return got
+
+
 def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None,
            burst_threshold: int = BURST_THRESHOLD, accuracy: int = PERCENTILE_ACCURACY,
            step=None) -> dict:
     """Write the five tables in out_uri; return the arguments of summary.build_summary (less
-    inputs/out_dir)."""
-    from pyspark.sql import functions as F
+    inputs/out_dir). One collect for the driver, one write per table."""
     if step:
         step("tables")
     rows, spc_merged = merged_parts(spark, batch_dirs, accuracy)
-    # the small per-node facts: totals, lease events, time range (a few hundred rows at most)
-    node = F.when(F.col("tag") == LEASE, F.col("b")).otherwise(F.col("a"))
-    facts = (rows.filter(F.col("tag").isin(TRAFFIC, REJECTED, OTHER, LINES))
-             .groupBy("tag", node.alias("node"), F.when(F.col("tag").isin(OTHER, LINES), F.col("c")).alias("c"))
-             .agg(F.sum("n").alias("n"), F.sum("bytes").alias("bytes"),
-                  F.min("tmin").alias("tmin"), F.max("tmax").alias("tmax")).collect())
-    lease_rows = (rows.filter(F.col("tag") == LEASE).select("a", "b", "c", "x", "n", "tmin", "tmax").collect())
-    totals, first_ts, last_ts = _totals(facts, lease_rows)
+    security = security_table(rows, burst_threshold)
+    spc = spc_table(spc_merged)
+    got = driver_facts(rows, security, spc)
+    totals, first_ts, last_ts = _totals(got["facts"], got["lease"])
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
-
-    traffic = traffic_table(rows).cache()
-    (traffic.drop("first_ts", "last_ts").sortWithinPartitions("minute", "source", "target", "type")
-     .write.mode("overwrite").parquet(f"{out_uri}/traffic"))
     bucket = choose_bucket(win_start, win_end)
-    links = (traffic.groupBy("source", "target")
-             .agg(F.sum("envelopes").alias("envelopes"), F.sum("bytes").alias("bytes"),
-                  F.sum(F.when(F.col("type") == "MESSAGE", F.col("envelopes")).otherwise(0)).alias("messages"),
-                  F.sum(F.when(F.col("type") == "SPC_REQUEST", F.col("envelopes")).otherwise(0)).alias("spc_requests"),
-                  F.min("first_ts").alias("first_ts"), F.max("last_ts").alias("last_ts")).collect())
-    tb = (traffic.groupBy((F.floor(F.col("minute") / bucket) * bucket).cast("long").alias("t"))
-          .agg(F.sum("envelopes").alias("e"), F.sum("bytes").alias("b")).collect())
-    traffic.unpersist()
-    top = sorted((r.asDict() for r in links),
-                 key=lambda r: (-r["envelopes"], -r["bytes"], r["source"], r["target"]))
+
+    traffic = traffic_table(rows).drop("first_ts", "last_ts")
+    (traffic.sortWithinPartitions("minute", "source", "target", "type")
+     .write.mode("overwrite").parquet(f"{out_uri}/traffic"))
+    security.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
+    if step:
+        step("spc")
+    spc.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
+    top = sorted(got["links"], key=lambda r: (-r["envelopes"], -r["bytes"], r["source"], r["target"]))
     for i, r in enumerate(top):
         r["rank"] = i + 1
     _small_table(spark, top, "source string, target string, envelopes long, bytes long, messages long, "
                  "spc_requests long, first_ts double, last_ts double, rank int", f"{out_uri}/top_talkers")
-
-    security = security_table(rows, burst_threshold).coalesce(1).cache()
-    security.write.mode("overwrite").parquet(f"{out_uri}/security")
-    sec_rows = [r.asDict() for r in security.collect()]
-    security.unpersist()
-    if step:
-        step("spc")
-    spc = spc_table(spc_merged).coalesce(1).cache()
-    spc.write.mode("overwrite").parquet(f"{out_uri}/spc")
-    spc_rows = sorted((r.asDict() for r in spc.collect()), key=lambda r: (r["target"], r["service"]))
-    spc.unpersist()
-
     events: dict[str, list] = defaultdict(list)
-    for r in lease_rows:
+    for r in got["lease"]:
         prio = 0 if r["c"] in TERMINAL_EVENTS else (2 if r["c"] in ("registered", "reclaimed", "observed_join") else 1)
         events[r["a"]].extend([(r["x"], prio, r["b"], r["c"])] * int(r["n"]))
     av = availability(events, win_start, win_end)
@@ -152,15 +166,21 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
                  "late_renewals long, online_at_end boolean, first_ts double, last_ts double",
                  f"{out_uri}/availability")
 
+    tb: dict[int, list] = defaultdict(lambda: [0, 0])
+    for r in got["minutes"]:
+        b = tb[(r["m"] // bucket) * bucket]
+        b[0] += r["e"]
+        b[1] += r.get("b") or 0
     rb: dict[tuple, int] = defaultdict(int)
     by_reason: dict[str, int] = defaultdict(int)
-    for r in sec_rows:
-        rb[((r["minute"] // bucket) * bucket, r["reason"])] += r["rejections"]
-        by_reason[r["reason"]] += r["rejections"]
-    bursts = sorted((r for r in sec_rows if r["burst"]),
-                    key=lambda r: (-r["rejections"], r["minute"], r["node"], r["reason"]))[:20]
+    for r in got["rejected"]:
+        rb[((r["minute"] // bucket) * bucket, r["reason"])] += r["n"]
+        by_reason[r["reason"]] += r["n"]
+    bursts = sorted(got["bursts"], key=lambda r: (-r["rejections"], r["minute"], r["node"], r["reason"]))[:20]
+    spc_rows = sorted(({k: r.get(k) for k in spc.columns} for r in got["spc"]),
+                      key=lambda r: (r["target"], r["service"]))
     return dict(since=since, until=until, totals=totals, first_ts=first_ts, last_ts=last_ts,
-                bucket=bucket, traffic_buckets=sorted((r["t"], r["e"], r["b"]) for r in tb),
+                bucket=bucket, traffic_buckets=[(t, v[0], v[1]) for t, v in sorted(tb.items())],
                 rejection_buckets=[(k[0], k[1], v) for k, v in sorted(rb.items())],
                 bursts=bursts, by_reason=dict(by_reason), spc=spc_rows, top=top[:SUMMARY_TOP],
                 availability=av, burst_threshold=burst_threshold, accuracy=accuracy)
@@ -179,9 +199,9 @@ def _totals(facts, lease_rows) -> tuple[dict, float | None, float | None]:
     sent_bytes = 0
     for r in facts:
         tag, cnt = r["tag"], int(r["n"])
-        n[(tag, r["c"])] += cnt
+        n[(tag, r.get("c"))] += cnt             # (to_json leaves out null fields)
         if tag == TRAFFIC:
-            sent_bytes += int(r["bytes"] or 0)
+            sent_bytes += int(r.get("bytes") or 0)
         if tag != LINES:
             nodes.add(r["node"])
             first = r["tmin"] if first is None or r["tmin"] < first else first
