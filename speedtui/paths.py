@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,13 @@ class Paths:
     @property
     def analytics_dir(self) -> Path:
         return self.data_dir / "analytics"
+
+    def env_dir(self, root: "os.PathLike[str] | str") -> Path:
+        """Per-environment data (reports, stores, logs, histories), keyed by the absolute ROOT."""
+        absolute = os.path.abspath(os.fspath(root))
+        slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.path.basename(absolute))[:32] or "root"
+        digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return self.data_dir / "envs" / f"{slug}-{digest}"
 
 
 def default_root() -> Path:

@@ -1,9 +1,8 @@
 """Snapshot tests of every view and dialog, from the deterministic fixture (frozen clock, fixed
 files, no processes).  Update with `pytest tests/console --snapshot-update`."""
 
-import json
 
-from speedtui.fixture import FIXED_NOW, sample_summary
+from speedtui.fixture import FIXED_NOW
 from speedtui.models.access import AccessGraph
 from speedtui.models.history import AuditEntry, AuditLog, CallHistory, CallRecord
 from speedtui.screens.confirm import ConfirmScreen
@@ -81,17 +80,6 @@ def test_follow_call_dialog(snap_compare, fixture_app):
 
 def test_replay_view(snap_compare, fixture_app):
     assert snap_compare(app_for(fixture_app), press=["5", "down", "down"], terminal_size=SIZE)
-
-
-def test_analytics_empty(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=SIZE)
-
-
-def test_analytics_report(snap_compare, fixture_app, fixture_env):
-    _, _, paths = fixture_env
-    paths.analytics_dir.mkdir(parents=True)
-    (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=SIZE)
 
 
 def test_audit(snap_compare, fixture_app, fixture_env):
