@@ -163,9 +163,9 @@ class AnalyticsWorker:
                     pass
             self.proc = None
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Ask the child to exit (its stdin closes); if it is still busy after `timeout`, end its
-        process group (the child and its JVM)."""
+    def close(self, timeout: float = 15.0) -> None:
+        """Ask the child to exit (its stdin closes; it stops Spark); if it has not after `timeout`,
+        end its process group (the child and its JVM): SIGTERM, then SIGKILL."""
         proc = self.proc
         if proc is None:
             return
@@ -173,21 +173,49 @@ class AnalyticsWorker:
             proc.stdin.close()
         except OSError:
             pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig in (signal.SIGTERM, signal.SIGKILL, None):
             try:
                 proc.wait(timeout=timeout)
                 break
             except subprocess.TimeoutExpired:
+                if sig is None:
+                    break
                 try:
                     os.killpg(proc.pid, sig)
                 except ProcessLookupError:
                     break
-        proc.wait()
+                timeout = 5.0
+        deadline = time.monotonic() + 10.0           # the JVM ends when its stdin (the child) closes
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            time.sleep(0.1)
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
         try:
             proc.stdout.close()
         except OSError:
             pass
         self.proc = None
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of the group still runs (zombies do not count: an orphan's zombie waits for a
+    PID 1 that may never reap it)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
 
 
 if __name__ == "__main__":
