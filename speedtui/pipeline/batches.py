@@ -11,31 +11,31 @@ from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
 from .records import TERMINAL_EVENTS, read_records
-from .rollup import (CALL, LEASE, LINES, OTHER, REJECTED, TRAFFIC, batch_rows, merge_spc,
-                     resolve_open, security_table, spc_table, split_calls, traffic_table)
-from .summary import availability, build_summary
+from .rollup import (CALL, LINES, OTHER, REJECTED, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, TRAFFIC,
+                     batch_rows_sql, driver_facts_sql, merge_spc_sql, resolve_open_sql, security_sql,
+                     spc_done_sql, spc_open_sql, spc_table_sql, traffic_sql)
+from .summary import availability
 
 ROW_PARTS = "rows"
 SPC_DONE = "spc_done"
 SPC_OPEN = "spc_open"
+DDL = {ROW_PARTS: ROWS_DDL, SPC_DONE: SPC_DONE_DDL, SPC_OPEN: SPC_OPEN_DDL}
 
 
 def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=None,
                 batch_id: int = 0, accuracy: int = PERCENTILE_ACCURACY, step=None) -> None:
     """Roll up the journal files `paths` into batch_dir: one scan of the lines, then a split of
     the (much smaller) call legs."""
-    from pyspark.sql import functions as F
     if step:
         step("parse")
-    rows = batch_rows(read_records(spark, paths), since, until, batch_id)
-    (rows.write.mode("overwrite").option("compression", "lz4")
-     .partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
+    read_records(spark, paths).createOrReplaceTempView("speed_records")
+    (spark.sql(batch_rows_sql("speed_records", since, until, batch_id))
+     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
     if step:
         step("calls")
-    calls = spark.read.parquet(f"{batch_dir}/{ROW_PARTS}").filter(F.col("tag") == CALL)
-    done, open_legs = split_calls(calls, accuracy)
-    done.coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_DONE}")
-    open_legs.coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_OPEN}")
+    _read(spark, [batch_dir], ROW_PARTS).createOrReplaceTempView("speed_batch")
+    spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_DONE}")
+    spark.sql(spc_open_sql("speed_batch")).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_OPEN}")
     _drop_call_rows(spark, f"{batch_dir}/{ROW_PARTS}")
 
 
@@ -48,84 +48,38 @@ def _drop_call_rows(spark, rows_uri: str) -> None:
         fs.delete(path, True)
 
 
-def schemas(spark) -> dict:
-    """The roll-up datasets' schemas, from the plans themselves (no job runs), so that an empty
-    batch (nothing new) reads back without schema inference."""
-    rows = batch_rows(read_records(spark, []))
-    done, open_legs = split_calls(rows)
-    return {ROW_PARTS: rows.schema, SPC_DONE: done.schema, SPC_OPEN: open_legs.schema}
-
-
 def _read(spark, batch_dirs: list[str], name: str):
     """One dataset of every batch (read one by one: Spark's partition discovery does not take
-    several partitioned roots at once)."""
-    schema = schemas(spark)[name]
+    several partitioned roots at once); an explicit schema, so that an empty batch reads too."""
     if not batch_dirs:
-        return spark.createDataFrame([], schema)
-    frames = [spark.read.schema(schema).parquet(f"{d}/{name}") for d in batch_dirs]
+        return spark.createDataFrame([], DDL[name])
+    frames = [spark.read.schema(DDL[name]).parquet(f"{d}/{name}") for d in batch_dirs]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
 
 
-def compact(spark, batch_dirs: list[str], new_dir: str) -> None:
+def _views(spark, batch_dirs: list[str], accuracy: int) -> None:
+    """Temp views of all batches: speed_rows, and speed_spc_merged (calls across batches joined)."""
+    _read(spark, batch_dirs, ROW_PARTS).createOrReplaceTempView("speed_rows")
+    _read(spark, batch_dirs, SPC_DONE).createOrReplaceTempView("speed_done")
+    _read(spark, batch_dirs, SPC_OPEN).createOrReplaceTempView("speed_open")
+    done = f"(SELECT * FROM speed_done UNION ALL {resolve_open_sql('speed_open', accuracy)}) d"
+    spark.sql(merge_spc_sql(done)).createOrReplaceTempView("speed_spc_merged")
+
+
+def compact(spark, batch_dirs: list[str], new_dir: str, accuracy: int = PERCENTILE_ACCURACY) -> None:
     """Merge the roll-ups of many batches into one batch that gives the same report."""
-    from pyspark.sql import functions as F
-    legs = [F.sum("nreq").alias("nreq"), F.sum("nresp").alias("nresp"), F.min("resp_ts").alias("resp_ts"),
-            F.min_by("code", "resp_ts").alias("code"), F.min_by("lat", "resp_ts").alias("lat")]
-    rows = _read(spark, batch_dirs, ROW_PARTS).filter(F.col("tag") != CALL)
-    (rows.groupBy("tag", "a", "b", "c", "d", "m", "x")
-     .agg(F.sum("n").alias("n"), F.sum("bytes").alias("bytes"), F.min("tmin").alias("tmin"),
-          F.max("tmax").alias("tmax"), *legs)
+    _views(spark, batch_dirs, accuracy)
+    legs = ("sum(nreq) AS nreq, sum(nresp) AS nresp, min(resp_ts) AS resp_ts, "
+            "min_by(code, resp_ts) AS code, min_by(lat, resp_ts) AS lat")
+    (spark.sql(f"""SELECT tag, a, b, c, d, m, x, sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin,
+                          max(tmax) AS tmax, {legs} FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")
      .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{new_dir}/{ROW_PARTS}"))
-    merge_spc(_read(spark, batch_dirs, SPC_DONE)).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
-    (_read(spark, batch_dirs, SPC_OPEN).groupBy("a", "b", "c", "d").agg(*legs)
+    spark.sql(merge_spc_sql("speed_done")).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
+    (spark.sql(f"SELECT a, b, c, d, {legs} FROM speed_open GROUP BY 1, 2, 3, 4")
      .coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_OPEN}"))
-
-
-def merged_parts(spark, batch_dirs: list[str], accuracy: int = PERCENTILE_ACCURACY):
-    """(rows, spc per (target, service)) of all batches, calls across batches joined up."""
-    from pyspark.sql import functions as F
-    rows = _read(spark, batch_dirs, ROW_PARTS)
-    open_legs = _read(spark, batch_dirs, SPC_OPEN)
-    done = _read(spark, batch_dirs, SPC_DONE).unionByName(resolve_open(open_legs, accuracy))
-    return rows.filter(F.col("tag") != CALL), merge_spc(done)
-
-
-def driver_facts(rows, security, spc):
-    """Everything the summary needs, as one small collect (one Spark job): per-node totals,
-    lease events, traffic per minute and per link, rejections per minute and reason, bursts
-    candidates and the spc rows; each part is a JSON object tagged with its name."""
-    from pyspark.sql import functions as F
-    tag, n = F.col("tag"), F.col("n")
-    node = F.when(tag == LEASE, F.col("b")).otherwise(F.col("a"))
-
-    def part(name, df):
-        return df.select(F.lit(name).alias("part"), F.to_json(F.struct(*df.columns)).alias("j"))
-
-    facts = (rows.filter(tag.isin(TRAFFIC, REJECTED, OTHER, LINES))
-             .groupBy("tag", node.alias("node"), F.when(tag.isin(OTHER, LINES), F.col("c")).alias("c"))
-             .agg(F.sum(n).alias("n"), F.sum("bytes").alias("bytes"),
-                  F.min("tmin").alias("tmin"), F.max("tmax").alias("tmax")))
-    lease = rows.filter(tag == LEASE).select("a", "b", "c", "x", "n", "tmin", "tmax")
-    traffic = rows.filter(tag == TRAFFIC)
-    minutes = traffic.groupBy("m").agg(F.sum(n).alias("e"), F.sum("bytes").alias("b"))
-    links = (traffic.groupBy(F.col("a").alias("source"), F.col("b").alias("target"))
-             .agg(F.sum(n).alias("envelopes"), F.sum("bytes").alias("bytes"),
-                  F.sum(F.when(F.col("c") == "MESSAGE", n).otherwise(0)).alias("messages"),
-                  F.sum(F.when(F.col("c") == "SPC_REQUEST", n).otherwise(0)).alias("spc_requests"),
-                  F.min("tmin").alias("first_ts"), F.max("tmax").alias("last_ts")))
-    rejected = security.groupBy("minute", "reason").agg(F.sum("rejections").alias("n"))
-    bursts = security.filter("burst").select("node", "reason", "minute", "rejections", "label")
-    out = part("facts", facts)
-    for name, df in (("lease", lease), ("minutes", minutes), ("links", links),
-                     ("rejected", rejected), ("bursts", bursts), ("spc", spc)):
-        out = out.unionByName(part(name, df))
-    got: dict[str, list] = defaultdict(list)
-    for r in out.collect():
-        got[r["part"]].append(json.loads(r["j"]))
-    return got
 
 
 def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None,
@@ -135,22 +89,23 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
     inputs/out_dir). One collect for the driver, one write per table."""
     if step:
         step("tables")
-    rows, spc_merged = merged_parts(spark, batch_dirs, accuracy)
-    security = security_table(rows, burst_threshold)
-    spc = spc_table(spc_merged)
-    got = driver_facts(rows, security, spc)
+    _views(spark, batch_dirs, accuracy)
+    spark.sql(security_sql("speed_rows", burst_threshold)).createOrReplaceTempView("speed_security")
+    spark.sql(spc_table_sql("speed_spc_merged")).createOrReplaceTempView("speed_spc")
+    got: dict[str, list] = defaultdict(list)
+    for r in spark.sql(driver_facts_sql("speed_rows", "speed_security", "speed_spc")).collect():
+        got[r["part"]].append(json.loads(r["j"]))
     totals, first_ts, last_ts = _totals(got["facts"], got["lease"])
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
     bucket = choose_bucket(win_start, win_end)
 
-    traffic = traffic_table(rows).drop("first_ts", "last_ts")
-    (traffic.sortWithinPartitions("minute", "source", "target", "type")
+    (spark.sql(traffic_sql("speed_rows")).sortWithinPartitions("minute", "source", "target", "type")
      .write.mode("overwrite").parquet(f"{out_uri}/traffic"))
-    security.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
+    spark.table("speed_security").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
     if step:
         step("spc")
-    spc.coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
+    spark.table("speed_spc").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
     top = sorted(got["links"], key=lambda r: (-r["envelopes"], -r["bytes"], r["source"], r["target"]))
     for i, r in enumerate(top):
         r["rank"] = i + 1
@@ -177,7 +132,8 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
         rb[((r["minute"] // bucket) * bucket, r["reason"])] += r["n"]
         by_reason[r["reason"]] += r["n"]
     bursts = sorted(got["bursts"], key=lambda r: (-r["rejections"], r["minute"], r["node"], r["reason"]))[:20]
-    spc_rows = sorted(({k: r.get(k) for k in spc.columns} for r in got["spc"]),
+    spc_cols = spark.table("speed_spc").columns
+    spc_rows = sorted(({k: r.get(k) for k in spc_cols} for r in got["spc"]),
                       key=lambda r: (r["target"], r["service"]))
     return dict(since=since, until=until, totals=totals, first_ts=first_ts, last_ts=last_ts,
                 bucket=bucket, traffic_buckets=[(t, v[0], v[1]) for t, v in sorted(tb.items())],

@@ -1,5 +1,5 @@
-"""The Spark side of the analysis: journal lines -> a batch of small roll-ups (one pass), and the
-roll-ups of any number of batches -> the report's tables.
+"""The Spark side of the analysis, as Spark SQL: journal records -> a batch of small roll-ups (one
+pass), and the roll-ups of any number of batches -> the report's tables.
 
 A *batch* is what one run ingests: either every line of the inputs (``speedtui analyze --traces``)
 or what is new in the journals since the last run (the incremental store, store.py). Its roll-ups
@@ -18,177 +18,176 @@ are a few Parquet datasets:
 Every aggregate of the big pass has a fixed-width buffer, so Spark keeps one hash aggregation
 (a string min/max would make it sort all rows). Roll-ups merge by key (sums, min/max, sketch
 union), so the tables of many batches cost about what their roll-ups weigh, not their records.
+The queries are SQL text: building them column by column costs thousands of Py4J round trips.
+Each function takes and returns SQL over named views (``FROM {rows}``).
 """
 from __future__ import annotations
 
-from .common import PERCENTILE_ACCURACY
 from .records import DEFAULT_LABEL, ERROR_CODES, REASON_LABELS
 
 TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES = 0, 1, 2, 3, 4, 5
 #: response outcome codes: 0 success, 1..6 ERROR_CODES, 7 any other (or missing) code
 CODE_OTHER = len(ERROR_CODES) + 1
-ROW_ID_PREFIX = "\u0000row"
+ERR_COLUMNS = tuple(f"err_{ec}" for ec in ERROR_CODES) + ("err_OTHER",)
+
+ROWS_DDL = ("tag int, a string, b string, c string, d string, m bigint, x double, n bigint, "
+            "bytes bigint, tmin double, tmax double, nreq bigint, nresp bigint, resp_ts double, "
+            "code int, lat double")
+SPC_SUMS = ("calls", "answered", "successes", "errors", "no_response", *ERR_COLUMNS, "latency_count")
+SPC_DONE_DDL = ("target string, service string, " + ", ".join(f"{k} bigint" for k in SPC_SUMS)
+                + ", latency_sum double, latency_max_ms double, sketch binary")
+SPC_OPEN_DDL = "a string, b string, c string, d string, nreq bigint, nresp bigint, resp_ts double, code int, lat double"
 
 
-def batch_rows(p, since=None, until=None, batch_id: int = 0):
-    """Records (records.read_records) -> the aggregated rows of one batch (one scan, one hash
-    aggregation)."""
-    from pyspark.sql import functions as F
-    ts, kind, d, out = F.col("ts"), F.col("kind"), F.col("dir"), F.col("outcome")
-    in_win = F.col("valid")
+def _q(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def batch_rows_sql(records: str, since=None, until=None, batch_id: int = 0) -> str:
+    """Records (a view of records.read_records) -> the aggregated rows of one batch."""
+    win = "TRUE"
     if since is not None:
-        in_win = in_win & (ts >= F.lit(float(since)))
+        win += f" AND ts >= {float(since)!r}"
     if until is not None:
-        in_win = in_win & (ts < F.lit(float(until)))
-    env = kind == "envelope"
-    sent = env & (d == "out") & (out == "sent")
-    is_req = sent & (F.col("type") == "SPC_REQUEST")
-    acc = env & (d == "in") & (out == "accepted")
-    is_resp = acc & (F.col("type") == "SPC_RESPONSE")
-    rej = env & (d == "in") & (out == "rejected")
-    tags = (F.when(~F.col("valid"), F.array(F.lit(LINES)))
-            .when(~in_win, F.array(F.lit(LINES)))
-            .when(is_req, F.array(F.lit(TRAFFIC), F.lit(CALL)))
-            .when(sent, F.array(F.lit(TRAFFIC)))
-            .when(is_resp, F.array(F.lit(CALL), F.lit(OTHER)))
-            .when(rej, F.array(F.lit(REJECTED)))
-            .when(kind == "lease", F.array(F.lit(LEASE)))
-            .otherwise(F.array(F.lit(OTHER))))
-    minute = (F.floor(ts / 60) * 60).cast("long")
-    rid = F.coalesce(F.col("requestId"), F.concat(F.lit(f"{ROW_ID_PREFIX}{batch_id}-"),
-                                                   F.monotonically_increasing_id().cast("string")))
-    ok = F.col("status") == "SUCCESS"
-    code = F.coalesce(F.col("errorCode"), F.lit("UNKNOWN"))
-    code_idx = F.when(ok, 0)
-    for i, ec in enumerate(ERROR_CODES):
-        code_idx = code_idx.when(code == ec, i + 1)
-    code_idx = code_idx.otherwise(CODE_OTHER)
-    pre = p.select(
-        F.explode(tags).alias("tag"), "node", "peer", "type", "reason", "subject", "event",
-        "service", ts, minute.alias("minute"), F.coalesce(F.col("size"), F.lit(0)).alias("size"),
-        is_req.alias("is_req"), is_resp.alias("is_resp"), acc.alias("is_acc"), F.col("valid"),
-        F.when(is_req | is_resp, rid).alias("rid"),
-        F.when(is_resp, ts).alias("resp_ts"), F.when(is_resp, code_idx).alias("code"),
-        F.when(is_resp, F.col("latencyMs")).alias("lat"))
-    tag = F.col("tag")
-    t = lambda k: tag == k  # noqa: E731
-    keyed = pre.select(
-        tag,
-        F.when(t(LEASE), F.col("subject")).when(t(LINES), F.lit(None)).otherwise(F.col("node")).alias("a"),
-        F.when(t(TRAFFIC) | t(CALL), F.col("peer")).when(t(REJECTED), F.coalesce(F.col("reason"), F.lit("unknown")))
-         .when(t(LEASE), F.col("node")).alias("b"),
-        F.when(t(TRAFFIC), F.col("type")).when(t(REJECTED), F.col("peer")).when(t(CALL), F.col("rid"))
-         .when(t(LEASE), F.col("event")).when(t(LINES), F.when(F.col("valid"), "filtered").otherwise("malformed"))
-         .when(t(OTHER), F.when(F.col("is_acc"), "accepted").otherwise("other"))
-         .alias("c"),
-        F.when(t(CALL), F.col("service")).alias("d"),
-        F.when(t(TRAFFIC) | t(REJECTED), F.col("minute")).alias("m"),
-        F.when(t(LEASE), F.col("ts")).alias("x"),
-        F.when(t(LINES), F.lit(None)).otherwise(F.col("ts")).alias("ts"),
-        F.when(t(TRAFFIC), F.col("size")).otherwise(F.lit(0)).alias("size"),
-        F.when(t(CALL) & F.col("is_req"), 1).otherwise(0).alias("req"),
-        F.when(t(CALL) & F.col("is_resp"), 1).otherwise(0).alias("resp"),
-        "resp_ts", "code", "lat")
-    return (keyed.groupBy("tag", "a", "b", "c", "d", "m", "x")
-            .agg(F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes"),
-                 F.min("ts").alias("tmin"), F.max("ts").alias("tmax"),
-                 F.sum("req").alias("nreq"), F.sum("resp").alias("nresp"),
-                 F.min("resp_ts").alias("resp_ts"),
-                 F.min_by("code", "resp_ts").alias("code"), F.min_by("lat", "resp_ts").alias("lat")))
+        win += f" AND ts < {float(until)!r}"
+    code = " ".join(f"WHEN coalesce(errorCode, 'UNKNOWN') = {_q(ec)} THEN {i + 1}" for i, ec in enumerate(ERROR_CODES))
+    return f"""
+WITH r AS (
+  SELECT *, valid AND {win} AS in_win,
+         kind = 'envelope' AND dir = 'out' AND outcome = 'sent' AS sent,
+         kind = 'envelope' AND dir = 'in' AND outcome = 'accepted' AS acc,
+         kind = 'envelope' AND dir = 'in' AND outcome = 'rejected' AS rej
+  FROM {records}
+), t AS (
+  SELECT *, sent AND type = 'SPC_REQUEST' AS is_req, acc AND type = 'SPC_RESPONSE' AS is_resp FROM r
+), e AS (
+  SELECT explode(CASE WHEN NOT coalesce(in_win, FALSE) THEN array({LINES})
+                      WHEN is_req THEN array({TRAFFIC}, {CALL}) WHEN sent THEN array({TRAFFIC})
+                      WHEN is_resp THEN array({CALL}, {OTHER}) WHEN rej THEN array({REJECTED})
+                      WHEN kind = 'lease' THEN array({LEASE}) ELSE array({OTHER}) END) AS tag,
+         *,
+         CASE WHEN is_req OR is_resp THEN coalesce(requestId, concat(chr(0), 'row{int(batch_id)}-',
+              CAST(monotonically_increasing_id() AS STRING))) END AS rid,
+         IF(is_resp, ts, NULL) AS rts,
+         IF(is_resp, CASE WHEN status = 'SUCCESS' THEN 0 {code} ELSE {CODE_OTHER} END, NULL) AS rcode,
+         IF(is_resp, latencyMs, NULL) AS rlat
+  FROM t
+)
+SELECT tag,
+       CASE tag WHEN {LEASE} THEN subject WHEN {LINES} THEN NULL ELSE node END AS a,
+       CASE WHEN tag IN ({TRAFFIC}, {CALL}) THEN peer WHEN tag = {REJECTED} THEN coalesce(reason, 'unknown')
+            WHEN tag = {LEASE} THEN node END AS b,
+       CASE tag WHEN {TRAFFIC} THEN type WHEN {REJECTED} THEN peer WHEN {CALL} THEN rid WHEN {LEASE} THEN event
+                WHEN {LINES} THEN IF(valid, 'filtered', 'malformed')
+                WHEN {OTHER} THEN IF(acc, 'accepted', 'other') END AS c,
+       IF(tag = {CALL}, service, NULL) AS d,
+       IF(tag IN ({TRAFFIC}, {REJECTED}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
+       IF(tag = {LEASE}, ts, NULL) AS x,
+       count(1) AS n, sum(IF(tag = {TRAFFIC}, coalesce(size, 0), 0)) AS bytes,
+       min(IF(tag = {LINES}, NULL, ts)) AS tmin, max(IF(tag = {LINES}, NULL, ts)) AS tmax,
+       sum(IF(tag = {CALL} AND is_req, 1, 0)) AS nreq, sum(IF(tag = {CALL} AND is_resp, 1, 0)) AS nresp,
+       min(rts) AS resp_ts, min_by(rcode, rts) AS code, min_by(rlat, rts) AS lat
+FROM e GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 
 
-def _call_aggs(accuracy: int):
+def _call_aggs(accuracy: int) -> str:
     """Per (target, service) aggregates of resolved calls (columns answered, code, lat)."""
-    from pyspark.sql import functions as F
-    answered = F.col("answered") == 1
-    c = lambda cond: F.sum(F.when(cond, 1).otherwise(0))  # noqa: E731
-    aggs = [F.count(F.lit(1)).alias("calls"), c(answered).alias("answered"),
-            c(answered & (F.col("code") == 0)).alias("successes"),
-            c(answered & (F.col("code") != 0)).alias("errors"), c(~answered).alias("no_response")]
-    for i, ec in enumerate(ERROR_CODES):
-        aggs.append(c(answered & (F.col("code") == i + 1)).alias(f"err_{ec}"))
-    aggs.append(c(answered & (F.col("code") == CODE_OTHER)).alias("err_OTHER"))
-    aggs += [F.count("lat").alias("latency_count"), F.sum("lat").alias("latency_sum"),
-             F.max("lat").alias("latency_max_ms"),
-             F.kll_sketch_agg_double("lat", F.lit(int(accuracy))).alias("sketch")]
-    return aggs
+    errs = [f"sum(IF(answered = 1 AND code = {i + 1}, 1, 0)) AS err_{ec}" for i, ec in enumerate(ERROR_CODES)]
+    return ", ".join([
+        "count(1) AS calls", "sum(answered) AS answered",
+        "sum(IF(answered = 1 AND code = 0, 1, 0)) AS successes",
+        "sum(IF(answered = 1 AND code != 0, 1, 0)) AS errors",
+        "sum(IF(answered = 0, 1, 0)) AS no_response", *errs,
+        f"sum(IF(answered = 1 AND code = {CODE_OTHER}, 1, 0)) AS err_OTHER",
+        "count(lat) AS latency_count", "sum(lat) AS latency_sum", "max(lat) AS latency_max_ms",
+        f"kll_sketch_agg_double(lat, {int(accuracy)}) AS sketch"])
 
 
-SPC_SUMS = ("calls", "answered", "successes", "errors", "no_response",
-            *(f"err_{ec}" for ec in ERROR_CODES), "err_OTHER", "latency_count", "latency_sum")
+RESOLVED = f"((nreq > 0 AND nresp > 0) OR substr(c, 1, 1) = chr(0))"
 
 
-def split_calls(calls, accuracy: int = PERCENTILE_ACCURACY):
-    """The CALL rows of one batch -> (spc_done per (target, service), spc_open legs)."""
-    from pyspark.sql import functions as F
-    resolved = ((F.col("nreq") > 0) & (F.col("nresp") > 0)) | F.col("c").startswith(ROW_ID_PREFIX)
-    done = (calls.filter(resolved)
-            .select(F.col("b").alias("target"), F.coalesce("d", F.lit("(unknown)")).alias("service"),
-                    (F.col("nresp") > 0).cast("int").alias("answered"), "code", "lat")
-            .groupBy("target", "service").agg(*_call_aggs(accuracy)))
-    open_legs = calls.filter(~resolved).select("a", "b", "c", "d", "nreq", "nresp", "resp_ts", "code", "lat")
-    return done, open_legs
+def spc_done_sql(rows: str, accuracy: int) -> str:
+    """CALL rows of one batch -> calls resolved inside it, per (target, service)."""
+    return f"""
+SELECT b AS target, coalesce(d, '(unknown)') AS service, {_call_aggs(accuracy)}
+FROM (SELECT b, d, IF(nresp > 0, 1, 0) AS answered, code, lat FROM {rows} WHERE tag = {CALL} AND {RESOLVED})
+GROUP BY 1, 2"""
 
 
-def resolve_open(open_legs, accuracy: int = PERCENTILE_ACCURACY):
+def spc_open_sql(rows: str) -> str:
+    return f"SELECT a, b, c, d, nreq, nresp, resp_ts, code, lat FROM {rows} WHERE tag = {CALL} AND NOT {RESOLVED}"
+
+
+def resolve_open_sql(open_legs: str, accuracy: int) -> str:
     """Open legs of all batches -> calls per (target, service), in spc_done's columns. A call's
     service is its request's (the largest name if requests disagree), else its response's."""
-    from pyspark.sql import functions as F
-    calls = (open_legs.groupBy("a", "b", "c")
-             .agg(F.max(F.when(F.col("nreq") > 0, F.col("d"))).alias("req_service"),
-                  F.max(F.when(F.col("nresp") > 0, F.col("d"))).alias("resp_service"),
-                  F.max((F.col("nresp") > 0).cast("int")).alias("answered"),
-                  F.min_by(F.struct("code", "lat"), "resp_ts").alias("r")))
-    return (calls.select(F.col("b").alias("target"),
-                         F.coalesce("req_service", "resp_service", F.lit("(unknown)")).alias("service"),
-                         "answered", F.col("r.code").alias("code"), F.col("r.lat").alias("lat"))
-            .groupBy("target", "service").agg(*_call_aggs(accuracy)))
+    calls = f"""SELECT b, max(IF(nreq > 0, d, NULL)) AS req_service, max(IF(nresp > 0, d, NULL)) AS resp_service,
+               max(IF(nresp > 0, 1, 0)) AS answered, min_by(named_struct('code', code, 'lat', lat), resp_ts) AS r
+               FROM {open_legs} GROUP BY a, b, c"""
+    return f"""
+SELECT b AS target, coalesce(req_service, resp_service, '(unknown)') AS service, {_call_aggs(accuracy)}
+FROM (SELECT b, req_service, resp_service, answered, r.code AS code, r.lat AS lat FROM ({calls}) calls) resolved
+GROUP BY 1, 2"""
 
 
-def merge_spc(done):
+def merge_spc_sql(done: str) -> str:
     """spc_done rows of any number of batches -> one row per (target, service), sketches merged."""
-    from pyspark.sql import functions as F
-    return (done.groupBy("target", "service")
-            .agg(*[F.sum(k).alias(k) for k in SPC_SUMS], F.max("latency_max_ms").alias("latency_max_ms"),
-                 F.kll_merge_agg_double("sketch").alias("sketch")))
+    sums = ", ".join(f"sum({k}) AS {k}" for k in SPC_SUMS)
+    return f"""
+SELECT target, service, {sums}, sum(latency_sum) AS latency_sum, max(latency_max_ms) AS latency_max_ms,
+       kll_merge_agg_double(sketch) AS sketch
+FROM {done} GROUP BY 1, 2"""
 
 
-def spc_table(merged):
-    from pyspark.sql import functions as F
-    q = lambda p: F.when(F.col("latency_count") > 0, F.kll_sketch_get_quantile_double("sketch", F.lit(p)))  # noqa: E731
-    cols = ["target", "service", "calls", "answered", "successes", "errors", "no_response",
-            *(f"err_{ec}" for ec in ERROR_CODES), "err_OTHER", "latency_count"]
-    return merged.select(
-        *[F.col(k).cast("long").alias(k) if k not in ("target", "service") else F.col(k) for k in cols],
-        (F.col("latency_sum") / F.col("latency_count")).alias("latency_mean_ms"), "latency_max_ms",
-        (F.col("successes") / F.col("calls")).alias("success_rate"),
-        q(0.5).alias("latency_p50_ms"), q(0.95).alias("latency_p95_ms"), q(0.99).alias("latency_p99_ms"))
+def spc_table_sql(merged: str) -> str:
+    q = lambda p: f"IF(latency_count > 0, kll_sketch_get_quantile_double(sketch, {p}), NULL)"  # noqa: E731
+    return f"""
+SELECT target, service, {', '.join(SPC_SUMS)}, try_divide(latency_sum, latency_count) AS latency_mean_ms, latency_max_ms,
+       successes / calls AS success_rate, {q(0.5)} AS latency_p50_ms, {q(0.95)} AS latency_p95_ms,
+       {q(0.99)} AS latency_p99_ms
+FROM {merged}"""
 
 
-def traffic_table(rows):
-    """TRAFFIC rows of any number of batches -> (source, target, type, minute) with first/last ts."""
-    from pyspark.sql import functions as F
-    return (rows.filter(F.col("tag") == TRAFFIC)
-            .groupBy(F.col("a").alias("source"), F.col("b").alias("target"), F.col("c").alias("type"),
-                     F.col("m").alias("minute"))
-            .agg(F.sum("n").alias("envelopes"), F.sum("bytes").alias("bytes"),
-                 F.min("tmin").alias("first_ts"), F.max("tmax").alias("last_ts")))
+def traffic_sql(rows: str) -> str:
+    return f"""
+SELECT a AS source, b AS target, c AS type, m AS minute, sum(n) AS envelopes, sum(bytes) AS bytes
+FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1, 2, 3, 4"""
 
 
-def security_table(rows, burst_threshold: int):
-    from pyspark.sql import functions as F
-    per_peer = (rows.filter(F.col("tag") == REJECTED)
-                .groupBy("a", "b", "c", "m")
-                .agg(F.sum("n").alias("n"), F.min("tmin").alias("tmin"), F.max("tmax").alias("tmax")))
-    reason = F.col("reason")
-    label = F.when(reason.startswith("replayed_"), F.lit("replay"))
-    for k, v in REASON_LABELS.items():
-        if not k.startswith("replayed_"):
-            label = label.when(reason == k, F.lit(v))
-    label = label.otherwise(F.lit(DEFAULT_LABEL))
-    return (per_peer.groupBy(F.col("a").alias("node"), F.col("b").alias("reason"), F.col("m").alias("minute"))
-            .agg(F.sum("n").alias("rejections"), F.count("c").alias("peers"),
-                 F.slice(F.sort_array(F.collect_list("c")), 1, 5).alias("peers_sample"),
-                 F.min("tmin").alias("first_ts"), F.max("tmax").alias("last_ts"))
-            .withColumn("burst", F.col("rejections") >= F.lit(int(burst_threshold)))
-            .withColumn("label", label))
+def security_sql(rows: str, burst_threshold: int) -> str:
+    labels = " ".join(f"WHEN reason = {_q(k)} THEN {_q(v)}" for k, v in REASON_LABELS.items()
+                      if not k.startswith("replayed_"))
+    return f"""
+WITH per_peer AS (
+  SELECT a, b, c, m, sum(n) AS n, min(tmin) AS tmin, max(tmax) AS tmax
+  FROM {rows} WHERE tag = {REJECTED} GROUP BY 1, 2, 3, 4
+), g AS (
+  SELECT a AS node, b AS reason, m AS minute, sum(n) AS rejections, count(c) AS peers,
+         slice(sort_array(collect_list(c)), 1, 5) AS peers_sample, min(tmin) AS first_ts, max(tmax) AS last_ts
+  FROM per_peer GROUP BY 1, 2, 3
+)
+SELECT *, rejections >= {int(burst_threshold)} AS burst,
+       CASE WHEN startswith(reason, 'replayed_') THEN 'replay' {labels} ELSE {_q(DEFAULT_LABEL)} END AS label
+FROM g"""
+
+
+def driver_facts_sql(rows: str, security: str, spc: str) -> str:
+    """Everything the summary needs as one small collect: per-node totals, lease events, traffic
+    per minute and per link, rejections per minute and reason, bursts and the spc rows; each
+    part is a JSON object tagged with its name."""
+    part = lambda name, sql: f"SELECT {_q(name)} AS part, to_json(struct(*)) AS j FROM ({sql})"  # noqa: E731
+    parts = [
+        part("facts", f"""SELECT tag, IF(tag = {LEASE}, b, a) AS node, IF(tag IN ({OTHER}, {LINES}), c, NULL) AS c,
+                          sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin, max(tmax) AS tmax
+                          FROM {rows} WHERE tag IN ({TRAFFIC}, {REJECTED}, {OTHER}, {LINES}) GROUP BY 1, 2, 3"""),
+        part("lease", f"SELECT a, b, c, x, n, tmin, tmax FROM {rows} WHERE tag = {LEASE}"),
+        part("minutes", f"SELECT m, sum(n) AS e, sum(bytes) AS b FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1"),
+        part("links", f"""SELECT a AS source, b AS target, sum(n) AS envelopes, sum(bytes) AS bytes,
+                          sum(IF(c = 'MESSAGE', n, 0)) AS messages, sum(IF(c = 'SPC_REQUEST', n, 0)) AS spc_requests,
+                          min(tmin) AS first_ts, max(tmax) AS last_ts
+                          FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1, 2"""),
+        part("rejected", f"SELECT minute, reason, sum(rejections) AS n FROM {security} GROUP BY 1, 2"),
+        part("bursts", f"SELECT node, reason, minute, rejections, label FROM {security} WHERE burst"),
+        part("spc", f"SELECT * FROM {spc}"),
+    ]
+    return "\nUNION ALL\n".join(parts)

@@ -161,7 +161,7 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
         if len(state["batches"]) > MAX_BATCHES:
             batch = state["next_batch"]
             tmp = store.batch_dir(batch) + ".tmp"
-            compact(spark, dirs, tmp)
+            compact(spark, dirs, tmp, accuracy)
             os.replace(tmp, store.batch_dir(batch))
             state["batches"], state["next_batch"] = [batch], batch + 1
             store.save(state)
