@@ -73,8 +73,9 @@ def mode_warm(args, data, out):
     from speedtui.pipeline.job import make_spark, run_pipeline
     spark = make_spark(args.master)
     try:
-        t, ld, _ = timed(lambda: run_pipeline([data], out, spark=spark))
-        print(f"# warm-up run of the Spark job: {t:.1f}s (load {ld:.1f})", flush=True)
+        if not args.no_warmup:
+            t, ld, _ = timed(lambda: run_pipeline([data], out, spark=spark))
+            print(f"# warm-up run of the Spark job: {t:.1f}s (load {ld:.1f})", flush=True)
         runs: dict[str, list] = {"reference.analyze": [], "run_pipeline (warm)": []}
         for i in range(args.rounds):
             order = [("reference.analyze", lambda: analyze([data])["summary"]),
@@ -172,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--master", default=None, help="Spark master (default: local[*])")
     ap.add_argument("--data-dir", default=os.path.join("/tmp", "speed-bench"))
+    ap.add_argument("--no-warmup", action="store_true", help="no warm-up run (for 50M: it would double the time)")
     ap.add_argument("--keep", action="store_true", help="keep the simulated journals")
     ap.add_argument("--reuse", action="store_true", help="reuse journals kept by an earlier --keep run")
     args = ap.parse_args(argv)

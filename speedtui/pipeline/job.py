@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from typing import Any, Callable
 
 if __package__ in (None, ""):  # run as a script (spark-submit): import the package beside it
@@ -75,6 +76,28 @@ def spark_errors(exc: Exception) -> PipelineError | None:
     return None
 
 
+@contextmanager
+def spark_run(spark, own: bool, os_error: str | None = None):
+    """Spark's failures (and, with os_error, file-system errors) as one sentence; stops the
+    session if this run created it."""
+    try:
+        yield
+    except PipelineError:
+        raise
+    except OSError as exc:
+        if os_error is None:
+            raise
+        raise PipelineError(f"{os_error}: {exc.strerror or exc}.") from exc
+    except Exception as exc:
+        err = spark_errors(exc)
+        if err is None:
+            raise
+        raise err from exc
+    finally:
+        if own:
+            spark.stop()
+
+
 def session_for(spark, master, shuffle_partitions, progress):
     """(session, whether this run owns it): the given or active session is reused and left running."""
     if spark is not None:
@@ -107,7 +130,7 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
     out_uri, out_shown = prepare_out(out_dir)
     spark, own = session_for(spark, master, shuffle_partitions, progress)
     batch = f"{out_uri}/_rollup"
-    try:
+    with spark_run(spark, own):
         with Progress(spark, progress, STEPS) as prog:
             write_batch(spark, read_paths, batch, since=since, until=until, accuracy=percentile_accuracy,
                         step=prog.step)
@@ -120,16 +143,6 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
             remove_tree(spark, batch)
             prog.done(summary.get("message") or "done")
         return summary
-    except PipelineError:
-        raise
-    except Exception as exc:
-        err = spark_errors(exc)
-        if err is None:
-            raise
-        raise err from exc
-    finally:
-        if own:
-            spark.stop()
 
 
 def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str | None = None,
@@ -145,7 +158,7 @@ def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str
     _, shown = check_inputs(traces)
     out_uri, out_shown = prepare_out(out_dir)
     spark, own = session_for(spark, master, shuffle_partitions, progress)
-    try:
+    with spark_run(spark, own, f"the analytics store {store_dir} cannot be written"):
         with Progress(spark, progress, STEPS) as prog:
             parts, facts = run_store(spark, shown, store_dir, out_uri, rebuild=rebuild,
                                      burst_threshold=burst_threshold, accuracy=percentile_accuracy,
@@ -157,19 +170,6 @@ def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str
             write_summary(spark, out_uri, summary)
             prog.done(summary.get("message") or "done")
         return summary
-    except PipelineError:
-        raise
-    except OSError as exc:
-        raise PipelineError(f"the analytics store {store_dir} cannot be written: "
-                            f"{exc.strerror or exc}.") from exc
-    except Exception as exc:
-        err = spark_errors(exc)
-        if err is None:
-            raise
-        raise err from exc
-    finally:
-        if own:
-            spark.stop()
 
 
 def remove_tree(spark, uri: str) -> None:

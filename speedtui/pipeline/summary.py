@@ -149,6 +149,10 @@ def format_summary(s: dict) -> str:
     crashes = sum(a["crashes"] for a in s["availability"])
     if s["availability"]:
         lines.append(f"availability: {len(s['availability'])} nodes, {crashes} crash(es)")
+    ing = s.get("ingest")
+    if ing:
+        changes = "".join(f", {len(ing[k])} {k}" for k in ("rotated", "replaced") if ing.get(k))
+        lines.append(f"store {ing['store']}: {ing['new_bytes']:,} new bytes, {ing['batches']} batch(es){changes}")
     lines.append(f"report: {s['out_dir']}/summary.json")
     return "\n".join(lines)
 
