@@ -40,10 +40,6 @@ class Paths:
         """The SPC calls fired in the environment at ``root`` (re-run there, never elsewhere)."""
         return self.env_dir(root) / "calls.jsonl"
 
-    @property
-    def analytics_dir(self) -> Path:
-        return self.data_dir / "analytics"
-
     def env_dir(self, root: "os.PathLike[str] | str") -> Path:
         """Per-environment data (reports, stores, logs, histories), keyed by the absolute ROOT."""
         absolute = os.path.abspath(os.fspath(root))

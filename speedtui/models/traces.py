@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 _ids = itertools.count(1)

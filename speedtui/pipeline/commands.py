@@ -20,17 +20,35 @@ def default_root() -> str:
     return os.environ.get("SPEED_DIR") or DEFAULT_ROOT
 
 
+def env_locations(root: str) -> tuple[str, str, str]:
+    """(report, store, log) of the environment ROOT in the console's data directory: the console
+    and `speedtui analyze` share them, and no environment sees another's."""
+    from ..paths import Paths
+    env = Paths.default().env_dir(root)
+    return str(env / "analytics"), str(env / "analytics-store"), str(env / "analytics.log")
+
+
 def add_subcommands(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze", help="analyse trace journals with Spark and write a report",
-        description="Analyse SPEED trace journals with Spark: Parquet tables + summary.json.")
+        description="Analyse SPEED trace journals with Spark: Parquet tables + summary.json. "
+                    "By default what is new in ROOT/speed_traces is added to the environment's "
+                    "incremental store and the report is made from the store; --traces, "
+                    "--full, --since and --until analyse every line of the journals instead.")
     p.add_argument("--traces", nargs="+", action="extend", metavar="PATH", default=None,
-                   help="journal files or directories, any URI Spark reads "
-                        "(default: ROOT/speed_traces)")
+                   help="analyse exactly these journal files or directories (any URI Spark "
+                        f"reads; report in --out, default {DEFAULT_OUT}); no store")
     p.add_argument("--dir", metavar="ROOT", default=None,
                    help=f"communication directory (default: $SPEED_DIR or {DEFAULT_ROOT})")
-    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
-                   help=f"report directory (default: {DEFAULT_OUT})")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="report directory (default: the environment's, in the console's data "
+                        f"directory; {DEFAULT_OUT} with --traces)")
+    p.add_argument("--store", metavar="DIR", default=None,
+                   help="incremental store (default: the environment's, in the data directory)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="rebuild the store from the journals as they are now")
+    p.add_argument("--full", action="store_true",
+                   help="analyse every line of ROOT/speed_traces without the store")
     p.add_argument("--master", metavar="URL", default=None,
                    help="Spark master URL (default: local[*])")
     p.add_argument("--since", metavar="TIME", default=None,
@@ -80,18 +98,29 @@ class _StderrProgress:
 
 
 def cmd_analyze(args) -> int:
-    from .job import PipelineError, check_java, format_summary, parse_time, run_pipeline
+    from .job import PipelineError, check_java, format_summary, parse_time, run_incremental, run_pipeline
     try:
         since, until = parse_time(args.since), parse_time(args.until)
-        traces = args.traces or [os.path.join(args.dir or default_root(), "speed_traces")]
+        root = os.path.abspath(args.dir or default_root())
+        traces = args.traces or [os.path.join(root, "speed_traces")]
         for t in traces:
             if "://" not in t and not os.path.exists(t):
                 return _err(f"trace path {os.path.abspath(t)} does not exist "
                             f"(give --traces PATH or --dir ROOT).")
+        direct = bool(args.traces or args.full or since is not None or until is not None)
+        if direct and (args.rebuild or args.store):
+            return _err("--rebuild and --store go with the incremental store: leave out --traces, "
+                        "--full, --since and --until.")
+        report, store, _log = env_locations(root)
+        out = args.out or (DEFAULT_OUT if args.traces else report)
         check_java()
         progress = None if args.quiet else _StderrProgress()
-        summary = run_pipeline(traces, args.out, master=args.master, since=since, until=until,
-                               progress=progress)
+        if direct:
+            summary = run_pipeline(traces, out, master=args.master, since=since, until=until,
+                                   progress=progress)
+        else:
+            summary = run_incremental(traces, args.store or store, out, master=args.master,
+                                      progress=progress, rebuild=args.rebuild)
     except PipelineError as exc:
         return _err(str(exc))
     except KeyboardInterrupt:

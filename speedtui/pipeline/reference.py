@@ -15,9 +15,10 @@ import time
 from collections import defaultdict
 from typing import Any, Iterable
 
-from .job import (BURST_THRESHOLD, ERROR_CODES, GRACEFUL_EVENTS, MAX_TS, PERCENTILE_ACCURACY,
-                  SELF_EVENTS, SUMMARY_TOP, TERMINAL_EVENTS, PipelineError, build_summary,
-                  choose_bucket, parse_time, reason_label)
+from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, PipelineError, choose_bucket,
+                     parse_time)
+from .records import ERROR_CODES, MAX_TS, TERMINAL_EVENTS, reason_label
+from .summary import availability, build_summary
 
 _STR = ("kind", "node", "dir", "peer", "type", "outcome", "reason", "requestId", "service",
         "status", "errorCode", "subject", "event")
@@ -64,16 +65,34 @@ def _as_double(v: Any) -> float | None:
         return math.inf if v > 0 else -math.inf
 
 
-def parse_line(line: str) -> dict | None:
-    """The record of one journal line (all known fields, None when absent), or None if the line
-    is malformed. kind defaults to "envelope". (Written for speed: the common types are checked
-    inline, anything unusual goes through the _as_* converters.)"""
+def parse_values(line: str) -> tuple:
+    """What Spark's JSON reader makes of one journal line: usually one record (a dict) or None
+    (malformed); nothing for a blank line; for a JSON array of objects one entry per object (an
+    array holding anything else is one malformed entry)."""
+    text = line.lstrip(_WS)
+    if not text:
+        return ()
     try:
-        obj = _raw_decode(line.lstrip(_WS))[0]
+        obj = _raw_decode(text)[0]
     except (ValueError, RecursionError):
-        return None
-    if obj.__class__ is not dict:
-        return None
+        return (None,)
+    if obj.__class__ is dict:
+        return (record_of(obj),)
+    if obj.__class__ is list and all(v.__class__ is dict for v in obj):
+        return tuple(record_of(v) for v in obj)
+    return (None,)
+
+
+def parse_line(line: str) -> dict | None:
+    """The record of a line holding one JSON object, None if it is malformed."""
+    values = parse_values(line)
+    return values[0] if len(values) == 1 else None
+
+
+def record_of(obj: dict) -> dict | None:
+    """The record of one JSON object (all known fields, None when absent), or None if it is not
+    a valid record. kind defaults to "envelope". (Written for speed: the common types are checked
+    inline, anything unusual goes through the _as_* converters.)"""
     g = obj.get
     ts = g("ts")
     if ts.__class__ is not float:
@@ -182,78 +201,78 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
     security: dict[tuple, list] = {}
     lease_events: dict[str, list] = defaultdict(list)
     noid = 0
-    parse = parse_line
+    parse = parse_values
     for path in files:
         with _open(path) as fh:
             for line in fh:
-                lines += 1
-                rec = parse(line.rstrip("\r\n"))
-                if rec is None:
-                    malformed += 1
-                    continue
-                valid += 1
-                ts = rec["ts"]
-                if (since is not None and ts < since) or (until is not None and ts >= until):
-                    continue
-                recs_in += 1
-                if first_ts is None or ts < first_ts:
-                    first_ts = ts
-                if last_ts is None or ts > last_ts:
-                    last_ts = ts
-                node = rec["node"]
-                nodes.add(node)
-                if rec["kind"] == "lease":
-                    lease_recs += 1
-                    ev = rec["event"]
-                    prio = 0 if ev in TERMINAL_EVENTS else (
-                        2 if ev in ("registered", "reclaimed", "observed_join") else 1)
-                    lease_events[rec["subject"]].append((ts, prio, node, ev))
-                    continue
-                env_recs += 1
-                d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
-                minute = int(math.floor(ts / 60)) * 60
-                if d == "out" and outcome == "sent":
-                    size = rec["size"] or 0
-                    sent_n += 1
-                    sent_bytes += size
-                    t = traffic[(node, peer, typ, minute)]
-                    t[0] += 1
-                    t[1] += size
-                    tt = top.get((node, peer))
-                    if tt is None:
-                        tt = top[(node, peer)] = [0, 0, 0, 0, ts, ts]
-                    tt[0] += 1
-                    tt[1] += size
-                    if typ == "MESSAGE":
-                        tt[2] += 1
-                    elif typ == "SPC_REQUEST":
-                        tt[3] += 1
-                    if ts < tt[4]:
-                        tt[4] = ts
-                    if ts > tt[5]:
-                        tt[5] = ts
-                    if typ == "SPC_REQUEST":
-                        noid, c = _call_slot(calls, node, peer, rec, noid, 0)
-                        c[2] = 1
-                elif d == "in" and outcome == "accepted":
-                    accepted += 1
-                    if typ == "SPC_RESPONSE":
-                        noid, c = _call_slot(calls, node, peer, rec, noid, 1)
-                        c[3] = 1
-                        if c[4] is None or ts < c[4][0]:
-                            c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
-                elif d == "in" and outcome == "rejected":
-                    rejected += 1
-                    reason = rec["reason"] if rec["reason"] is not None else "unknown"
-                    s = security.get((node, reason, minute))
-                    if s is None:
-                        s = security[(node, reason, minute)] = [0, set(), ts, ts]
-                    s[0] += 1
-                    s[1].add(peer)
-                    if ts < s[2]:
-                        s[2] = ts
-                    if ts > s[3]:
-                        s[3] = ts
+                for rec in parse(line):  # one record per line, but none or several for rare lines
+                    lines += 1
+                    if rec is None:
+                        malformed += 1
+                        continue
+                    valid += 1
+                    ts = rec["ts"]
+                    if (since is not None and ts < since) or (until is not None and ts >= until):
+                        continue
+                    recs_in += 1
+                    if first_ts is None or ts < first_ts:
+                        first_ts = ts
+                    if last_ts is None or ts > last_ts:
+                        last_ts = ts
+                    node = rec["node"]
+                    nodes.add(node)
+                    if rec["kind"] == "lease":
+                        lease_recs += 1
+                        ev = rec["event"]
+                        prio = 0 if ev in TERMINAL_EVENTS else (
+                            2 if ev in ("registered", "reclaimed", "observed_join") else 1)
+                        lease_events[rec["subject"]].append((ts, prio, node, ev))
+                        continue
+                    env_recs += 1
+                    d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
+                    minute = int(math.floor(ts / 60)) * 60
+                    if d == "out" and outcome == "sent":
+                        size = rec["size"] or 0
+                        sent_n += 1
+                        sent_bytes += size
+                        t = traffic[(node, peer, typ, minute)]
+                        t[0] += 1
+                        t[1] += size
+                        tt = top.get((node, peer))
+                        if tt is None:
+                            tt = top[(node, peer)] = [0, 0, 0, 0, ts, ts]
+                        tt[0] += 1
+                        tt[1] += size
+                        if typ == "MESSAGE":
+                            tt[2] += 1
+                        elif typ == "SPC_REQUEST":
+                            tt[3] += 1
+                        if ts < tt[4]:
+                            tt[4] = ts
+                        if ts > tt[5]:
+                            tt[5] = ts
+                        if typ == "SPC_REQUEST":
+                            noid, c = _call_slot(calls, node, peer, rec, noid, 0)
+                            c[2] = 1
+                    elif d == "in" and outcome == "accepted":
+                        accepted += 1
+                        if typ == "SPC_RESPONSE":
+                            noid, c = _call_slot(calls, node, peer, rec, noid, 1)
+                            c[3] = 1
+                            if c[4] is None or ts < c[4][0]:
+                                c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
+                    elif d == "in" and outcome == "rejected":
+                        rejected += 1
+                        reason = rec["reason"] if rec["reason"] is not None else "unknown"
+                        s = security.get((node, reason, minute))
+                        if s is None:
+                            s = security[(node, reason, minute)] = [0, set(), ts, ts]
+                        s[0] += 1
+                        s[1].add(peer)
+                        if ts < s[2]:
+                            s[2] = ts
+                        if ts > s[3]:
+                            s[3] = ts
 
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
@@ -335,77 +354,6 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
         availability=tables["availability"], burst_threshold=burst_threshold,
         accuracy=PERCENTILE_ACCURACY, engine="reference")
     return {"summary": summary, "tables": tables}
-
-
-def availability(lease_events: dict[str, list], win_start: float | None,
-                 win_end: float | None) -> list[dict]:
-    """Per-node availability from lease events {subject: [(ts, prio, writer, event)]}; the same
-    session rules as the Spark job (docs/ANALYTICS.md, "availability")."""
-    out = []
-    window = (win_end - win_start) if (win_start is not None and win_end is not None) else None
-    for subject in sorted(lease_events):
-        evs = sorted(lease_events[subject])
-        has_self = any(w == subject and e in SELF_EVENTS for _, _, w, e in evs)
-        sessions: dict[int, dict] = {}
-        sid = 0
-        prev = None
-        for ts, prio, writer, ev in evs:
-            is_self = writer == subject
-            if has_self:
-                start = is_self and ev in ("registered", "reclaimed")
-            else:
-                start = ev == "observed_join" and (prev is None or prev in TERMINAL_EVENTS)
-            prev = ev
-            if start:
-                sid += 1
-            s = sessions.get(sid)
-            if s is None:
-                s = sessions[sid] = {"start": None, "term": None, "self_evt": False, "lost": 0,
-                                     "late": 0, "first": ts, "last": ts}
-            if start and s["start"] is None:
-                s["start"] = ts
-            if ev in TERMINAL_EVENTS:
-                key = (ts, prio, writer, ev)
-                if s["term"] is None or key < s["term"]:
-                    s["term"] = key
-            if is_self and ev in ("renewed_late", "lost"):
-                s["self_evt"] = True
-            if is_self and ev == "lost":
-                s["lost"] += 1
-            if is_self and ev == "renewed_late":
-                s["late"] += 1
-            s["first"] = min(s["first"], ts)
-            s["last"] = max(s["last"], ts)
-        ids = sorted(sessions)
-        n = online = crashes = graceful = lost = late = 0
-        last_kind = None
-        for i, k in enumerate(ids):
-            s = sessions[k]
-            lost += s["lost"]
-            late += s["late"]
-            nxt = sessions[ids[i + 1]]["start"] if i + 1 < len(ids) else None
-            exists = k > 0 or s["term"] is not None or s["self_evt"]
-            if not exists:
-                continue
-            start = s["start"] if s["start"] is not None else win_start
-            if s["term"] is not None:
-                end, kind = s["term"][0], ("graceful" if s["term"][3] in GRACEFUL_EVENTS else "crash")
-            elif nxt is not None:
-                end, kind = nxt, "crash"
-            else:
-                end, kind = win_end, "open"
-            n += 1
-            online += max(0.0, end - start)
-            crashes += kind == "crash"
-            graceful += kind == "graceful"
-            last_kind = kind
-        out.append({"node": subject, "online_seconds": float(online), "window_seconds": window,
-                    "availability": (min(1.0, online / window) if window else None),
-                    "sessions": n, "restarts": max(n - 1, 0), "crashes": crashes,
-                    "graceful_departures": graceful, "lost_leases": lost, "late_renewals": late,
-                    "online_at_end": last_kind == "open",
-                    "first_ts": evs[0][0], "last_ts": max(e[0] for e in evs)})
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience

@@ -461,22 +461,6 @@ class SpeedApp(App):
         self.view_widget("audit").refresh_view(force=True)
 
     # ------------------------------------------------------------------ analytics
-    @work(thread=True, exclusive=True, group="analytics")
-    def run_analysis(self) -> None:
-        try:
-            from ..pipeline.job import run_pipeline
-        except Exception as exc:  # noqa: BLE001 - pyspark missing etc.
-            self.post_message(msg.PipelineFinished(False, None, f"the analytics pipeline is not available: {exc}"))
-            return
-        out = self.paths.analytics_dir
-        try:
-            summary = run_pipeline([str(self.root / "speed_traces")], str(out),
-                                   progress=lambda f, t: self.post_message(msg.PipelineProgress(float(f), str(t))))
-        except Exception as exc:  # noqa: BLE001
-            self.post_message(msg.PipelineFinished(False, None, str(exc).splitlines()[0] if str(exc) else repr(exc)))
-            return
-        self.post_message(msg.PipelineFinished(True, summary))
-
     def on_pipeline_progress(self, m: msg.PipelineProgress) -> None:
         if self._live():
             self.view_widget("analytics").progress(m.fraction, m.text)
@@ -487,7 +471,7 @@ class SpeedApp(App):
         self.view_widget("analytics").finished(m.ok, m.summary, m.error)
         self.audit.record(AuditEntry(
             ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
-            command=f"speedtui analyze {self.root / 'speed_traces'} --out {self.paths.analytics_dir}",
+            command=f"speedtui analyze --dir {self.root}",
             ok=m.ok, result="" if m.ok else m.error))
 
     # ------------------------------------------------------------------ command palette

@@ -2,11 +2,10 @@
 fixture (frozen clock, fixed files, no processes).  Update with
 `pytest tests/console --snapshot-update`."""
 
-import json
 
 import pytest
 
-from speedtui.environments.fixture import FIXED_NOW, sample_summary
+from speedtui.environments.fixture import FIXED_NOW
 from speedtui.models.access import AccessGraph
 from speedtui.models.history import AuditEntry, CallRecord
 from speedtui.services.history import AuditLog, CallHistory
@@ -101,17 +100,6 @@ def test_follow_call_dialog(size, snap_compare, fixture_app):
 @sized
 def test_replay_view(size, snap_compare, fixture_app):
     assert snap_compare(app_for(fixture_app), press=["5", "down", "down"], terminal_size=size)
-
-
-def test_analytics_empty(snap_compare, fixture_app):
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=(120, 36))
-
-
-def test_analytics_report(snap_compare, fixture_app, fixture_env):
-    _, _, paths = fixture_env
-    paths.analytics_dir.mkdir(parents=True)
-    (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
-    assert snap_compare(app_for(fixture_app), press=["6"], terminal_size=(120, 36))
 
 
 @sized

@@ -28,8 +28,10 @@ MALFORMED = [
     json.dumps({"ts": "x", "node": "a", "dir": "out", "peer": "b", "type": "MESSAGE",
                 "outcome": "sent"}),                                        # ts not a number
     json.dumps({"kind": "weird", "ts": T0 + 3, "node": "a"}),             # unknown kind
-    "",                                                                    # empty line
+    '"just a string"',                                                     # JSON, not an object
 ]
+#: lines that are no record at all (ignored, not counted): blank and whitespace-only lines
+BLANK = ["", "   \t"]
 
 
 def write_hand_journals(root) -> str:
@@ -55,7 +57,7 @@ def write_hand_journals(root) -> str:
             extra.update(status="ERROR", errorCode="INVALID_ARGUMENTS", latencyMs=5.0)
         a.append(env(20 + i, "a", "in", "b", "SPC_RESPONSE", i, 150, "accepted", **extra))
     a.append(lease(600, "a", "a", "deregistered"))
-    a[5:5] = MALFORMED   # malformed lines in the middle of a's journal
+    a[5:5] = MALFORMED + BLANK   # malformed and blank lines in the middle of a's journal
 
     b = [lease(0, "b", "b", "registered"),
          env(1.001, "b", "in", "a", "MESSAGE", 1, 100, "accepted"),

@@ -7,7 +7,8 @@ from collections import Counter
 
 from hypothesis import given, settings, strategies as st
 
-from speedtui.pipeline.job import choose_bucket, parse_time, reason_label
+from speedtui.pipeline.common import choose_bucket, parse_time
+from speedtui.pipeline.records import reason_label
 from speedtui.pipeline.reference import analyze, parse_line
 from speedtui.pipeline.simulate import simulate
 

@@ -1,8 +1,12 @@
-"""Analytics view: run the trace pipeline in a worker (progress bar) and show summary.json."""
+"""Analytics view: runs the trace pipeline of this environment (ROOT) in the analytics child
+process (speedtui/pipeline/worker.py: one JVM, reused, freed when idle, its output in a log file),
+with progress, elapsed time and an estimate, and shows the environment's summary.json."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, ProgressBar, Sparkline, Static
+from textual.message import Message
+from textual.widgets import Button, ProgressBar, Static
+
+from ..messages import PipelineFinished, PipelineProgress
+from ..widgets.timechart import TimeChart
 
 
 def _pct(v: Any) -> str:
@@ -88,52 +96,91 @@ def summary_renderable(s: dict) -> Group:
     return Group(*parts)
 
 
+def duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+class AnalysisPlanned(Message):
+    """The analysis knows how many new bytes it reads and how long it should take."""
+
+    def __init__(self, new_bytes: int, estimate: float | None) -> None:
+        super().__init__()
+        self.new_bytes, self.estimate = new_bytes, estimate
+
+
 class AnalyticsView(Vertical):
     BINDINGS = [Binding("a", "run", "Run analysis", id="analytics.run")]
+    #: the analytics child exits after this many idle seconds (SPEED_ANALYTICS_IDLE overrides)
+    IDLE_SECONDS = 300.0
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
             yield Button("Analyse journals", id="an-run", variant="primary", compact=True)
             yield Static(id="an-status", classes="hint")
         yield ProgressBar(total=1.0, show_eta=False, id="an-progress")
-        yield Static("traffic over time (envelopes per bucket)", classes="section")
-        yield Sparkline([0.0], id="an-traffic", classes="-empty")
+        yield TimeChart(caption="envelopes sent", id="an-chart")
         with VerticalScroll(id="an-body"):
             yield Static(id="an-summary")
 
     def on_mount(self) -> None:
         self.running = False
+        self.worker = None
+        self.started = 0.0
+        self.estimate: float | None = None
+        self.fraction, self.step_text = 0.0, ""
         self.query_one("#an-progress", ProgressBar).update(progress=0.0)
         self.query_one("#an-progress", ProgressBar).display = False
-        self.query_one("#an-traffic", Sparkline).display = False
+        self.query_one("#an-chart", TimeChart).display = False
         self.load_last()
 
+    def on_resize(self) -> None:
+        # a third of the view, 6 to 14 rows: 80x24 keeps room for the tables below
+        self.query_one("#an-chart", TimeChart).styles.height = max(6, min(14, self.size.height // 3))
+
+    def on_unmount(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    # ------------------------------------------------------------------ where things live
+    @property
+    def env_dir(self) -> Path:
+        return self.app.paths.env_dir(self.app.root)
+
     def summary_path(self) -> Path:
-        return self.app.paths.analytics_dir / "summary.json"
+        return self.env_dir / "analytics" / "summary.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.env_dir / "analytics.log"
 
     def load_last(self) -> None:
         p = self.summary_path()
         try:
             s = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            self.query_one("#an-status", Static).update(
-                Text("no report yet: press a (or the button) to analyse the journals in speed_traces/", style="dim"))
+            self.query_one("#an-status", Static).update(Text(
+                f"no report yet for {self.app.dir_label}: press a (or the button) to analyse its journals", style="dim"))
             self.query_one("#an-summary", Static).update("")
             return
-        self.show_summary(s, "last report (analytics/summary.json in the data directory); a runs a new analysis")
+        self.show_summary(s, f"last report of {self.app.dir_label}; a runs a new analysis")
 
     def show_summary(self, s: dict, note: str) -> None:
         self.summary = s
         self.query_one("#an-status", Static).update(Text(note, style="dim"))
         self.query_one("#an-summary", Static).update(summary_renderable(s))
-        buckets = ((s.get("traffic_over_time") or {}).get("buckets")) or []
-        spark = self.query_one("#an-traffic", Sparkline)
-        spark.data = [float(b["envelopes"]) for b in buckets] or [0.0]
-        spark.display = bool(buckets)
+        tot = s.get("traffic_over_time") or {}
+        buckets = tot.get("buckets") or []
+        chart = self.query_one("#an-chart", TimeChart)
+        tr = s.get("time_range") or {}
+        chart.set_series([(b["t"], b["envelopes"]) for b in buckets], tot.get("bucket_seconds") or 60,
+                         (tr.get("start"), tr.get("end")))
+        chart.display = bool(buckets)
 
     def refresh_view(self, force: bool = False) -> None:
         pass
 
+    # ------------------------------------------------------------------ running
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_run()
 
@@ -142,19 +189,74 @@ class AnalyticsView(Vertical):
             self.app.notify("the analysis is already running")
             return
         self.running = True
+        self.started, self.estimate, self.fraction, self.step_text = time.monotonic(), None, 0.0, "starting"
         self.query_one("#an-progress", ProgressBar).display = True
         self.query_one("#an-progress", ProgressBar).update(progress=0.0)
-        self.query_one("#an-status", Static).update(Text("starting…", style="yellow"))
-        self.app.run_analysis()
+        self._show_running()
+        self._ticker = self.set_interval(1.0, self._show_running)
+        self.run_worker(self._analyse, thread=True, exclusive=True, group="analytics", name="analytics")
+
+    def _analyse(self) -> None:
+        """Thread worker: one analysis in the child; progress and the outcome go out as messages
+        (they reach the app, which routes them back here and audits the run)."""
+        from ...pipeline.common import PipelineError
+        from ...pipeline.worker import AnalyticsWorker
+        if self.worker is None:
+            idle = float(os.environ.get("SPEED_ANALYTICS_IDLE") or self.IDLE_SECONDS)
+            self.worker = AnalyticsWorker(str(self.log_path), idle_seconds=idle)
+        env = self.env_dir
+        request = {"traces": [str(self.app.root / "speed_traces")], "store": str(env / "analytics-store"),
+                   "out": str(env / "analytics")}
+
+        def on_event(event: dict) -> None:
+            if event.get("event") == "plan":
+                self.post_message(AnalysisPlanned(int(event.get("new_bytes") or 0), event.get("estimate")))
+            elif event.get("event") == "progress":
+                self.post_message(PipelineProgress(float(event["fraction"]), str(event["text"])))
+
+        try:
+            summary = self.worker.analyse(request, on_event)
+        except PipelineError as exc:
+            self.post_message(PipelineFinished(False, None, str(exc)))
+            return
+        except OSError as exc:
+            self.post_message(PipelineFinished(False, None, f"the analytics worker could not start: {exc}"))
+            return
+        self.post_message(PipelineFinished(True, summary))
+
+    def on_analysis_planned(self, msg: AnalysisPlanned) -> None:
+        self.estimate = msg.estimate
+        self._show_running()
+
+    def _show_running(self) -> None:
+        if not self.running:
+            return
+        elapsed = time.monotonic() - self.started
+        left = None
+        if self.estimate is not None:
+            left = max(0.0, self.estimate - elapsed)
+        if self.fraction >= 0.1:                 # the run's own pace, once it has one
+            left = elapsed * (1.0 - self.fraction) / self.fraction
+        text = Text(f"{self.step_text} · {duration(elapsed)} elapsed", style="yellow")
+        text.append(f" · about {duration(left)} left" if left is not None else " · estimating…", style="yellow")
+        text.append(f" · log {self.log_path}", style="dim")
+        self.query_one("#an-status", Static).update(text)
 
     def progress(self, fraction: float, text: str) -> None:
-        self.query_one("#an-progress", ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
-        self.query_one("#an-status", Static).update(Text(text, style="yellow"))
+        self.fraction, self.step_text = max(0.0, min(1.0, fraction)), text
+        self.query_one("#an-progress", ProgressBar).update(progress=self.fraction)
+        self._show_running()
 
     def finished(self, ok: bool, summary: Any, error: str) -> None:
         self.running = False
+        ticker = getattr(self, "_ticker", None)
+        if ticker is not None:
+            ticker.stop()
+        elapsed = duration(time.monotonic() - self.started)
         if ok and isinstance(summary, dict):
             self.query_one("#an-progress", ProgressBar).update(progress=1.0)
-            self.show_summary(summary, f"report written to {self.summary_path()}")
+            self.show_summary(summary, f"report of {self.app.dir_label} written to {self.summary_path()} "
+                                       f"in {elapsed} (log {self.log_path})")
         else:
-            self.query_one("#an-status", Static).update(Text(f"analysis failed: {error}", style="bold red"))
+            self.query_one("#an-status", Static).update(Text(
+                f"analysis failed: {error} (log {self.log_path})", style="bold red"))

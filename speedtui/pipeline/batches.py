@@ -1,0 +1,179 @@
+"""Batches of roll-ups on disk and the report computed from them (see rollup.py).
+
+    write_batch(spark, lines, batch_dir)          # one pass over the lines -> roll-ups
+    report(spark, batch_dirs, out_uri, ...)       # roll-ups of all batches -> tables + summary
+    compact(spark, batch_dirs, new_dir)           # many batches -> one, same answers
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
+from .records import TERMINAL_EVENTS, read_records
+from .rollup import (CALL, LINES, OTHER, REJECTED, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, TRAFFIC,
+                     batch_rows_sql, driver_facts_sql, merge_spc_sql, resolve_open_sql, security_sql,
+                     spc_done_sql, spc_open_sql, spc_table_sql, traffic_sql)
+from .summary import availability
+
+ROW_PARTS = "rows"
+SPC_DONE = "spc_done"
+SPC_OPEN = "spc_open"
+DDL = {ROW_PARTS: ROWS_DDL, SPC_DONE: SPC_DONE_DDL, SPC_OPEN: SPC_OPEN_DDL}
+
+
+def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=None,
+                batch_id: int = 0, accuracy: int = PERCENTILE_ACCURACY, step=None) -> None:
+    """Roll up the journal files `paths` into batch_dir: one scan of the lines, then a split of
+    the (much smaller) call legs."""
+    if step:
+        step("parse")
+    read_records(spark, paths).createOrReplaceTempView("speed_records")
+    (spark.sql(batch_rows_sql("speed_records", since, until, batch_id))
+     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
+    if step:
+        step("calls")
+    _read(spark, [batch_dir], ROW_PARTS).createOrReplaceTempView("speed_batch")
+    spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_DONE}")
+    spark.sql(spc_open_sql("speed_batch")).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_OPEN}")
+    _drop_call_rows(spark, f"{batch_dir}/{ROW_PARTS}")
+
+
+def _drop_call_rows(spark, rows_uri: str) -> None:
+    """The call legs are now in spc_done/spc_open: remove their partition (Hadoop FS: any URI)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{rows_uri}/tag={CALL}")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(path):
+        fs.delete(path, True)
+
+
+def _read(spark, batch_dirs: list[str], name: str):
+    """One dataset of every batch (read one by one: Spark's partition discovery does not take
+    several partitioned roots at once); an explicit schema, so that an empty batch reads too."""
+    if not batch_dirs:
+        return spark.createDataFrame([], DDL[name])
+    frames = [spark.read.schema(DDL[name]).parquet(f"{d}/{name}") for d in batch_dirs]
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _views(spark, batch_dirs: list[str], accuracy: int) -> None:
+    """Temp views of all batches: speed_rows, and speed_spc_merged (calls across batches joined)."""
+    _read(spark, batch_dirs, ROW_PARTS).createOrReplaceTempView("speed_rows")
+    _read(spark, batch_dirs, SPC_DONE).createOrReplaceTempView("speed_done")
+    _read(spark, batch_dirs, SPC_OPEN).createOrReplaceTempView("speed_open")
+    done = f"(SELECT * FROM speed_done UNION ALL {resolve_open_sql('speed_open', accuracy)}) d"
+    spark.sql(merge_spc_sql(done)).createOrReplaceTempView("speed_spc_merged")
+
+
+def compact(spark, batch_dirs: list[str], new_dir: str, accuracy: int = PERCENTILE_ACCURACY) -> None:
+    """Merge the roll-ups of many batches into one batch that gives the same report."""
+    _views(spark, batch_dirs, accuracy)
+    legs = ("sum(nreq) AS nreq, sum(nresp) AS nresp, min(resp_ts) AS resp_ts, "
+            "min_by(code, resp_ts) AS code, min_by(lat, resp_ts) AS lat")
+    (spark.sql(f"""SELECT tag, a, b, c, d, m, x, sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin,
+                          max(tmax) AS tmax, {legs} FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")
+     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{new_dir}/{ROW_PARTS}"))
+    spark.sql(merge_spc_sql("speed_done")).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
+    (spark.sql(f"SELECT a, b, c, d, {legs} FROM speed_open GROUP BY 1, 2, 3, 4")
+     .coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_OPEN}"))
+
+
+def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None,
+           burst_threshold: int = BURST_THRESHOLD, accuracy: int = PERCENTILE_ACCURACY,
+           step=None) -> dict:
+    """Write the five tables in out_uri; return the arguments of summary.build_summary (less
+    inputs/out_dir). One collect for the driver, one write per table."""
+    if step:
+        step("tables")
+    _views(spark, batch_dirs, accuracy)
+    spark.sql(security_sql("speed_rows", burst_threshold)).createOrReplaceTempView("speed_security")
+    spark.sql(spc_table_sql("speed_spc_merged")).createOrReplaceTempView("speed_spc")
+    got: dict[str, list] = defaultdict(list)
+    for r in spark.sql(driver_facts_sql("speed_rows", "speed_security", "speed_spc")).collect():
+        got[r["part"]].append(json.loads(r["j"]))
+    totals, first_ts, last_ts = _totals(got["facts"], got["lease"])
+    win_start = since if since is not None else first_ts
+    win_end = until if until is not None else last_ts
+    bucket = choose_bucket(win_start, win_end)
+
+    (spark.sql(traffic_sql("speed_rows")).sortWithinPartitions("minute", "source", "target", "type")
+     .write.mode("overwrite").parquet(f"{out_uri}/traffic"))
+    spark.table("speed_security").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
+    if step:
+        step("spc")
+    spark.table("speed_spc").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
+    top = sorted(got["links"], key=lambda r: (-r["envelopes"], -r["bytes"], r["source"], r["target"]))
+    for i, r in enumerate(top):
+        r["rank"] = i + 1
+    _small_table(spark, top, "source string, target string, envelopes long, bytes long, messages long, "
+                 "spc_requests long, first_ts double, last_ts double, rank int", f"{out_uri}/top_talkers")
+    events: dict[str, list] = defaultdict(list)
+    for r in got["lease"]:
+        prio = 0 if r["c"] in TERMINAL_EVENTS else (2 if r["c"] in ("registered", "reclaimed", "observed_join") else 1)
+        events[r["a"]].extend([(r["x"], prio, r["b"], r["c"])] * int(r["n"]))
+    av = availability(events, win_start, win_end)
+    _small_table(spark, av, "node string, online_seconds double, window_seconds double, availability double, "
+                 "sessions long, restarts long, crashes long, graceful_departures long, lost_leases long, "
+                 "late_renewals long, online_at_end boolean, first_ts double, last_ts double",
+                 f"{out_uri}/availability")
+
+    tb: dict[int, list] = defaultdict(lambda: [0, 0])
+    for r in got["minutes"]:
+        b = tb[(r["m"] // bucket) * bucket]
+        b[0] += r["e"]
+        b[1] += r.get("b") or 0
+    rb: dict[tuple, int] = defaultdict(int)
+    by_reason: dict[str, int] = defaultdict(int)
+    for r in got["rejected"]:
+        rb[((r["minute"] // bucket) * bucket, r["reason"])] += r["n"]
+        by_reason[r["reason"]] += r["n"]
+    bursts = sorted(got["bursts"], key=lambda r: (-r["rejections"], r["minute"], r["node"], r["reason"]))[:20]
+    spc_cols = spark.table("speed_spc").columns
+    spc_rows = sorted(({k: r.get(k) for k in spc_cols} for r in got["spc"]),
+                      key=lambda r: (r["target"], r["service"]))
+    return dict(since=since, until=until, totals=totals, first_ts=first_ts, last_ts=last_ts,
+                bucket=bucket, traffic_buckets=[(t, v[0], v[1]) for t, v in sorted(tb.items())],
+                rejection_buckets=[(k[0], k[1], v) for k, v in sorted(rb.items())],
+                bursts=bursts, by_reason=dict(by_reason), spc=spc_rows, top=top[:SUMMARY_TOP],
+                availability=av, burst_threshold=burst_threshold, accuracy=accuracy)
+
+
+def _small_table(spark, rows: list[dict], schema: str, uri: str) -> None:
+    names = [c.strip().split(" ")[0] for c in schema.split(",")]
+    df = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
+    df.coalesce(1).write.mode("overwrite").parquet(uri)
+
+
+def _totals(facts, lease_rows) -> tuple[dict, float | None, float | None]:
+    n = defaultdict(int)
+    nodes: set[str] = set()
+    first = last = None
+    sent_bytes = 0
+    for r in facts:
+        tag, cnt = r["tag"], int(r["n"])
+        n[(tag, r.get("c"))] += cnt             # (to_json leaves out null fields)
+        if tag == TRAFFIC:
+            sent_bytes += int(r.get("bytes") or 0)
+        if tag != LINES:
+            nodes.add(r["node"])
+            first = r["tmin"] if first is None or r["tmin"] < first else first
+            last = r["tmax"] if last is None or r["tmax"] > last else last
+    lease = 0
+    for r in lease_rows:
+        lease += int(r["n"])
+        nodes.add(r["b"])
+        first = r["tmin"] if first is None or r["tmin"] < first else first
+        last = r["tmax"] if last is None or r["tmax"] > last else last
+    sent, rejected = n[(TRAFFIC, None)], n[(REJECTED, None)]
+    records = sent + rejected + lease + n[(OTHER, "accepted")] + n[(OTHER, "other")]
+    malformed, filtered = n[(LINES, "malformed")], n[(LINES, "filtered")]
+    totals = {"lines": records + malformed + filtered, "malformed": malformed,
+              "valid": records + filtered, "records": records, "envelope_records": records - lease,
+              "lease_records": lease, "envelopes_sent": sent, "bytes_sent": sent_bytes,
+              "accepted": n[(OTHER, "accepted")], "rejected": rejected, "nodes": len(nodes),
+              "filtered_out": filtered}
+    return totals, first, last

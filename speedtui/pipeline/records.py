@@ -1,0 +1,90 @@
+"""The pipeline's own copy of the journal record model (wire contract section 8).
+
+The pipeline must run under ``spark-submit`` without the rest of the project, so it keeps its own
+copies of the field names, reject reasons and lease events instead of importing the runtime's;
+``tests/pipeline/test_pipeline_pins.py`` pins these copies to the runtime's definitions.
+"""
+from __future__ import annotations
+
+#: journal fields the analysis reads, with their Spark SQL types (``envelope`` is never parsed)
+FIELDS = (("kind", "string"), ("ts", "double"), ("node", "string"), ("dir", "string"),
+          ("peer", "string"), ("type", "string"), ("seq", "bigint"), ("size", "bigint"),
+          ("outcome", "string"), ("reason", "string"), ("requestId", "string"),
+          ("service", "string"), ("status", "string"), ("errorCode", "string"),
+          ("latencyMs", "double"), ("subject", "string"), ("event", "string"))
+ENVELOPE_REQUIRED = ("dir", "peer", "type", "outcome")
+LEASE_REQUIRED = ("subject", "event")
+
+REJECT_REASONS = ("unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target",
+                  "unknown_sender", "stale_timestamp", "replayed_nonce", "replayed_sequence",
+                  "bad_sequence", "unexpected_response", "too_large", "bad_payload", "bad_file")
+LEASE_EVENTS = ("registered", "reclaimed", "renewed_late", "lost", "deregistered",
+                "observed_join", "observed_expiry", "observed_leave", "reaped")
+ERROR_CODES = ("SERVICE_NOT_FOUND", "ACCESS_DENIED", "INVALID_ARGUMENTS", "EXECUTION_FAILED",
+               "TIMEOUT", "INTERNAL_ERROR")
+
+TERMINAL_EVENTS = ("deregistered", "observed_leave", "observed_expiry", "reaped")
+GRACEFUL_EVENTS = ("deregistered", "observed_leave")
+START_EVENTS = ("registered", "reclaimed")
+SELF_EVENTS = ("registered", "reclaimed", "deregistered", "renewed_late", "lost")
+
+#: what a rejection most likely means, for the security table
+REASON_LABELS = {
+    "bad_tag": "wrong key or tampering",
+    "replayed_nonce": "replay",
+    "replayed_sequence": "replay",
+    "bad_sequence": "replay or a restarted sender",
+    "unexpected_response": "response from a node that was not called",
+    "unauthorized": "missing grant or probing",
+    "stale_timestamp": "clock skew or delayed replay",
+    "unknown_sender": "unknown or restarted sender",
+    "wrong_target": "stale registry entry or misrouting",
+    "bad_size": "malformed or truncated envelope",
+    "bad_version": "malformed or truncated envelope",
+    "too_large": "oversized envelope",
+    "bad_payload": "malformed payload",
+    "bad_file": "file-system tampering",
+}
+DEFAULT_LABEL = "other rejection"
+
+#: timestamps outside [0, MAX_TS) make a line malformed (guards against Infinity / garbage)
+MAX_TS = 1e11
+#: Spark's JSON reader options that match reference.parse_line's rules
+JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false",
+                "allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "false"}
+
+
+def reason_label(reason: str | None) -> str:
+    if reason is None:
+        return DEFAULT_LABEL
+    if reason.startswith("replayed_"):
+        return "replay"
+    return REASON_LABELS.get(reason, DEFAULT_LABEL)
+
+
+def spark_schema():
+    from pyspark.sql import types as T
+    kinds = {"string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType()}
+    return T.StructType([T.StructField(n, kinds[t], True) for n, t in FIELDS])
+
+
+def read_records(spark, paths: list[str]):
+    """The record columns + `valid` (bool) of journal files, read with Spark's JSON reader.
+
+    The reader skips blank lines, reads a line holding a JSON array of objects as one record per
+    object, and gives a row of nulls (malformed) for any other line that is not an object;
+    reference.parse_values follows the same rules."""
+    if not paths:
+        return with_validity(spark.createDataFrame([], spark_schema()))
+    return with_validity(spark.read.schema(spark_schema()).options(**JSON_OPTIONS).json(paths))
+
+
+def with_validity(p):
+    """kind defaults to "envelope"; `valid` says whether the row is a record (SQL text: one Py4J
+    round trip instead of one per column expression)."""
+    env = " AND ".join(f"{n} IS NOT NULL" for n in ENVELOPE_REQUIRED)
+    lease = " AND ".join(f"{n} IS NOT NULL" for n in LEASE_REQUIRED)
+    valid = (f"coalesce(ts IS NOT NULL AND ts >= 0 AND ts < {MAX_TS!r} AND node IS NOT NULL AND "
+             f"(((kind IS NULL OR kind = 'envelope') AND {env}) OR (kind = 'lease' AND {lease})), FALSE) AS valid")
+    cols = [n if n != "kind" else "coalesce(kind, 'envelope') AS kind" for n, _ in FIELDS]
+    return p.selectExpr(*cols, valid)

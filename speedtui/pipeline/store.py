@@ -1,0 +1,184 @@
+"""The incremental store: what is new in the journals is rolled up once, reports come from the
+roll-ups of every batch so far.
+
+    STORE/state.json      journals read so far (head -> path, offset), the batches, timings
+    STORE/batches/bNNNNNN roll-ups of one ingest (batches.py)
+    STORE/staging/        the new bytes of the journals while a batch is made
+    STORE/lock            one ingest at a time (flock)
+
+Commit order, so that a crash loses nothing and counts nothing twice: the new bytes are copied
+to staging, rolled up into ``batches/bN.tmp``, renamed to ``bN``, and only then state.json (new
+offsets + bN) is replaced; a batch directory state.json does not list is left over from a crash
+and removed, its bytes are read again. After MAX_BATCHES batches the roll-ups are merged into one.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+
+from .batches import compact, report, write_batch
+from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, PipelineError
+from .journals import copy_range, scan
+
+STATE_SCHEMA = "speed-analytics-store/1"
+MAX_BATCHES = 8
+#: a staged chunk is cut at about this size, so Spark reads chunks in parallel
+CHUNK_BYTES = 64 * 1024 * 1024
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.state_file = os.path.join(self.path, "state.json")
+        self.batches_dir = os.path.join(self.path, "batches")
+        self.staging = os.path.join(self.path, "staging")
+
+    # ------------------------------------------------------------------ state
+    def empty_state(self) -> dict:
+        return {"schema": STATE_SCHEMA, "files": {}, "batches": [], "next_batch": 1,
+                "ingested_bytes": 0, "timings": {}}
+
+    def load(self) -> dict:
+        try:
+            with open(self.state_file, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return self.empty_state()
+        except (OSError, ValueError) as exc:
+            raise PipelineError(f"the analytics store {self.path} is damaged ({exc}): "
+                                f"rebuild it with `speedtui analyze --rebuild`.") from None
+        if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
+            raise PipelineError(f"{self.state_file} is not a {STATE_SCHEMA} state: rebuild the "
+                                f"store with `speedtui analyze --rebuild`.")
+        return state
+
+    def save(self, state: dict) -> None:
+        tmp = self.state_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
+
+    def batch_dir(self, batch: int) -> str:
+        return os.path.join(self.batches_dir, f"b{batch:06d}")
+
+    @contextmanager
+    def locked(self):
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.path, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise PipelineError(f"another analysis is using the store {self.path}; "
+                                    f"try again when it has finished.") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def clear(self) -> None:
+        """Forget everything (for a rebuild from the journals as they are now)."""
+        for name in ("batches", "staging", "state.json", "state.json.tmp"):
+            p = os.path.join(self.path, name)
+            if os.path.isdir(p):
+                shutil.rmtree(p)
+            elif os.path.exists(p):
+                os.unlink(p)
+
+    def tidy(self, state: dict) -> None:
+        """Remove what a crashed run left: staging and batch directories state.json does not list."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+        listed = {os.path.basename(self.batch_dir(b)) for b in state["batches"]}
+        if os.path.isdir(self.batches_dir):
+            for name in os.listdir(self.batches_dir):
+                if name not in listed:
+                    shutil.rmtree(os.path.join(self.batches_dir, name), ignore_errors=True)
+
+    # ------------------------------------------------------------------ staging
+    def stage(self, plan, batch: int) -> list[str]:
+        """Copy the plan's new bytes into staging chunk files; their paths."""
+        out_dir = os.path.join(self.staging, f"b{batch:06d}")
+        os.makedirs(out_dir, mode=0o700, exist_ok=True)
+        paths: list[str] = []
+        fd, size = -1, 0
+        try:
+            for r in plan.ranges:
+                if fd < 0 or size >= CHUNK_BYTES:
+                    if fd >= 0:
+                        os.close(fd)
+                    paths.append(os.path.join(out_dir, f"chunk-{len(paths):05d}.jsonl"))
+                    fd, size = os.open(paths[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), 0
+                size += copy_range(r, fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return paths
+
+
+def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuild: bool = False,
+              burst_threshold: int = BURST_THRESHOLD, accuracy: int = PERCENTILE_ACCURACY,
+              step=None, on_plan=None) -> tuple[dict, dict]:
+    """Ingest what is new in the journal directories `inputs` into the store, then write the
+    report's tables in out_uri from every batch. Returns (report parts for build_summary, ingest
+    facts). on_plan(plan, state) is called once the new bytes are known (for an estimate)."""
+    store = Store(store_path)
+    with store.locked():
+        if rebuild:
+            store.clear()
+        state = store.load()
+        store.tidy(state)
+        plan = scan(inputs, state["files"])
+        if on_plan:
+            on_plan(plan, state)
+        timings: dict = {}
+        t = time.monotonic()
+        if plan.ranges:
+            batch = state["next_batch"]
+            chunks = store.stage(plan, batch)
+            tmp = store.batch_dir(batch) + ".tmp"
+            write_batch(spark, chunks, tmp, batch_id=batch, accuracy=accuracy, step=step)
+            os.replace(tmp, store.batch_dir(batch))
+            state["files"] = plan.files
+            state["batches"].append(batch)
+            state["next_batch"] = batch + 1
+            state["ingested_bytes"] += plan.new_bytes
+            timings["ingest_seconds"] = round(time.monotonic() - t, 3)
+            timings["ingest_bytes"] = plan.new_bytes
+            store.save(state)
+            shutil.rmtree(store.staging, ignore_errors=True)
+        elif plan.files != state["files"]:
+            state["files"] = plan.files            # renamed journals, nothing new in them
+            store.save(state)
+        t = time.monotonic()
+        dirs = [store.batch_dir(b) for b in state["batches"]]
+        parts = report(spark, dirs, out_uri, burst_threshold=burst_threshold, accuracy=accuracy, step=step)
+        timings["report_seconds"] = round(time.monotonic() - t, 3)
+        if len(state["batches"]) > MAX_BATCHES:
+            batch = state["next_batch"]
+            tmp = store.batch_dir(batch) + ".tmp"
+            compact(spark, dirs, tmp, accuracy)
+            os.replace(tmp, store.batch_dir(batch))
+            state["batches"], state["next_batch"] = [batch], batch + 1
+            store.save(state)
+            store.tidy(state)
+        state["timings"] = {**state.get("timings", {}), **timings}
+        store.save(state)
+        facts = {"store": store.path, "batches": len(state["batches"]), "new_bytes": plan.new_bytes,
+                 "journals": len(plan.files), "rotated": plan.rotated, "replaced": plan.replaced,
+                 "waiting": plan.waiting, "skipped": plan.skipped,
+                 "ingested_bytes": state["ingested_bytes"], **timings}
+        return parts, facts
+
+
+def estimate_seconds(plan, state: dict) -> float | None:
+    """How long ingesting plan's bytes and reporting should take, from the last run's speed."""
+    t = state.get("timings") or {}
+    if not t.get("ingest_bytes") or not t.get("ingest_seconds"):
+        return None
+    rate = t["ingest_bytes"] / max(t["ingest_seconds"], 1e-3)
+    return plan.new_bytes / rate + float(t.get("report_seconds") or 0.0)

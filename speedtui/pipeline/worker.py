@@ -1,0 +1,222 @@
+"""The console's analyses run in a child process that keeps one JVM between analyses.
+
+Textual draws on the terminal, so nothing of the JVM or Spark may reach it: the child's stdout
+and stderr go to a log file (the JVM inherits them), it has no controlling terminal (its own
+session), and it talks to the console over its own pipes, one JSON object per line:
+
+    console -> child   {"traces": [...], "store": DIR, "out": DIR, "rebuild": false}
+    child -> console   {"event": "plan", "new_bytes": N, "estimate": S or null}
+                       {"event": "progress", "fraction": F, "text": T}
+                       {"event": "done", "summary": {...}} | {"event": "error", "message": M}
+
+The child exits, and so frees the JVM's memory, after `idle` seconds without a request, or when
+the console closes its stdin (also when the console dies). ``AnalyticsWorker`` is the console's
+side: it starts the child when needed and runs one analysis at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from .common import PipelineError
+
+DEFAULT_IDLE_SECONDS = 300.0
+
+
+# ---------------------------------------------------------------------------------- the child
+def child_main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="speedtui-analytics-worker")
+    ap.add_argument("--idle", type=float, default=DEFAULT_IDLE_SECONDS)
+    args = ap.parse_args(argv)
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)                       # our stdout (and the JVM's) is the log from here on
+    sys.stdout = sys.stderr
+    lock = threading.Lock()
+
+    def send(obj: dict) -> None:
+        with lock:
+            proto.write(json.dumps(obj) + "\n")
+            proto.flush()
+
+    spark = None
+    try:
+        while True:
+            ready, _, _ = select.select([sys.stdin], [], [], args.idle)
+            if not ready:
+                print(f"idle for {args.idle:g}s: exiting to free the JVM's memory", file=sys.stderr)
+                return 0
+            line = sys.stdin.readline()
+            if not line:
+                return 0                # the console closed the pipe or died
+            try:
+                request = json.loads(line)
+                spark = spark or _session(send)
+                summary = _analyse(spark, request, send)
+                send({"event": "done", "summary": summary})
+            except PipelineError as exc:
+                send({"event": "error", "message": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - the console shows one sentence, the log has it all
+                import traceback
+                traceback.print_exc()
+                send({"event": "error", "message": f"the analysis failed ({type(exc).__name__}: "
+                                                   f"{str(exc).splitlines()[0] if str(exc) else ''}); "
+                                                   f"see the log."})
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _session(send):
+    from .session import make_spark
+    send({"event": "progress", "fraction": 0.0, "text": "starting Spark"})
+    return make_spark(os.environ.get("SPEED_SPARK_MASTER"), app_name="speedtui-console-analytics")
+
+
+def _analyse(spark, request: dict, send) -> dict:
+    from .job import run_incremental
+    from .store import estimate_seconds
+
+    def on_plan(plan, state):
+        send({"event": "plan", "new_bytes": plan.new_bytes, "estimate": estimate_seconds(plan, state)})
+
+    return run_incremental(request["traces"], request["store"], request["out"], spark=spark,
+                           rebuild=bool(request.get("rebuild")), on_plan=on_plan,
+                           progress=lambda f, t: send({"event": "progress", "fraction": f, "text": t}))
+
+
+# ---------------------------------------------------------------------------------- the console
+class AnalyticsWorker:
+    """Runs analyses in the child; the child (and its JVM) is started on the first analysis and
+    reused until it exits after `idle` seconds without one."""
+
+    def __init__(self, log_path: str, idle_seconds: float = DEFAULT_IDLE_SECONDS):
+        self.log_path = log_path
+        self.idle_seconds = idle_seconds
+        self.proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _start(self) -> subprocess.Popen:
+        os.makedirs(os.path.dirname(self.log_path), mode=0o700, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            log.write(f"--- analytics worker started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            log.flush()
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            return subprocess.Popen(
+                [sys.executable, "-m", "speedtui.pipeline.worker", "--idle", str(self.idle_seconds)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, close_fds=True,
+                start_new_session=True, env=env, text=True, encoding="utf-8", bufsize=1)
+        finally:
+            log.close()
+
+    def analyse(self, request: dict, on_event: Callable[[dict], Any] | None = None) -> dict:
+        """Run one analysis; on_event gets each plan/progress event. PipelineError on failure."""
+        with self._lock:
+            for attempt in (1, 2):
+                if not self.alive:
+                    self.proc = self._start()
+                try:
+                    self.proc.stdin.write(json.dumps(request) + "\n")
+                    self.proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    self._reap()
+                    continue            # it was exiting for idleness: start a new one
+                for line in self.proc.stdout:
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        continue
+                    if event.get("event") == "done":
+                        return event["summary"]
+                    if event.get("event") == "error":
+                        raise PipelineError(event.get("message") or "the analysis failed.")
+                    if on_event is not None:
+                        on_event(event)
+                self._reap()
+                if attempt == 2:
+                    break
+            raise PipelineError(f"the analytics worker stopped unexpectedly; see {self.log_path}.")
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            self.proc = None
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Ask the child to exit (its stdin closes; it stops Spark); if it has not after `timeout`,
+        end its process group (the child and its JVM): SIGTERM, then SIGKILL."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL, None):
+            try:
+                proc.wait(timeout=timeout)
+                break
+            except subprocess.TimeoutExpired:
+                if sig is None:
+                    break
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                timeout = 5.0
+        deadline = time.monotonic() + 10.0           # the JVM ends when its stdin (the child) closes
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            time.sleep(0.1)
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.stdout.close()
+        except OSError:
+            pass
+        self.proc = None
+
+
+def _group_alive(pgid: int) -> bool:
+    """A process of the group still runs (zombies do not count: an orphan's zombie waits for a
+    PID 1 that may never reap it)."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())
