@@ -201,6 +201,17 @@ def mutate(seed: bytes, corpus: list[bytes], rng: random.Random) -> bytes:
     return bytes(data)
 
 
+def _cpu_ms(fn, allowed, data: bytes) -> float:
+    t0 = time.thread_time()
+    try:
+        fn(data)
+    except allowed:
+        pass
+    except Exception:
+        pass  # already recorded as a finding on its first run
+    return (time.thread_time() - t0) * 1000
+
+
 def run_mutate(name: str, inputs: int, seed: int) -> dict:
     fn, allowed = make_target(name)
     rng = random.Random(seed)
@@ -225,6 +236,10 @@ def run_mutate(name: str, inputs: int, seed: int) -> dict:
         if result is not None and len(corpus) < 200 and rng.random() < 0.01:
             corpus.append(data)  # inputs that parse make good seeds
     total = time.perf_counter() - started
+    if slowest > PER_INPUT_LIMIT_MS:
+        # A real finding is slow every time; a pause of the machine (a VM's stolen time counted as
+        # ours, a descheduled core) is not. Time the slowest input again and keep the fastest run.
+        slowest = min(_cpu_ms(fn, allowed, slowest_input) for _ in range(3))
     return {"target": name, "engine": "mutate", "inputs": inputs, "unexpected": findings,
             "slowestMs": round(slowest, 3), "slowestInputBytes": len(slowest_input),
             "seconds": round(total, 2), "inputsPerSecond": round(inputs / total) if total else None,

@@ -99,7 +99,7 @@ async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path):
     """A report of one ROOT is never shown for another (a fresh demo, another directory)."""
     from speedtui.environments.fixture import build, sample_summary
     from speedtui.ui.app import make_app
-    from speedtui.clock import FrozenClock
+    from speedtui.services.clock import FrozenClock
     from speedtui.environments.fixture import FIXED_NOW
 
     root, key, paths = fixture_env
