@@ -183,8 +183,10 @@ class Receiver:
         if self.inbox.draining_old:
             self.inbox.drain_old(self._taken, self._remember)
         if self.node.may_receive():
-            self._receive()
+            # an extension's files first: a grant revoked by a control request that this wake-up
+            # found is in force before the inbox files it found are judged
             self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
+            self._receive()
             if draining and not self._names and not self._names.need_listing:
                 self.draining.clear()
                 self.drained.set()
