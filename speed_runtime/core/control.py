@@ -300,13 +300,13 @@ def judge_control(payload: dict, me: Identity, trusted: Mapping[str, bytes], gua
 
 def _parse_request(raw: bytes) -> tuple[dict | None, str]:
     try:
-        request = json.loads(raw.decode("utf-8"))
+        request = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None, "the signed request is not UTF-8 JSON"
     if not isinstance(request, dict):
         return None, "the signed request is not a JSON object"
     for name in ("target", "instance", "requestId", "requester", "command"):
-        if not isinstance(request.get(name), str):
+        if not isinstance(request.get(name), str) or "\x00" in request[name]:
             return None, f"the signed request lacks a string {name!r}"
     for name in ("issuedAt", "expiresAt"):
         value = request.get(name)
@@ -364,7 +364,12 @@ def _b64(text: object, size: int) -> bytes | None:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return None
-    return raw if len(raw) == size else None
+    # canonical only (unused bits zero), as libsodium's decoder requires: one text per key
+    return raw if len(raw) == size and base64.b64encode(raw).decode("ascii") == text else None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (RFC 8259)")
 
 
 def _request_bytes(text: object) -> bytes | None:

@@ -175,3 +175,20 @@ def test_who_trusts_whom_is_read_from_entries():
     assert control.trusted_operators(a) == ("f1", "f2") and control.trusted_operators(b) == ()
     assert control.trust_map([a, b, c]) == {"a": ("f1", "f2")}
     assert control.administers(a, "f2") and not control.administers(b, "f1") and not control.administers(None, "f1")
+
+
+def test_only_canonical_base64_names_a_key_as_libsodium_reads_it():
+    text = OPERATOR.public_text
+    assert text.endswith("=") and control.parse_public_key(text) == OPERATOR.public_key
+    last = text[-2]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    sibling = alphabet[alphabet.index(last) ^ 1]  # differs only in an unused low bit
+    with pytest.raises(ConfigError):
+        control.parse_public_key(text[:-2] + sibling + "=")
+
+
+def test_signed_texts_must_be_plain_json():
+    for text in ('{"target":"billing","x":NaN}', '{"target":"bill\\u0000ing"}'):
+        signed = {**request(), "request": text,
+                  "signature": base64.b64encode(OPERATOR.sign(control.SIGNING_DOMAIN + text.encode())).decode()}
+        assert judge(signed).reason == "control_malformed"
