@@ -9,8 +9,9 @@ client that asks nodes to allow, revoke, stop or report their status.
 A request is refused before anything is written when the target is not available
 (NodeUnavailableError, NodeLeavingError) or does not trust this operator (OperatorNotTrustedError,
 whose message names the `speed node ... --operator PUBKEY` to use). Otherwise it is written into
-the target's control/ directory by a temporary requester node (`speed-cli-XXXXXXXX`) that allows
-the target only while it waits for the answer; the answer is the target's result, or
+the target's control/ directory by a temporary requester node (`speed-cli-XXXXXXXX`, closed with
+the Operator) that allows each target it asked, so that answers can come back; the answer is the
+target's result, or
 ControlRefusedError (reason and sentence), or ControlTimeoutError (withdrawn: not applied).
 """
 from __future__ import annotations
@@ -85,7 +86,6 @@ class Operator:
         self.timeout, self.lifetime_ms, self.lock_timeout = timeout, int(lifetime * 1000), lock_timeout
         self._lock = threading.Lock()
         self._node: Any = None
-        self._waiting: dict[str, int] = {}  # target -> requests waiting for its answer
         self._seq = 0
 
     @property
@@ -145,27 +145,24 @@ class Operator:
         timeout = self.timeout if timeout is None else timeout
         entry = self.check(target)
         node = self._requester()
-        self._grant(node, target)
+        if target not in node.access:  # the answer is an ordinary envelope: allow it (published at once)
+            node.allow(target)
+        request_id = uuid.uuid4().hex
+        issued = int(time.time() * 1000)
+        text = request_text(target=target, instance=entry.id, request_id=request_id, requester=node.name,
+                            command=command, arguments=arguments, issued_ms=issued, expires_ms=issued + self.lifetime_ms)
+        body = request_payload(self.key, node.name, target, request_id, text)
+        dirs = TargetDirs(self.root, target, CONTROL_DIR)
+        delivered: list[str] = []
         try:
-            request_id = uuid.uuid4().hex
-            issued = int(time.time() * 1000)
-            text = request_text(target=target, instance=entry.id, request_id=request_id, requester=node.name,
-                                command=command, arguments=arguments, issued_ms=issued,
-                                expires_ms=issued + self.lifetime_ms)
-            body = request_payload(self.key, node.name, target, request_id, text)
-            dirs = TargetDirs(self.root, target, CONTROL_DIR)
-            delivered: list[str] = []
+            future = node.caller.expect(request_id, target, entry.id_bytes, f"control {command}", timeout,
+                                        lambda: delivered.append(self._deliver(node, dirs, target, entry, body)))
             try:
-                future = node.caller.expect(request_id, target, entry.id_bytes, f"control {command}", timeout,
-                                            lambda: delivered.append(self._deliver(node, dirs, target, entry, body)))
-                try:
-                    return future.result()
-                except SpcError as exc:
-                    raise self._error(target, exc, dirs, delivered, timeout) from None
-            finally:
-                dirs.close()
+                return future.result()
+            except SpcError as exc:
+                raise self._error(target, exc, dirs, delivered, timeout) from None
         finally:
-            self._release(node, target)
+            dirs.close()
 
     # ------------------------------------------------------------------ parts
     def _requester(self) -> Any:
@@ -176,26 +173,11 @@ class Operator:
                 node = Node(self.root, self.env_key, f"speed-cli-{uuid.uuid4().hex[:8]}", observe_registry=False,
                             temporary=True, linger_seconds=2.0, lock_timeout=self.lock_timeout,
                             lease_seconds=max(30.0, self.timeout + 10))
-                node.on_message(lambda message: None)  # a requester takes answers only
+                # it takes answers only: it allows each target it asked (so that answers can come
+                # back) for as long as it lives, and drops any message
+                node.on_message(lambda message: None)
                 self._node = node.start()
             return self._node
-
-    def _grant(self, node: Any, target: str) -> None:
-        """The answer comes back as an ordinary envelope: the requester allows the target while it waits."""
-        with self._lock:
-            self._waiting[target] = self._waiting.get(target, 0) + 1
-            first = self._waiting[target] == 1
-        if first:
-            node.allow(target)
-
-    def _release(self, node: Any, target: str) -> None:
-        with self._lock:
-            self._waiting[target] -= 1
-            last = self._waiting[target] == 0
-            if last:
-                del self._waiting[target]
-        if last:
-            node.revoke(target)
 
     def _deliver(self, node: Any, dirs: TargetDirs, target: str, entry: Any, body: bytes) -> str:
         """Seal (SPC_REQUEST with the control flag) and move into the target's control/; then, as a
