@@ -39,34 +39,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# what each error means for a script (the first match counts; SpcError by its code)
+_EXIT_CODES = ((DeliveryTimeoutError, EXIT_TIMEOUT), (ControlTimeoutError, EXIT_TIMEOUT),
+               (OperatorNotTrustedError, EXIT_NOT_TRUSTED),
+               ((NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError), EXIT_UNAVAILABLE),
+               (LeaseLostError, EXIT_LEASE_LOST), (ConfigError, EXIT_CONFIG))
+
+
+def exit_code(exc: SpeedError) -> int:
+    if isinstance(exc, SpcError):
+        return EXIT_TIMEOUT if exc.code == "TIMEOUT" else EXIT_REMOTE
+    return next((code for kinds, code in _EXIT_CODES if isinstance(exc, kinds)), EXIT_REMOTE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SpcError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_TIMEOUT if exc.code == "TIMEOUT" else EXIT_REMOTE
-    except DeliveryTimeoutError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_TIMEOUT
-    except OperatorNotTrustedError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_NOT_TRUSTED
-    except ControlTimeoutError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_TIMEOUT
-    except (NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError) as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except LeaseLostError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_LEASE_LOST
-    except ConfigError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     except SpeedError as exc:
         print(f"speed: {exc}", file=sys.stderr)
-        return EXIT_REMOTE
+        return exit_code(exc)
     except OSError as exc:  # the operating system refused: one sentence, never a traceback
         print(f"speed: {_os_error(exc)}", file=sys.stderr)
         return EXIT_CONFIG

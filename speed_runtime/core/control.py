@@ -28,7 +28,7 @@ from .entry import RegistryEntry
 from .envelope import OVERHEAD, EnvelopeType, open_envelope
 from .errors import ConfigError, EnvelopeError, KeyFileError
 from .names import is_valid_name
-from .receiving import Identity, Verdict, header_type
+from .receiving import Identity, Verdict, check_identities, header_type
 
 FEATURE = "control"
 FLAG = 0x0040                      # the header flag bit of `control` (ext/__init__.py's allocation)
@@ -231,12 +231,7 @@ def open_control(sender: str, data: bytes, key: Any, me: Identity, sender_entry:
         if header.type != EnvelopeType.SPC_REQUEST or not header.flags & FLAG:
             raise EnvelopeError("control_malformed", "not a control request (an SPC_REQUEST with flag 0x0040)")
         payload = payloads.decode_payload(opened.payload, 0)  # the control layout: only from/to are common
-        if payload["from"] != sender:
-            raise EnvelopeError("unknown_sender", "the payload's sender differs from the file name")
-        if payload["to"] != me.name or header.target_id != me.id_bytes:
-            raise EnvelopeError("wrong_target", "the envelope is for another node or instance")
-        if sender_entry is None or sender_entry.id_bytes != header.source_id:
-            raise EnvelopeError("unknown_sender", "source")
+        check_identities(sender, payload, header, me, sender_entry)
         if abs(now_ms - header.timestamp_ms) > window_ms:
             raise EnvelopeError("stale_timestamp",
                                 f"timestamp is {(now_ms - header.timestamp_ms) / 1000:.1f} s from this node's clock")

@@ -16,6 +16,23 @@ from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename,
 from speed_runtime.transport import TargetDirs, deliver
 
 _seq = iter(range(1, 1 << 62))
+STRANGER = control.OperatorKey(bytes(range(101, 133)))  # a key no test node trusts
+
+
+def forgeries() -> dict[str, tuple[dict, str]]:
+    """The issue's forgeries: name -> (forge() options, the reason the target must give)."""
+    now = int(time.time() * 1000)
+    return {
+        "forged signature": (dict(flip_signature=True), "control_bad_signature"),
+        "signed for another target": (dict(sign_target="someone-else"), "control_wrong_target"),
+        "signed for another instance": (dict(sign_instance="6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"),
+                                        "control_wrong_target"),
+        "expired": (dict(issued_ms=now - 200_000), "control_expired"),
+        "issued in the future": (dict(issued_ms=now + 100_000), "control_expired"),
+        "operator not trusted": (dict(operator=STRANGER), "control_untrusted"),
+        "unsigned": (dict(unsigned=True), "control_unsigned"),
+        "signed for another requester": (dict(sign_requester="mallory"), "control_wrong_requester"),
+    }
 
 
 def forge(requester, target: str, target_id: str, operator: control.OperatorKey, *, command: str = "allow",
@@ -58,11 +75,12 @@ def put(root: str, target: str, filename: str, data: bytes) -> None:
         dirs.close()
 
 
-def send(requester, target: str, target_id: str, operator: control.OperatorKey, timeout: float = 10.0,
+def send(requester, target: str, target_id: str, signer: control.OperatorKey, timeout: float = 10.0,
          **options) -> tuple[Future, str, str]:
     """Forge, deliver and await the answer as `requester` (which must allow `target`):
-    (future of the result, file name, request id). A refusal raises SpcError from the future."""
-    filename, data, request_id = forge(requester, target, target_id, operator, **options)
+    (future of the result, file name, request id). A refusal raises SpcError from the future.
+    `operator=` in options (a forgeries() entry) replaces the signing key."""
+    filename, data, request_id = forge(requester, target, target_id, options.pop("operator", signer), **options)
     future = requester.caller.expect(request_id, target, uuid.UUID(target_id).bytes, "control", timeout,
                                      lambda: put(requester.root, target, filename, data))
     return future, filename, request_id

@@ -17,10 +17,9 @@ from speed_runtime.core.records import ControlTrace, EnvelopeTrace
 from speed_runtime.ext.control import MAX_NAMES
 
 from ..helpers.wait import wait_until
-from .control_forge import forge, put, send
+from .control_forge import STRANGER, forge, forgeries, put, send
 
 OPERATOR = control.OperatorKey(bytes(range(1, 33)))
-STRANGER = control.OperatorKey(bytes(range(101, 133)))
 
 
 @pytest.fixture
@@ -70,24 +69,11 @@ def test_a_valid_request_is_applied_published_journaled_and_answered(billing, op
     assert control_files(billing) == [] and billing.counters()["controlApplied"] == 1
 
 
-FORGERIES = {
-    "forged signature": (dict(flip_signature=True), "control_bad_signature"),
-    "signed for another target": (dict(sign_target="reports"), "control_wrong_target"),
-    "signed for another instance": (dict(sign_instance="6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"),
-                                    "control_wrong_target"),
-    "expired": (dict(issued_ms=int(time.time() * 1000) - 200_000), "control_expired"),
-    "issued in the future": (dict(issued_ms=int(time.time() * 1000) + 100_000), "control_expired"),
-    "operator not trusted": (dict(operator=STRANGER), "control_untrusted"),
-    "unsigned": (dict(unsigned=True), "control_unsigned"),
-    "signed for another requester": (dict(sign_requester="gateway"), "control_wrong_requester"),
-}
-
-
-@pytest.mark.parametrize("case", FORGERIES, ids=str)
+@pytest.mark.parametrize("case", forgeries(), ids=str)
 def test_each_forgery_is_removed_journaled_answered_and_changes_nothing(billing, ops, case):
-    options, reason = FORGERIES[case]
-    operator = options.pop("operator", OPERATOR)
-    future, name, rid = send(ops, "billing", billing.id, operator, **dict(options))
+    options, reason = forgeries()[case]
+    operator = options.get("operator", OPERATOR)
+    future, name, rid = send(ops, "billing", billing.id, OPERATOR, **options)
     with pytest.raises(SpcError) as info:
         future.result()
     assert control.refusal_of(info.value.message)[0] == reason

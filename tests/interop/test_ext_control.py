@@ -10,19 +10,17 @@ import signal
 import stat
 import subprocess
 import threading
-import time
 
 import pytest
 
 from speed_runtime.control import Operator
 from speed_runtime.core import control
 
-from ..ext.control_forge import forge, put, send
+from ..ext.control_forge import forge, forgeries, put, send
 from ..helpers.processes import SPEED
 from .harness import HERE, c_node_bin, env, procs, python_runtime, stopped, wait_for  # noqa: F401
 
 OPERATOR = control.OperatorKey(bytes(range(1, 33)))
-STRANGER = control.OperatorKey(bytes(range(101, 133)))
 VECTORS = HERE.parent / "vectors" / "control_vectors.json"
 
 
@@ -72,26 +70,13 @@ def test_python_operator_administers_a_c_node(procs, env):
     assert applied == [(c, "applied", OPERATOR.fingerprint) for c in ("allow", "status", "revoke", "stop")]
 
 
-FORGERIES = {
-    "forged signature": (dict(flip_signature=True), "control_bad_signature"),
-    "signed for another target": (dict(sign_target="billing"), "control_wrong_target"),
-    "signed for another instance": (dict(sign_instance="6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"),
-                                    "control_wrong_target"),
-    "expired": (dict(issued_ms=int(time.time() * 1000) - 200_000), "control_expired"),
-    "operator not trusted": (dict(operator=STRANGER), "control_untrusted"),
-    "unsigned": (dict(unsigned=True), "control_unsigned"),
-    "signed for another requester": (dict(sign_requester="mallory"), "control_wrong_requester"),
-}
-
-
 def test_c_node_refuses_every_forgery_and_answers_the_python_requester(procs, env):
     rt = python_runtime()
     cnode = c_target(procs, allow=["reports"])
     with rt.Node(env.root, env.key_path, "ops", allow=["cnode"]) as ops:
         ops.on_message(lambda m: None)
-        for case, (options, reason) in FORGERIES.items():
-            options = dict(options)
-            future, name, rid = send(ops, "cnode", cnode.id, options.pop("operator", OPERATOR), **options)
+        for case, (options, reason) in forgeries().items():
+            future, name, rid = send(ops, "cnode", cnode.id, OPERATOR, **options)
             with pytest.raises(rt.SpcError) as info:
                 future.result()
             assert control.refusal_of(info.value.message)[0] == reason, case

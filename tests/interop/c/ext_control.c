@@ -387,35 +387,16 @@ static void report(node_t *n, const char *file, const char *peer, const control_
 }
 
 /* An ordinary SPC_RESPONSE (section 5.4): only to a requester that allows us. */
-static void answer(node_t *n, const char *requester, const char *rid, jval *result,
-                   const control_verdict *refused)
+static void answer_refusal(node_t *n, const char *requester, const control_verdict *v)
 {
-    jval *resp = node_base_payload(n, requester);
-    json_set(resp, "requestId", json_str(rid));
-    if (refused) {
-        const char *r = refused->reason;
-        const char *code = strcmp(r, "control_malformed") == 0 ? "INVALID_ARGUMENTS"
-                           : strcmp(r, "control_expired") == 0 ? "TIMEOUT"
-                           : strcmp(r, "control_refused") == 0 ? "EXECUTION_FAILED"
-                                                               : "ACCESS_DENIED";
-        char *msg = xasprintf("%s: %s", r, refused->detail);
-        json_set(resp, "status", json_str("ERROR"));
-        json_set(resp, "errorCode", json_str(code));
-        json_set(resp, "errorMessage", json_str(msg));
-        free(msg);
-    } else {
-        json_set(resp, "status", json_str("SUCCESS"));
-        json_set(resp, "result", result);
-    }
-    char err[512] = "";
-    if (node_deliver(n, requester, ENV_SPC_RESPONSE, 0, resp, NULL, err, sizeof err) != DELIVER_OK) {
-        jval *l = json_obj();
-        json_set(l, "event", json_str("answer_not_delivered"));
-        json_set(l, "to", json_str(requester));
-        json_set(l, "error", json_str(err));
-        node_report_info(l);
-    }
-    json_free(resp);
+    const char *r = v->reason;
+    const char *code = strcmp(r, "control_malformed") == 0 ? "INVALID_ARGUMENTS"
+                       : strcmp(r, "control_expired") == 0 ? "TIMEOUT"
+                       : strcmp(r, "control_refused") == 0 ? "EXECUTION_FAILED"
+                                                           : "ACCESS_DENIED";
+    char *msg = xasprintf("%s: %s", r, v->detail);
+    node_respond(n, requester, v->request_id, code, msg, NULL);
+    free(msg);
 }
 
 /* Apply, publish, report, answer (then stop, for stop). */
@@ -454,7 +435,7 @@ static void apply(node_t *n, const char *file, const char *requester, control_ve
         json_set(result, "pid", json_int(getpid()));
     }
     report(n, file, requester, v, command);
-    answer(n, requester, v->request_id, result, NULL);
+    node_respond(n, requester, v->request_id, NULL, NULL, result);
     if (strcmp(command, "stop") == 0)
         g_stop = 1; /* the graceful stop of section 4.2, as after SIGTERM */
 }
@@ -501,7 +482,7 @@ static int handle(node_t *n, int dfd, const char *name)
     else {
         report(n, name, f.sender, &v, NULL);
         if (v.request_id[0] && p) /* the envelope is authentic: tell the requester why */
-            answer(n, f.sender, v.request_id, NULL, &v);
+            answer_refusal(n, f.sender, &v);
     }
     json_free(p);
     json_free(v.request);

@@ -13,6 +13,10 @@ const char *node_dispatch(node_t *n, const env_header *h, const char *from, cons
 void node_expire_waits(node_t *n);
 /* spc.c: {"from": our name, "to": to} */
 jval *node_base_payload(const node_t *n, const char *to);
+/* spc.c: delivers the SPC_RESPONSE requestId rid to `to`: ERROR with code and msg when code is
+ * set, else SUCCESS with result (taken over); a failed delivery is reported on stderr. */
+void node_respond(node_t *n, const char *to, const char *rid, const char *code, const char *msg,
+                  jval *result);
 
 /* inbox.c: re-reads the ids of allowed peers, about once a second. */
 void node_refresh_peer_ids(node_t *n);
