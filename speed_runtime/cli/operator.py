@@ -38,7 +38,8 @@ def add_parsers(sub) -> None:
             p.add_argument("--wait", action="store_true", help="return once TARGET has deregistered")
         p.add_argument("--operator-key", default=None, metavar="PATH",
                        help=f"operator key file (default: $SPEED_OPERATOR_KEY, else {default_operator_key_path()})")
-        p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+        p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
+                       help="wait this long for the answer (default 10)")
         p.set_defaults(func=cmd_request, command=name)
 
 

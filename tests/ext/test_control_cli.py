@@ -53,6 +53,14 @@ def env_args(procs):
     return ["--dir", procs.root, "--key", procs.key_path]
 
 
+@pytest.mark.parametrize("cmd", [["operator"], ["operator", "keygen"], ["operator", "show"], ["allow"], ["revoke"],
+                                 ["stop"], ["status"]])
+def test_help_of_the_operator_commands(procs, cmd):
+    result = speed(procs, *cmd, "--help")
+    assert result.returncode == 0 and "usage: speed" in result.stdout
+    assert "6 the target does not trust this operator" in speed(procs, "--help").stdout
+
+
 def test_operator_keygen_writes_a_private_file_and_never_prints_the_secret(procs, operator_env, workdir):
     public, made = keygen(procs, operator_env)
     path = os.path.join(workdir, "config", "speed", "operator.key")
@@ -166,3 +174,21 @@ def test_a_revoke_found_with_an_envelope_is_in_force_before_that_envelope(procs,
                and r.seq == 2]
     assert [r.reason for r in refused] == ["unauthorized"]
     assert billing.lines.empty()  # message 2 never reached the application
+
+
+def test_the_operator_api_administers_a_speed_node_process(procs, key):
+    operator_key = control.OperatorKey.new()
+    billing = procs.start("billing", trace=True, extra=["--operator", operator_key.public_text])
+    with Operator(procs.root, key, operator_key) as operator:
+        assert operator.allow("billing", "gateway")["changed"] is True
+        assert operator.allow("billing", "gateway")["changed"] is False  # idempotent, still answered
+        assert entry(procs.root, "billing")["allow"] == ["gateway"]
+        status = operator.status("billing")
+        assert status["id"] == billing.id and status["counters"]["controlApplied"] == 3  # this one included
+        assert operator.stop("billing", wait=True)["stopping"] is True
+    assert billing.proc.wait(30) == 0
+    records = [r for r in journal(procs.root, "billing") if isinstance(r, ControlTrace)]
+    assert [(r.command, r.outcome) for r in records] == [("allow", "applied")] * 2 + [("status", "applied"),
+                                                                                      ("stop", "applied")]
+    assert len({r.request_id for r in records}) == 4
+    assert len({r.peer for r in records}) == 1 and records[0].peer.startswith("speed-cli-")  # one requester node
