@@ -198,7 +198,7 @@ class Operator:
                 continue
         else:
             raise DeliveryError(f"could not find a free file name in {target}'s control directory")
-        now = node.monitor.refresh(target)
+        now = node.monitor.current(target)  # one stat while the entry file is the version we judged
         if (now is None or now.id != entry.id or judge(now, time.time(), local_facts()).state != "online") \
                 and retract(dirs, filename):
             raise NodeUnavailableError(target, "it stopped, restarted or began to leave during the request; "
