@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "envelope.h"
 #include "json.h"
 
 #define CONTROL_MAX_PAYLOAD 8192u
@@ -20,7 +21,25 @@
 #define CONTROL_FP_LEN 16u
 
 typedef struct node node_t;
-typedef struct control_state control_state;
+
+typedef struct {
+    uint8_t key[32];
+    char fp[CONTROL_FP_LEN + 1];
+} control_trusted_key;
+
+typedef struct {
+    char id[CONTROL_REQUEST_ID_MAX + 1];
+    uint64_t until_ms;
+} control_remembered_id;
+
+typedef struct control_state {
+    control_trusted_key *keys;
+    size_t nkeys;
+    control_remembered_id *seen; /* applied request ids, each until expiresAt + skew */
+    size_t nseen;
+    uint64_t next_prune_ms;
+    char *dir; /* ROOT/NAME/control (the node only) */
+} control_state;
 
 /* The verdict on one opened control payload (steps 6-17 of the checks). */
 typedef struct {
@@ -48,6 +67,16 @@ void control_judge(control_state *c, const char *name, const uint8_t id[16], con
 control_state *control_state_new(void);
 int control_trust(control_state *c, const char *public_key_b64);
 void control_state_free(control_state *c);
+/* The trusted fingerprints, sorted and unique, as a JSON array. */
+jval *control_operators_json(const control_state *c);
+
+/* Steps 4-5 for an opened envelope (header h, plaintext pt) of `sender` to target (name, id):
+ * NULL with *out the payload, or a reason. source_ok says whether src is from's instance. */
+typedef int (*control_source_check)(void *ctx, const char *from, const uint8_t src[16]);
+const char *control_check_envelope(const env_header *h, const char *sender, const uint8_t *pt,
+                                   size_t pt_len, const char *name, const uint8_t id[16],
+                                   control_source_check source_ok, void *ctx, uint64_t now_ms,
+                                   uint64_t window_ms, jval **out);
 
 /* `speed_c_node kat-control FILE`: tests/vectors/control_vectors.json. 0 when all pass. */
 int control_kat(const char *path);
