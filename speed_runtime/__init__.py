@@ -15,10 +15,12 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "RegistryEntry": ".core.entry", "Key": ".core.keys", "Message": ".core.message", "Service": ".core.services",
     "EnvelopeTrace": ".core.records", "HealthTrace": ".core.records", "LeaseTrace": ".core.records",
-    "SpcTrace": ".core.records", "generate_key_file": ".keyfile", "load_key": ".keyfile", "Node": ".node",
+    "SpcTrace": ".core.records", "ControlTrace": ".core.records", "generate_key_file": ".keyfile",
+    "load_key": ".keyfile", "Node": ".node", "Operator": ".control", "OperatorKey": ".core.control",
     "NodeConfig": ".node",
     **dict.fromkeys((
-        "AccessDeniedError", "BadEntryError", "ConfigError", "DeliveryError", "DeliveryTimeoutError", "DirectoryError",
+        "AccessDeniedError", "BadEntryError", "ConfigError", "ControlRefusedError", "ControlTimeoutError",
+        "DeliveryError", "DeliveryTimeoutError", "DirectoryError", "OperatorNotTrustedError",
         "EnvelopeError", "InvalidNameError", "KeyFileError", "LeaseLostError", "NameInUseError", "NodeClosedError",
         "NodeLeavingError", "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
         ".core.errors"),

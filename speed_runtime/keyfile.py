@@ -16,38 +16,46 @@ import stat
 from .core.errors import KeyFileError
 from .core.keys import KEY_SIZE, MAX_KEY_FILE_BYTES, Key, format_key_text, parse_key_text
 
-__all__ = ["Key", "load_key", "generate_key_file", "write_private_file", "parse_key_text", "format_key_text"]
+__all__ = ["Key", "load_key", "generate_key_file", "read_private_file", "write_private_file", "parse_key_text",
+           "format_key_text"]
 
 
 def load_key(path: str | os.PathLike, *, allow_insecure: bool = False) -> Key:
     """Read and validate a key file; refuse symlinks, non-regular files and files open to group or others."""
     path = os.fspath(path)
+    data = read_private_file(path, what="key file", create_with=f"speed keygen {path}", allow_insecure=allow_insecure)
+    try:
+        return parse_key_text(data)
+    except KeyFileError as exc:
+        raise KeyFileError(f"key file {path}: {exc}") from None
+
+
+def read_private_file(path: str, *, what: str, create_with: str, allow_insecure: bool = False) -> bytes:
+    """The bytes of a small private file (a key): opened without following links and without
+    blocking (a FIFO never feeds us), refused unless a regular file closed to group and others."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise KeyFileError(f"key file {path} does not exist; create one with `speed keygen {path}`") from None
+        raise KeyFileError(f"{what} {path} does not exist; create one with `{create_with}`") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise KeyFileError(f"key file {path} is a symbolic link; point to the real file instead") from None
-        raise KeyFileError(f"key file {path} cannot be opened: {exc.strerror}") from None
+            raise KeyFileError(f"{what} {path} is a symbolic link; point to the real file instead") from None
+        raise KeyFileError(f"{what} {path} cannot be opened: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
+            raise KeyFileError(f"{what} {path} is not a regular file")
         if st.st_mode & 0o077 and not allow_insecure:
             raise KeyFileError(
-                f"key file {path} is readable or writable by group or others "
+                f"{what} {path} is readable or writable by group or others "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}); run `chmod 600 {path}`"
             )
         data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_KEY_FILE_BYTES:
-        raise KeyFileError(f"key file {path} is too large to be a SPEED key file")
-    try:
-        return parse_key_text(data)
-    except KeyFileError as exc:
-        raise KeyFileError(f"key file {path}: {exc}") from None
+        raise KeyFileError(f"{what} {path} is too large to be a SPEED key file")
+    return data
 
 
 def write_private_file(path: str, data: bytes, *, overwrite: bool, what: str) -> None:

@@ -69,11 +69,12 @@ def prepare_home(root: str, name: str) -> tuple[str, str]:
 class TargetDirs:
     """Open descriptors of one target's tmp/ and inbox/, so each delivery skips path lookups.
     `current()` tells whether the paths still name the directories behind the descriptors (an
-    operator may replace an inbox: `mv inbox inbox.old; mkdir inbox`)."""
+    operator may replace an inbox: `mv inbox inbox.old; mkdir inbox`). `box` names the directory
+    delivered into: `inbox`, or an extension's own (`control`)."""
 
-    def __init__(self, root: str, target: str):
+    def __init__(self, root: str, target: str, box: str = "inbox"):
         home = os.path.join(root, target)
-        self.tmp_path, self.inbox_path = os.path.join(home, "tmp"), os.path.join(home, "inbox")
+        self.tmp_path, self.inbox_path = os.path.join(home, "tmp"), os.path.join(home, box)
         try:
             self.tmp_fd = os.open(self.tmp_path, _DIR)
         except OSError as exc:
@@ -82,7 +83,7 @@ class TargetDirs:
             self.inbox_fd = os.open(self.inbox_path, _DIR)
         except OSError as exc:
             os.close(self.tmp_fd)
-            raise DeliveryError(f"node {target} has no usable inbox/ directory: {exc.strerror}") from None
+            raise DeliveryError(f"node {target} has no usable {box}/ directory: {exc.strerror}") from None
         self._ids = (_dir_id(self.tmp_fd), _dir_id(self.inbox_fd))
 
     def current(self) -> bool:

@@ -9,5 +9,5 @@ system.
     payloads   JSON payloads per type (§5.2)                 replay     replay window, bounded gaps (§5.5.5)
     receiving  the receiver's judgement (§5.5 steps 1–5)     access     grants, policies, the explainer
     services   services and the callee's checks (§5.6)      records    trace events and journal lines (§8)
-    message    what an application receives
+    message    what an application receives                  control    operator keys, signed requests (§9 `control`)
 """

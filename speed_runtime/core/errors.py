@@ -137,3 +137,32 @@ class SpcError(SpeedError):
         self.code = code
         self.message = message
         self.request_id = request_id
+
+
+# ----------------------------------------------------------------------------- the control extension
+class OperatorNotTrustedError(SpeedError):
+    """The target accepts no control request from this operator: it does not speak `control`, or
+    its entry does not list this operator's fingerprint. Nothing was written."""
+
+    def __init__(self, target: str, fingerprint: str, public_key: str, detail: str):
+        super().__init__(f"node {target} does not trust operator {fingerprint}: {detail}; start it with "
+                         f"`speed node ... --operator {public_key}` to let this operator administer it")
+        self.target, self.fingerprint, self.public_key = target, fingerprint, public_key
+
+
+class ControlRefusedError(SpeedError):
+    """The target answered a control request with a refusal; `reason` is the journal reason
+    (docs/PROTOCOL.md, `control`), `detail` its sentence."""
+
+    def __init__(self, target: str, reason: str, detail: str):
+        super().__init__(f"node {target} refused the request ({reason}): {detail}")
+        self.target, self.reason, self.detail = target, reason, detail
+
+
+class ControlTimeoutError(SpeedError):
+    """No answer to a control request in time. `withdrawn` is True when the request was taken
+    back before the target took it (it was not applied), False when the target took it."""
+
+    def __init__(self, message: str, *, withdrawn: bool):
+        super().__init__(message)
+        self.withdrawn = withdrawn

@@ -98,16 +98,23 @@ def judge_envelope(sender: str, data: bytes, key: Key, me: Identity, sender_entr
         opened = open_envelope(data, key, max_payload)
         header = opened.header
         payload = payloads.decode_payload(opened.payload, header.type)
-        if payload["from"] != sender:
-            raise EnvelopeError("unknown_sender", "the payload's sender differs from the file name")
-        if payload["to"] != me.name or header.target_id != me.id_bytes:
-            raise EnvelopeError("wrong_target", "the envelope is for another node or instance")
-        if sender_entry is None or sender_entry.id_bytes != header.source_id:
-            raise EnvelopeError("unknown_sender", "source")
+        check_identities(sender, payload, header, me, sender_entry)
         gap = replay.check(header.source_id, sender, header.sequence, opened.nonce, header.timestamp_ms, now_ms)
     except EnvelopeError as exc:
         return Verdict(exc.reason, etype, detail=exc.detail)
     return Verdict(None, etype, header, payload, opened.nonce, gap)
+
+
+def check_identities(sender: str, payload: dict, header: Header, me: Identity,
+                     sender_entry: RegistryEntry | None) -> None:
+    """Step 4: `from` is the file name's sender, `to` and the target ID are ours, the source ID is
+    the sender's registered instance; else EnvelopeError."""
+    if payload["from"] != sender:
+        raise EnvelopeError("unknown_sender", "the payload's sender differs from the file name")
+    if payload["to"] != me.name or header.target_id != me.id_bytes:
+        raise EnvelopeError("wrong_target", "the envelope is for another node or instance")
+    if sender_entry is None or sender_entry.id_bytes != header.source_id:
+        raise EnvelopeError("unknown_sender", "source")
 
 
 def stale_source(verdict: Verdict) -> bool:

@@ -1,5 +1,6 @@
 """Trace events and their journal records (wire contract §8): the one writer (`encode_line`) and
-the one parser (`parse_line`, `parse_record`) of journal lines. Pure.
+the one parser (`parse_line`, `parse_record`) of journal lines. Pure. Kinds: `envelope`, `lease`,
+`health` (reading 28) and `control` (the `control` extension: one record per control request file).
 
 An event is a NamedTuple (one is built per envelope, so they are cheap). `encode_line` builds the
 line without a dict per record, because the journal writes one line per envelope; every string a
@@ -23,7 +24,9 @@ EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
     "chunks": (),
     "reliable": (),
     "quota": (),
-    "control": (),
+    "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
+                "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
+                "control_refused"),
     "durable": (),
 }
 LEASE_EVENTS = (
@@ -33,7 +36,8 @@ LEASE_EVENTS = (
 # health events of a node about itself (kind "health", an addition to §8 that readers skip)
 HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
                  "renewal_failed", "stopped_renewing", "services_abandoned")
-RECORD_KINDS = ("envelope", "lease", "health")
+RECORD_KINDS = ("envelope", "lease", "health", "control")
+CONTROL_OUTCOMES = ("applied", "rejected")  # of a control request (the `control` extension, §9)
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
 ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
 
@@ -90,6 +94,28 @@ class HealthTrace(NamedTuple):
         return json.loads(encode_line(self))
 
 
+class ControlTrace(NamedTuple):
+    """One file of a node's control/ directory (the `control` extension): a request applied, or
+    rejected with its reason. `operator` is the fingerprint of the key presented (whenever one
+    was); `command` and `arguments` are set only for requests whose signature verified."""
+
+    ts: float
+    node: str
+    peer: str                 # the requester (as the file name claims, for rejected files)
+    operator: str | None
+    request_id: str | None
+    command: str | None
+    arguments: dict | None
+    outcome: str              # "applied" | "rejected"
+    reason: str | None = None
+    detail: str = ""
+
+    kind = "control"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
 class SpcTrace(NamedTuple):
     """An SPC call finished on the caller's side (observers only: the journal has it on the
     SPC_RESPONSE record with `latencyMs`)."""
@@ -106,9 +132,9 @@ class SpcTrace(NamedTuple):
     kind = "spc"
 
 
-TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | SpcTrace
-JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace
-JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace)
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | SpcTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace)
 
 _dump = json.dumps
 _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12))
@@ -123,6 +149,11 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
     if isinstance(event, HealthTrace):
         return (f'{{"kind":"health","ts":{event.ts!r},"node":{_dump(event.node)},"event":{_dump(event.event)},'
                 f'"detail":{_dump(event.detail)}}}\n')
+    if isinstance(event, ControlTrace):
+        return (f'{{"kind":"control","ts":{event.ts!r},"node":{_dump(event.node)},"peer":{_dump(event.peer)},'
+                f'"operator":{_dump(event.operator)},"requestId":{_dump(event.request_id)},'
+                f'"command":{_dump(event.command)},"arguments":{_dump(event.arguments, separators=(",", ":"))},'
+                f'"outcome":{_dump(event.outcome)},"reason":{_dump(event.reason)},"detail":{_dump(event.detail)}}}\n')
     e = event
     line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
             f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
@@ -169,6 +200,11 @@ def parse_record(rec: Any) -> JournalEvent | None:
             return LeaseTrace(ts, node, _name(rec["subject"]), _name(rec["event"]))
         if kind == "health":
             return HealthTrace(ts, node, _name(rec["event"]), _opt(rec, "detail") or "")
+        if kind == "control":
+            arguments = rec.get("arguments")
+            return ControlTrace(ts, node, _name(rec["peer"]), _opt_name(rec, "operator"), _opt(rec, "requestId"),
+                                _opt_name(rec, "command"), arguments if isinstance(arguments, dict) else None,
+                                _name(rec["outcome"]), _opt_name(rec, "reason"), _opt(rec, "detail") or "")
         if kind != "envelope":
             return None
         envelope = rec.get("envelope")

@@ -12,7 +12,9 @@ bit, registry fields and journal reasons.
 
 Hooks (all optional; see Extension): `start` after the node registered, `stop` when it closes,
 `entry_fields` merged into every registry entry it writes, `on_envelope` for an accepted envelope
-before the node dispatches it (return True when the extension took it over).
+before the node dispatches it (return True when the extension took it over); `watch`, `hint` and
+`step` for an extension with a directory of its own, watched on the node's one inotify instance
+and handled, in bounded steps, on the protocol thread.
 """
 from __future__ import annotations
 
@@ -66,6 +68,21 @@ class Extension:
 
     def on_envelope(self, verdict: "Verdict", sender: str, data: bytes, name: str) -> bool:
         """An accepted envelope, before the node dispatches it; True when this extension handles it."""
+        return False
+
+    def watch(self) -> tuple[str, int] | None:
+        """A directory of this extension, created before the node registers, to watch on the node's
+        one inotify instance: (path, inotify mask). Its events go to `hint`."""
+        return None
+
+    def hint(self, name: str) -> None:
+        """On the protocol thread: inotify named `name` in this extension's directory ("" when the
+        directory itself was moved or removed). Only a hint: `step` also lists the directory."""
+
+    def step(self, listed: bool) -> bool:
+        """On the protocol thread, whenever the node may receive: handle a bounded amount of this
+        extension's files. `listed` says the node has just listed its inbox (list yours too).
+        Returns True while work is left, so that the thread does not sleep."""
         return False
 
 

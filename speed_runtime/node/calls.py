@@ -57,17 +57,24 @@ class Caller:
             raise AccessDeniedError(f"{self.name} does not allow {target}, so the response could not come back; "
                                     f"grant it on {self.name} (allow {target}) first", missing=(self.name, target))
         request_id = uuid.uuid4().hex
-        future: Future = Future()
-        call = PendingCall(future, target, entry.id_bytes, service, time.perf_counter(), time.monotonic() + timeout,
-                           timeout)
-        with self._lock:
-            self._pending[request_id] = call
         body = payloads.encode_payload(payloads.spc_request(self.name, target, request_id, service,
                                                             {} if arguments is None else arguments,
                                                             max(1, int(timeout * 1000))))
+        return self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._sender.send(
+            target, EnvelopeType.SPC_REQUEST, body, entry=entry,
+            trace_extra={"request_id": request_id, "service": service}))
+
+    def expect(self, request_id: str, target: str, target_id: bytes, service: str, timeout: float,
+               send: Callable[[], Any]) -> Future:
+        """Wait for the SPC_RESPONSE `request_id` from instance `target_id` of `target` after `send()`
+        wrote the request (an SPC call, or a request of an extension such as `control`)."""
+        future: Future = Future()
+        call = PendingCall(future, target, target_id, service, time.perf_counter(), time.monotonic() + timeout,
+                           timeout)
+        with self._lock:
+            self._pending[request_id] = call
         try:
-            self._sender.send(target, EnvelopeType.SPC_REQUEST, body, entry=entry,
-                              trace_extra={"request_id": request_id, "service": service})
+            send()
         except BaseException:
             self._pop(request_id)
             raise

@@ -42,6 +42,7 @@ class NodeConfig:
     observe_registry: bool = True              # follow every entry (joins, expiries); off for one-shot CLI nodes
     temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
     features: tuple[str, ...] = ()             # extensions of the contract (§9) this node enables
+    operators: tuple[str, ...] = ()            # control: trusted operator public keys (enables `control`)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -50,9 +51,11 @@ class NodeConfig:
         if unknown:
             raise ConfigError(f"unknown Node option {unknown[0]!r}; the options are: {', '.join(sorted(names))}")
         values = dict(options)
-        for key in ("groups", "allow", "features"):
+        for key in ("groups", "allow", "features", "operators"):
             if key in values:
                 values[key] = tuple(dict.fromkeys(values[key]))
+        if values.get("operators"):  # trusting an operator is the `control` extension
+            values["features"] = tuple(dict.fromkeys((*values.get("features", ()), "control")))
         if values.get("trusted_uids") is not None:
             values["trusted_uids"] = frozenset(values["trusted_uids"])
         config = cls(**values)

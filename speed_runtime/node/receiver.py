@@ -24,7 +24,7 @@ import base64
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..core.envelope import EnvelopeType
 from ..core.errors import DeliveryError
@@ -62,6 +62,7 @@ class Receiver:
         self._names = PendingNames()
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
+        self._extensions_busy = False  # an extension's step left work for the next one
         self.draining = threading.Event()
         self.drained = threading.Event()
         self._stopping = threading.Event()
@@ -77,6 +78,9 @@ class Receiver:
             self.inbox.watch_events()
             if registry_dir is not None:
                 self.watch.add(registry_dir, REGISTRY_EVENTS, "registry")
+            for extension in self.node.extensions.values():  # §9: an extension's own directory
+                if (watched := extension.watch()) is not None:
+                    self.watch.add(*watched, extension.name)
         except BaseException:
             self.close()
             raise
@@ -144,7 +148,7 @@ class Receiver:
 
     def _step(self, next_listing: float, backoff: float) -> float:
         now = time.monotonic()
-        busy = self._has_work()
+        busy = self._has_work() or self._extensions_busy
         wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
         events, overflow = self.watch.wait(wait)
         if overflow:
@@ -160,12 +164,15 @@ class Receiver:
         for key, name in events:
             if key == "registry":
                 self.node.registry_hint(name)
+            elif key != "inbox":
+                self.node.extensions[key].hint(name)
             elif not name:
                 self._names.need_listing = True  # the inbox itself was moved or removed: look at it again
             else:
                 self._remember(name)
         draining = self.draining.is_set()
-        if draining or self._names.need_listing or time.monotonic() >= next_listing:
+        listed = draining or self._names.need_listing or time.monotonic() >= next_listing
+        if listed:
             if self.inbox.replaced():
                 self.node.telemetry.count("inboxRecoveries")
                 self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
@@ -176,6 +183,9 @@ class Receiver:
         if self.inbox.draining_old:
             self.inbox.drain_old(self._taken, self._remember)
         if self.node.may_receive():
+            # an extension's files first: a grant revoked by a control request that this wake-up
+            # found is in force before the inbox files it found are judged
+            self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
             self._receive()
             if draining and not self._names and not self._names.need_listing:
                 self.draining.clear()
@@ -233,7 +243,7 @@ class Receiver:
         except FileRejected as exc:
             self._reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
             return True
-        verdict = self._judge(sender, data, arrived)
+        verdict = self.judge_as_delivered(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
         if not verdict.accepted:
@@ -242,24 +252,28 @@ class Receiver:
         self._dispatch(verdict, sender, data, name)
         return True
 
-    def _judge(self, sender: str, data: bytes, arrived: float) -> Verdict:
+    def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
+                           judge: Callable[[Any, int], Verdict] | None = None) -> Verdict:
         """Judge at the file's arrival: an envelope that waited in the inbox (the queue) is judged
         against the clock and the sender's entry as they were when it was delivered, so a backlog
-        does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22)."""
+        does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22).
+        `judge(sender_entry, arrived_ms)` is the judgement (default: §5.5 steps 3–5)."""
         monitor = self.node.monitor
         # how long the file waited, on the kernel's clock that stamped its change time, as a time
         # on this runtime's clock
         waited = max(0.0, time.clock_gettime(time.CLOCK_REALTIME) - arrived)
         arrived = time.time() - waited
         arrived_ms = int(arrived * 1000)
-        key, cap = self.node.key, self.node.config.max_payload
-        verdict = judge_envelope(sender, data, key, self.me, monitor.get(sender), self.replay, arrived_ms, cap)
+        if judge is None:
+            key, cap = self.node.key, self.node.config.max_payload
+            judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap)  # noqa: E731
+        verdict = judge(monitor.get(sender), arrived_ms)
         if stale_source(verdict):  # a sender that has just started: read its entry afresh once
-            verdict = judge_envelope(sender, data, key, self.me, monitor.refresh(sender), self.replay, arrived_ms, cap)
+            verdict = judge(monitor.refresh(sender), arrived_ms)
         if stale_source(verdict):  # or one that has gone since it delivered this file
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
-                verdict = judge_envelope(sender, data, key, self.me, departed, self.replay, arrived_ms, cap)
+                verdict = judge(departed, arrived_ms)
         return verdict
 
     def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",

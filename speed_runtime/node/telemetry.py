@@ -19,7 +19,8 @@ log.addHandler(logging.NullHandler())  # a library never prints on its own (logg
 
 COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponses", "handlerErrors",
             "undeliverable", "gaps", "retracted", "withdrawn", "observerErrors", "protocolErrors",
-            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries")
+            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries",
+            "controlApplied", "controlRejected")
 
 
 class Telemetry:

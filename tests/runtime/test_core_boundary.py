@@ -17,7 +17,7 @@ for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "cl
     setattr(time, name, trap)
 
 import speed_runtime.core as core
-from speed_runtime.core import (access, entry, envelope, errors, keys, liveness, message, names, payloads,
+from speed_runtime.core import (access, control, entry, envelope, errors, keys, liveness, message, names, payloads,
                                 receiving, records, replay, services)
 
 # importing reads the modules' files; from here on, nothing may touch the file system
@@ -43,6 +43,11 @@ assert access.explain("a", ["b"], "b", ["a"], ["echo"], "echo").ok
 line = records.encode_line(records.LeaseTrace(1.0, "a", "b", "observed_join"))
 assert records.parse_line(line.encode()) is not None
 services.precheck(services.as_registered("echo", lambda a: a, None, None), "echo", "a", {})
+op = control.OperatorKey(bytes(32))
+text = control.request_text(target="b", instance=str(__import__("uuid").UUID(bytes=me.id_bytes)), request_id="r",
+                            requester="a", command="status", arguments={}, issued_ms=1, expires_ms=2)
+signed = json.loads(control.request_payload(op, "a", "b", "r", text))
+assert control.judge_control(signed, me, {op.fingerprint: op.public_key}, control.RequestGuard(), 1).reason is None
 print(json.dumps({
     "modules": sorted(m for m in sys.modules if m.split(".")[0] in
                       ("threading", "_thread", "watchdog", "textual", "rich", "pyspark", "logging", "speedtui",

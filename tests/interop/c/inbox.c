@@ -20,18 +20,10 @@
  * link()-then-unlink() sender and is looked at again later, not rejected (step 2). */
 #define LINK_GRACE_SECONDS 2.0
 
-/* Markers returned by check_file besides NULL (accepted) and a reason. */
-static const char DEFER[] = "defer";     /* mid-delivery: look again soon, keep order */
-static const char VANISHED[] = "gone";   /* removed between listing and open */
-static const char IGNORED[] = "ignored"; /* a directory: not ours to remove */
-
-typedef struct {
-    const char *name;
-    char sender[NAME_MAX_LEN + 1];
-    int64_t size; /* -1 while unknown */
-    int header_read;
-    env_header h;
-} inbox_file;
+/* Markers returned by check_file besides NULL (accepted) and a reason (node_parts.h). */
+const char DEFER[] = "defer";     /* mid-delivery: look again soon, keep order */
+const char VANISHED[] = "gone";   /* removed between listing and open */
+const char IGNORED[] = "ignored"; /* a directory: not ours to remove */
 
 /* ---------- reports ---------- */
 
@@ -107,7 +99,7 @@ void node_refresh_peer_ids(node_t *n)
 }
 
 /* 1 if src is the id of from's registry entry (cached; re-read when the cache disagrees). */
-static int sender_id_matches(node_t *n, const char *from, const uint8_t src[16])
+int node_sender_id_matches(node_t *n, const char *from, const uint8_t src[16])
 {
     id_cache_entry *c = id_cache_find(n, from);
     if (c && memcmp(c->id, src, 16) == 0)
@@ -177,9 +169,9 @@ static uint8_t *read_all(int fd, size_t size, size_t *len)
 }
 
 /* Steps 2-3: open, file checks, read, framing and tag. NULL with *pt set, a marker, or a
- * reason. */
-static const char *open_file(node_t *n, int dirfd, inbox_file *f, uint8_t **pt, size_t *pt_len,
-                             uint8_t nonce[ENV_NONCE_LEN])
+ * reason. Files larger than ENV_OVERHEAD + max_payload are too_large and never read. */
+const char *node_open_file(node_t *n, int dirfd, inbox_file *f, uint64_t max_payload,
+                           uint8_t **pt, size_t *pt_len, uint8_t nonce[ENV_NONCE_LEN])
 {
     int fd = openat(dirfd, f->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
@@ -207,7 +199,7 @@ static const char *open_file(node_t *n, int dirfd, inbox_file *f, uint8_t **pt, 
         return reason;
     }
     uint8_t head[ENV_HEADER_LEN];
-    if ((uint64_t)st.st_size > ENV_OVERHEAD + n->max_payload) {
+    if ((uint64_t)st.st_size > ENV_OVERHEAD + max_payload) {
         /* never read the body; the header alone names the type for the record */
         if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head) {
             env_header_decode(head, &f->h);
@@ -227,7 +219,7 @@ static const char *open_file(node_t *n, int dirfd, inbox_file *f, uint8_t **pt, 
         f->header_read = 1;
     }
     env_header h;
-    reason = env_open(n->key, data, len, n->max_payload, &h, pt, pt_len);
+    reason = env_open(n->key, data, len, max_payload, &h, pt, pt_len);
     if (!reason)
         memcpy(nonce, data + ENV_HEADER_LEN, ENV_NONCE_LEN);
     free(data);
@@ -240,7 +232,7 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
 {
     uint8_t *pt = NULL, nonce[ENV_NONCE_LEN];
     size_t pt_len = 0;
-    const char *reason = open_file(n, dirfd, f, &pt, &pt_len, nonce);
+    const char *reason = node_open_file(n, dirfd, f, n->max_payload, &pt, &pt_len, nonce);
     if (reason)
         return reason;
     const env_header *h = &f->h;
@@ -257,7 +249,7 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
         reason = "unknown_sender";
     else if (strcmp(to, n->name) != 0 || memcmp(h->target_id, n->id_bytes, 16) != 0)
         reason = "wrong_target";
-    else if (!sender_id_matches(n, from, h->source_id))
+    else if (!node_sender_id_matches(n, from, h->source_id))
         reason = "unknown_sender";
     /* 5. replay protection */
     uint64_t skipped = 0;

@@ -6,6 +6,8 @@
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
  *                     [settings]
  *   speed_c_node kat VECTORFILE
+ *   speed_c_node kat-control VECTORFILE
+ *   node also takes --operator PUBKEY (repeatable): the control extension (ext_control.c)
  *
  * settings (contract defaults in brackets): --lease S [30] --heartbeat S [5]
  *   --lock-timeout S [10] --max-gap N [65536] --replay-window-ms N [60000]
@@ -17,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "commands.h"
+#include "ext_control.h"
 #include "json.h"
 #include "kat.h"
 #include "node.h"
@@ -40,6 +43,8 @@ typedef struct {
     int nallow;
     const char *service[MAX_ITEMS];
     int nservice;
+    const char *operators[MAX_ITEMS];
+    int noperators;
     const char *pos[MAX_ITEMS];
     int npos;
     int confirm;
@@ -57,6 +62,8 @@ static void usage(void)
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
             "[--confirm] [settings]\n"
             "  speed_c_node kat VECTORFILE\n"
+            "  speed_c_node kat-control VECTORFILE\n"
+            "node also takes --operator PUBKEY (repeatable): control requests signed by it\n"
             "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
             "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
             "--timeout-ms N\n");
@@ -160,6 +167,8 @@ static int parse_options(int argc, char **argv, options *o)
             o->allow[o->nallow++] = v;
         else if (strcmp(a, "--service") == 0 && o->nservice < MAX_ITEMS)
             o->service[o->nservice++] = v;
+        else if (strcmp(a, "--operator") == 0 && o->noperators < MAX_ITEMS)
+            o->operators[o->noperators++] = v;
         else {
             int r = parse_setting(a, v, o);
             if (r == 0)
@@ -197,6 +206,8 @@ static int start_node(node_t *n, const options *o, FILE *events)
         }
         node_add_service(n, o->service[i]);
     }
+    if (control_init(n, o->operators, o->noperators) != 0)
+        return -1;
     return node_register(n);
 }
 
@@ -359,6 +370,13 @@ int main(int argc, char **argv)
             return 2;
         }
         return kat_run(argv[2]);
+    }
+    if (strcmp(cmd, "kat-control") == 0) {
+        if (argc != 3) {
+            usage();
+            return 2;
+        }
+        return control_kat(argv[2]);
     }
     options o;
     if (strcmp(cmd, "node") != 0 && strcmp(cmd, "call") != 0 && strcmp(cmd, "send") != 0) {

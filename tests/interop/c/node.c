@@ -1,6 +1,7 @@
 /* node.c - setup, registration and lease of a node, and its wait loop (see node.h). */
 #define _GNU_SOURCE
 #include "node.h"
+#include "ext_control.h"
 #include "keyfile.h"
 #include "node_parts.h"
 #include "registry.h"
@@ -184,6 +185,7 @@ void node_free(node_t *n)
     free(n->name);
     free(n->inbox_path);
     json_free(n->response);
+    control_free(n);
     if (n->inotify_fd >= 0)
         close(n->inotify_fd);
     sodium_memzero(n->key, sizeof n->key);
@@ -199,7 +201,7 @@ static jval *str_array(char **list, size_t n)
     return a;
 }
 
-/* The entry of section 4. No "features": this node speaks no extension (section 9). */
+/* The entry of section 4; "features" only with the control extension (section 9). */
 static jval *build_entry(const node_t *n)
 {
     jval *e = json_obj();
@@ -221,6 +223,7 @@ static jval *build_entry(const node_t *n)
         json_set(e, "bootId", json_str(host_boot_id()));
     json_set(e, "bootTimeHeartbeat", json_num(now_boottime()));
     json_set(e, "envelopesSealed", json_int((int64_t)n->sealed));
+    control_entry_fields(n, e);
     return e;
 }
 
@@ -364,5 +367,8 @@ void node_step(node_t *n, int wait_ms)
         timeout = until_hb < 0 ? 0 : (int)until_hb;
     node_wait(n, timeout);
     node_tick(n);
+    int control = control_scan(n); /* first: a revoke found now is in force for the inbox */
     node_scan_inbox(n);
+    n->more |= control & 1;
+    n->retry_soon |= control >> 1;
 }

@@ -79,7 +79,14 @@ static void handle_spc_request(node_t *n, const env_header *h, const char *from,
         json_set(l, "requestId", json_str(rid));
         node_emit(n->events, l);
     }
-    jval *resp = node_base_payload(n, from);
+    node_respond(n, from, rid, code, msg, result);
+    free(msg);
+}
+
+void node_respond(node_t *n, const char *to, const char *rid, const char *code, const char *msg,
+                  jval *result)
+{
+    jval *resp = node_base_payload(n, to);
     json_set(resp, "requestId", json_str(rid));
     if (code) {
         json_set(resp, "status", json_str("ERROR"));
@@ -90,14 +97,13 @@ static void handle_spc_request(node_t *n, const env_header *h, const char *from,
         json_set(resp, "result", result);
     }
     char err[512] = "";
-    if (node_deliver(n, from, ENV_SPC_RESPONSE, 0, resp, NULL, err, sizeof err) != DELIVER_OK) {
+    if (node_deliver(n, to, ENV_SPC_RESPONSE, 0, resp, NULL, err, sizeof err) != DELIVER_OK) {
         jval *l = json_obj();
         json_set(l, "event", json_str("response_not_delivered"));
-        json_set(l, "to", json_str(from));
+        json_set(l, "to", json_str(to));
         json_set(l, "error", json_str(err));
         node_report_info(l);
     }
-    free(msg);
     json_free(resp);
 }
 

@@ -1,0 +1,142 @@
+"""`speed keygen`, `call`, `send`, `registry`, `reap`: one-shot commands (a call or a message is
+sent by a temporary node)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+
+from ..core.errors import ConfigError
+from ..core.liveness import judge
+from ..fsutil import local_facts
+from ..keyfile import generate_key_file
+from ..registry import Registry
+from .common import EXIT_OK, EXIT_UNAVAILABLE, add_common, add_lock_timeout, env_key, json_arg, seconds
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("keygen", help="create a new key file (mode 0600)")
+    p.add_argument("path", help="where to write the key file")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
+    add_common(p)
+    add_lock_timeout(p)
+    p.add_argument("target")
+    p.add_argument("service")
+    p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
+    p.add_argument("--as", dest="name", default=None, help="caller node name (default: speed-cli-<random>)")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_call)
+
+    p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
+    add_common(p)
+    add_lock_timeout(p)
+    p.add_argument("target")
+    p.add_argument("data", help="JSON value")
+    p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
+    p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("registry", help="list registry entries with their lease state")
+    add_common(p, key=False)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_registry)
+
+    p = sub.add_parser("reap", help="remove stale (or unreadable) registry entries")
+    add_common(p, key=False)
+    add_lock_timeout(p)
+    p.add_argument("names", nargs="*", help="only these names (default: every stale entry)")
+    p.set_defaults(func=cmd_reap)
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key = generate_key_file(args.path, overwrite=args.force)
+    print(f"wrote {args.path} (mode 0600, fingerprint {key.fingerprint})")
+    return EXIT_OK
+
+
+def _temporary(args: argparse.Namespace):
+    from ..node import Node
+
+    name = args.name or f"speed-cli-{uuid.uuid4().hex[:8]}"
+    # a one-shot node: it follows no other entry than its target's, and its home goes with it
+    return Node(args.dir, env_key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
+                heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0,
+                lock_timeout=args.lock_timeout)
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    arguments = json_arg(args.arguments, "the arguments")
+    if not isinstance(arguments, dict):
+        raise ConfigError("the arguments must be a JSON object, for example '{\"amount\": 100}'")
+    with _temporary(args) as node:
+        started = time.perf_counter()
+        result = node.call(args.target, args.service, arguments, timeout=args.timeout)
+        elapsed = (time.perf_counter() - started) * 1000
+    print(json.dumps(result, ensure_ascii=False))
+    print(f"{args.service} on {args.target}: SUCCESS in {elapsed:.1f} ms", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    data = json_arg(args.data, "the message")
+    with _temporary(args) as node:
+        seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
+    print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    records = Registry(args.dir, create=False).scan()
+    now, facts = time.time(), local_facts()
+    rows = []
+    for rec in records:
+        if rec.entry is None:
+            rows.append({"name": rec.name, "state": "unreadable", "error": rec.error})
+            continue
+        e = rec.entry
+        verdict = judge(e, now, facts)
+        rows.append({"name": e.name, "state": verdict.state, "reason": verdict.reason,
+                     "leaseLeft": round(verdict.remaining, 1),
+                     "heartbeatAge": round(verdict.age, 1), "pid": e.pid, "host": e.host,
+                     "runtime": e.runtime, "groups": list(e.groups), "allow": list(e.allow),
+                     "services": list(e.services), "id": e.id})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if not rows:
+        print(f"no registry entries in {args.dir}")
+        return EXIT_OK
+    header = ("NAME", "STATE", "LEASE", "BEAT", "PID", "HOST", "RUNTIME", "FABRICS", "ALLOW", "SERVICES")
+    table = [header]
+    for r in rows:
+        if r["state"] == "unreadable":
+            table.append((r["name"], "unreadable", "-", "-", "-", "-", r["error"][:40], "", "", ""))
+            continue
+        state = f"stale ({r['reason']})" if r["reason"] else r["state"]
+        table.append((r["name"], state, f"{r['leaseLeft']:.1f}s", f"{r['heartbeatAge']:.1f}s", str(r["pid"]),
+                      r["host"], r["runtime"], ",".join(r["groups"]) or "-", ",".join(r["allow"]) or "-",
+                      ",".join(r["services"]) or "-"))
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    registry = Registry(args.dir, create=False, lock_timeout=args.lock_timeout)
+    names = args.names or registry.names()
+    reaped = [name for name in names if registry.reap(name, time.time(), local_facts())]
+    for name in reaped:
+        print(f"reaped {name}")
+    kept = [n for n in args.names if n not in reaped]
+    for name in kept:
+        print(f"speed: {name} was not reaped: it is live or has no entry", file=sys.stderr)
+    if not reaped and not args.names:
+        print("no stale entries")
+    return EXIT_OK if not kept else EXIT_UNAVAILABLE
