@@ -12,15 +12,19 @@ bit, registry fields and journal reasons.
 
 Hooks (all optional; see Extension): `start` after the node registered, `stop` when it closes,
 `entry_fields` merged into every registry entry it writes, `on_envelope` for an accepted envelope
-before the node dispatches it (return True when the extension took it over).
+before the node dispatches it (return True when the extension took it over), `decode` for a
+payload layout selected by the extension's flag bit (called by the receiver's judgement, through
+`decoder`), `outbound` for a payload the node is about to deliver (Node.deliver_payload: return
+the sequence number when the extension delivered it in its own layout).
 """
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from ..core.entry import RegistryEntry
 from ..core.errors import ConfigError
+from ..core.receiving import Decoder, decode_v1
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.receiving import Verdict
@@ -46,6 +50,20 @@ def speaks(entry: RegistryEntry | None, feature: str) -> bool:
     return entry is not None and feature in entry.features
 
 
+class Outbound(NamedTuple):
+    """A payload a node is about to deliver (Node.deliver_payload). `payload` holds its value
+    unencoded (`data`, `arguments`, `result`: a JSON value, or raw bytes for a MESSAGE);
+    `entry` is the target's entry when the caller has just judged it."""
+
+    target: str
+    etype: int
+    payload: dict[str, Any]
+    flags: int = 0
+    entry: RegistryEntry | None = None
+    trace_extra: dict[str, Any] | None = None
+    before_deliver: Callable[[int], None] | None = None
+
+
 class Extension:
     """Base of an extension's per-node part. `node` is the Node it serves."""
 
@@ -67,6 +85,31 @@ class Extension:
     def on_envelope(self, verdict: "Verdict", sender: str, data: bytes, name: str) -> bool:
         """An accepted envelope, before the node dispatches it; True when this extension handles it."""
         return False
+
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any] | None:
+        """(payload, anything else the layout carries) for a payload layout this extension's flag
+        bit selects; None when the flags select none of its layouts."""
+        return None
+
+    def outbound(self, out: Outbound) -> int | None:
+        """Deliver `out` in this extension's layout and return its (last) sequence number, or None
+        to leave it to the next extension and finally to v1."""
+        return None
+
+
+def decoder(extensions: dict[str, Extension]) -> Decoder:
+    """The receiver's payload decoder: the enabled extensions' layouts first, then v1's."""
+    layouts = [e for e in extensions.values() if type(e).decode is not Extension.decode]
+    if not layouts:
+        return decode_v1
+
+    def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any]:
+        for extension in layouts:
+            decoded = extension.decode(plaintext, etype, flags)
+            if decoded is not None:
+                return decoded
+        return decode_v1(plaintext, etype, flags)
+    return decode
 
 
 def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:
