@@ -24,6 +24,14 @@ STORED, COMPLETE, REFUSED = "stored", "complete", "refused"
 MAX_REMEMBERED_VOIDS = 4096
 
 
+class Assembled(NamedTuple):
+    """The `body` of a verdict that stands for a whole message assembled from `chunks` envelopes
+    of `size` bytes in all (each already recorded as accepted)."""
+
+    size: int
+    chunks: int
+
+
 @dataclass
 class Partial:
     message_id: str

@@ -26,7 +26,7 @@ from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
 from ..core.envelope import EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
 from ..core.payloads import encode_payload
-from ..core.reassembly import COMPLETE, REFUSED, Partial, Reassembly, Step
+from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
 from ..core.reliable import FLAG_RELIABLE
 from ..transport import remove_entry
@@ -48,6 +48,7 @@ class ChunksExtension(Extension):
         self._lock = threading.Lock()
         self._links: dict[str, threading.Lock] = {}   # per target: a message's chunks go out consecutively
         self._expiry_due = False
+        self._sent = threading.local()   # envelopes of this thread's latest outbound message
 
     def entry_fields(self) -> dict[str, Any]:
         return {"chunks": {"maxMessage": self.max_message, "maxEnvelopePayload": self.node.config.max_payload}}
@@ -68,7 +69,12 @@ class ChunksExtension(Extension):
             return {"total": self.reassembly.reserved_total, "bySender": dict(self.reassembly.reserved)}
 
     # ================================================================== sending
+    def last_envelopes(self) -> int:
+        """How many envelopes this thread's latest message took (1, or its chunks)."""
+        return getattr(self._sent, "count", 1)
+
     def outbound(self, out: Outbound) -> int | None:
+        self._sent.count = 1
         field = VALUE_FIELD.get(out.etype)
         if field is None or field not in out.payload:
             return None
@@ -122,6 +128,7 @@ class ChunksExtension(Extension):
                                   trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
                                                "chunks": count})
                 self.node.telemetry.count("chunksSent")
+                self._sent.count = count
         if not out.flags & FLAG_RELIABLE:  # the reliable extension records its own sends
             self._trace("out", target, message_id, "sent", out.etype, len(body), count, seq)
         return seq
@@ -201,8 +208,9 @@ class ChunksExtension(Extension):
                 with self._lock:
                     self.reassembly.release(sender, message.size)
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
-                                 payload=step.payload, body=None, finished=finished)
-        self.node.receiver.dispatch(whole, sender, data, name, size=message.file_bytes, traced=True)
+                                 payload=step.payload, body=Assembled(message.file_bytes, message.count),
+                                 finished=finished)
+        self.node.receiver.dispatch(whole, sender, data, name)
 
     def _schedule_expiry(self) -> None:
         with self._lock:

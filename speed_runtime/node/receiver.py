@@ -30,6 +30,7 @@ from .. import ext as extensions
 from ..core.envelope import EnvelopeType
 from ..core.errors import DeliveryError
 from ..core.message import Message
+from ..core.reassembly import Assembled
 from ..core.receiving import Identity, Verdict, judge_envelope, judge_name, spc_deadline_ms, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
@@ -283,29 +284,29 @@ class Receiver:
                                          verdict.header.sequence, len(data), "accepted", envelope=data, file=name,
                                          **(extra or {})))
 
-    def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str, *, size: int | None = None,
-                 traced: bool = False) -> None:
-        """An accepted envelope, or a logical message an extension assembled: every extension sees
-        it first (§9), then `deliver`."""
+    def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
+        """An accepted envelope, or a message an extension assembled from several: every extension
+        sees it first (§9), then `deliver`."""
         for extension in self.node.extensions.values():
             if extension.on_envelope(verdict, sender, data, name):
                 return
-        self.deliver(verdict, sender, data, name, size=size, traced=traced)
+        self.deliver(verdict, sender, data, name)
 
-    def deliver(self, verdict: Verdict, sender: str, data: bytes, name: str, *, size: int | None = None,
-                traced: bool = False) -> None:
+    def deliver(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
         """Dispatch by type (§5.5 step 6). `name` is the inbox file that stays until the handler
-        starts; `size` the bytes of the message (its file's by default); `traced` when the
-        acceptance was already recorded. `verdict.finished(handled, error)` is called once its
+        starts. A message assembled from chunks (`verdict.body` is an `Assembled`) has its size and
+        its envelopes' records from them. `verdict.finished(handled, error)` is called once its
         handling ended."""
         header, payload = verdict.header, verdict.payload
-        size = len(data) if size is None else size
+        assembled = isinstance(verdict.body, Assembled)
+        size, traced = (verdict.body.size, True) if assembled else (len(data), False)
         finished = verdict.finished or _nothing
         etype = header.type
         if etype == _MESSAGE:
             self._hold(sender, name)
             if not traced:
-                self.accepted(verdict, sender, data, name)
+                mid = payload.get("messageId")
+                self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
             try:
                 self.lanes.submit(sender, lambda: self._run_message(verdict, sender, size, name))
             except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
