@@ -127,9 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _lock_timeout(p)
     p.add_argument("target")
-    p.add_argument("data", help="JSON value")
+    p.add_argument("data", nargs="?", help="JSON value (or --file)")
+    p.add_argument("--file", metavar="PATH", help="send the raw bytes of this file (beyond about 750 KiB the target "
+                                                  "must speak the chunks extension; up to 64 MiB)")
     p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
     p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
+    p.add_argument("--reliable", action="store_true", help="wait for the acknowledgement, retransmitting meanwhile "
+                                                           "(the reliable extension)")
     p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_send)
 
@@ -229,7 +233,7 @@ def _temporary(args: argparse.Namespace):
     # a one-shot node: it follows no other entry than its target's, and its home goes with it
     return Node(args.dir, _key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
                 heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0,
-                lock_timeout=args.lock_timeout)
+                lock_timeout=args.lock_timeout, features=("chunks", "reliable"))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -246,8 +250,19 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    data = _json_arg(args.data, "the message")
+    if (args.file is None) == (args.data is None):
+        raise ConfigError("give the message either as a JSON value or as --file PATH")
+    if args.file is not None:
+        with open(args.file, "rb") as f:
+            data: Any = f.read()
+    else:
+        data = _json_arg(args.data, "the message")
     with _temporary(args) as node:
+        if args.reliable:
+            delivered = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout, reliable=True).result()
+            print(f"message {delivered.message_id} to {args.target} acknowledged after {delivered.transmissions} "
+                  "transmission(s)", file=sys.stderr)
+            return EXIT_OK
         seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
     print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
     return EXIT_OK
@@ -311,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpcError as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT if exc.code == "TIMEOUT" else EXIT_REMOTE
-    except DeliveryTimeoutError as exc:
+    except (DeliveryTimeoutError, TimeoutError) as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return EXIT_TIMEOUT
     except (NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError) as exc:

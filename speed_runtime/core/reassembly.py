@@ -117,26 +117,25 @@ class Reassembly:
 
     def _start(self, key, sender, etype, flags, header, piece, file_size, now_ms) -> Step:
         mid, size, count = header["messageId"], header["messageSize"], header["chunkCount"]
-        if size > self.max_message:
-            self._mark(key, mid, "message_too_large")
-            return Step(REFUSED, reason="message_too_large",
-                        detail=f"message {mid} of {size} bytes exceeds this node's limit of {self.max_message}")
-        if count > max(1, size):
-            self._mark(key, mid, "chunk_invalid")
-            return Step(REFUSED, reason="chunk_invalid", detail=f"message {mid}: {count} chunks for {size} bytes")
-        mine = self.reserved.get(sender, 0)
-        if mine + size > self.budget_per_sender or self.reserved_total + size > self.budget_total:
-            self._mark(key, mid, "reassembly_full")
-            return Step(REFUSED, reason="reassembly_full",
-                        detail=f"message {mid} of {size} bytes does not fit the reassembly budget "
-                               f"({mine} of {self.budget_per_sender} bytes reserved for {sender}, "
-                               f"{self.reserved_total} of {self.budget_total} in all)")
-        self.reserved[sender] = mine + size
-        self.reserved_total += size
         first = {k: v for k, v in header.items() if k not in ("messageId", "chunkIndex", "chunkCount", "messageSize")}
         partial = Partial(mid, sender, etype, flags, count, size, first, now_ms, now_ms, next_index=0)
-        self.partials[key] = partial
-        return self._add(key, partial, piece, file_size, now_ms)
+        mine = self.reserved.get(sender, 0)
+        if size > self.max_message:
+            reason, detail = "message_too_large", f"message {mid} of {size} bytes exceeds this node's limit of " \
+                                                  f"{self.max_message}"
+        elif count > max(1, size):
+            reason, detail = "chunk_invalid", f"message {mid}: {count} chunks for {size} bytes"
+        elif mine + size > self.budget_per_sender or self.reserved_total + size > self.budget_total:
+            reason, detail = "reassembly_full", (f"message {mid} of {size} bytes does not fit the reassembly budget "
+                                                 f"({mine} of {self.budget_per_sender} bytes reserved for {sender}, "
+                                                 f"{self.reserved_total} of {self.budget_total} in all)")
+        else:
+            self.reserved[sender] = mine + size
+            self.reserved_total += size
+            self.partials[key] = partial
+            return self._add(key, partial, piece, file_size, now_ms)
+        self._mark(key, mid, reason)  # refused at its first chunk: the message is voided before it began
+        return Step(REFUSED, reason=reason, detail=detail, voided=partial, voided_reason=reason)
 
     def _add(self, key, partial: Partial, piece: Piece, file_size: int, now_ms: int) -> Step:
         partial.received += len(piece.data)
