@@ -244,13 +244,20 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     if (reason)
         return reason;
     const env_header *h = &f->h;
-    jval *p = json_parse((const char *)pt, pt_len, NULL, 0);
+    jval *p = NULL;
+    /* section 9: a layout of the chunks extension, when this node speaks it; else v1 JSON */
+    int layout = (n->features & FEATURE_CHUNKS) && (h->flags & (ENV_FLAG_BINARY | ENV_FLAG_CHUNK));
+    const char *ext_reason = layout ? chunks_decode(h->type, h->flags, pt, pt_len, &p, &n->piece) : NULL;
+    if (!layout)
+        p = json_parse((const char *)pt, pt_len, NULL, 0);
     free(pt);
     const char *from = p ? json_get_str(p, "from") : NULL;
     const char *to = p ? json_get_str(p, "to") : NULL;
-    if (!p || p->type != J_OBJ || !from || !to)
+    if (ext_reason)
+        reason = ext_reason;
+    else if (!p || p->type != J_OBJ || !from || !to)
         reason = "bad_payload";
-    else if ((reason = check_payload_fields(h->type, p)) != NULL)
+    else if (!n->piece && (reason = check_payload_fields(h->type, p)) != NULL)
         ; /* step 3: the payload is not of its type's shape */
     /* 4. identities */
     else if (strcmp(from, f->sender) != 0)
@@ -266,6 +273,8 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
                               nonce, now_wall_ms(), &skipped);
     if (reason) {
         json_free(p);
+        chunk_piece_free(n->piece);
+        n->piece = NULL;
         return reason;
     }
     if (skipped) {

@@ -6,6 +6,10 @@
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
  *                     [settings]
  *   speed_c_node kat VECTORFILE
+ *   speed_c_node kat-chunks VECTORFILE     (the chunks and reliable extensions' vectors)
+ *
+ * --feature chunks|reliable (repeatable) enables an extension of section 9 (ext_chunks.c,
+ * ext_reliable.c): the entry advertises it and the node receives (and sends) its layouts.
  *
  * settings (contract defaults in brackets): --lease S [30] --heartbeat S [5]
  *   --lock-timeout S [10] --max-gap N [65536] --replay-window-ms N [60000]
@@ -43,6 +47,7 @@ typedef struct {
     const char *pos[MAX_ITEMS];
     int npos;
     int confirm;
+    unsigned features; /* --feature chunks|reliable (section 9) */
     node_settings cfg;
 } options;
 
@@ -57,6 +62,8 @@ static void usage(void)
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
             "[--confirm] [settings]\n"
             "  speed_c_node kat VECTORFILE\n"
+            "  speed_c_node kat-chunks VECTORFILE   (tests/vectors/chunks_vectors.json)\n"
+            "node, call, send: --feature chunks|reliable enables an extension (repeatable)\n"
             "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
             "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
             "--timeout-ms N\n");
@@ -150,7 +157,13 @@ static int parse_options(int argc, char **argv, options *o)
             return -1;
         }
         i++;
-        if (strcmp(a, "--dir") == 0)
+        if (strcmp(a, "--feature") == 0) {
+            if (strcmp(v, "chunks") != 0 && strcmp(v, "reliable") != 0) {
+                fprintf(stderr, "error: unknown feature '%s' (this node speaks chunks and reliable)\n", v);
+                return -1;
+            }
+            o->features |= strcmp(v, "chunks") == 0 ? FEATURE_CHUNKS : FEATURE_RELIABLE;
+        } else if (strcmp(a, "--dir") == 0)
             o->dir = v;
         else if (strcmp(a, "--key") == 0)
             o->key = v;
@@ -180,6 +193,7 @@ static int start_node(node_t *n, const options *o, FILE *events)
     if (node_init(n, o->dir, o->key, o->name, &o->cfg) != 0)
         return -1;
     n->events = events;
+    node_enable_features(n, o->features);
     for (int i = 0; i < o->nallow; i++) {
         if (!name_valid(o->allow[i])) {
             fprintf(stderr, "error: invalid node name '%s' in --allow: %s\n", o->allow[i],
@@ -359,6 +373,13 @@ int main(int argc, char **argv)
             return 2;
         }
         return kat_run(argv[2]);
+    }
+    if (strcmp(cmd, "kat-chunks") == 0) {
+        if (argc != 3) {
+            usage();
+            return 2;
+        }
+        return kat_chunks_run(argv[2]);
     }
     options o;
     if (strcmp(cmd, "node") != 0 && strcmp(cmd, "call") != 0 && strcmp(cmd, "send") != 0) {

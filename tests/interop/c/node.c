@@ -176,6 +176,11 @@ void node_free(node_t *n)
     free(n->services);
     free(n->links);
     replay_free(&n->replay);
+    if (n->features & FEATURE_CHUNKS)
+        reasm_free(&n->reasm);
+    if (n->features & FEATURE_RELIABLE)
+        reliable_free(&n->reliable);
+    chunk_piece_free(n->piece);
     free(n->ids);
     for (size_t i = 0; i < n->npending; i++)
         free(n->pending[i].tag);
@@ -199,7 +204,7 @@ static jval *str_array(char **list, size_t n)
     return a;
 }
 
-/* The entry of section 4. No "features": this node speaks no extension (section 9). */
+/* The entry of section 4; "features" (and their fields) only when extensions are on (section 9). */
 static jval *build_entry(const node_t *n)
 {
     jval *e = json_obj();
@@ -221,6 +226,7 @@ static jval *build_entry(const node_t *n)
         json_set(e, "bootId", json_str(host_boot_id()));
     json_set(e, "bootTimeHeartbeat", json_num(now_boottime()));
     json_set(e, "envelopesSealed", json_int((int64_t)n->sealed));
+    ext_entry_fields(n, e);
     return e;
 }
 
@@ -339,9 +345,19 @@ void node_wait(node_t *n, int wait_ms)
         n->on_extra(n);
 }
 
+void node_enable_features(node_t *n, unsigned features)
+{
+    n->features = features;
+    if (features & FEATURE_CHUNKS)
+        reasm_init(&n->reasm, CHUNKS_MAX_MESSAGE, CHUNKS_BUDGET_TOTAL, CHUNKS_BUDGET_SENDER, CHUNKS_TIMEOUT_MS);
+    if (features & FEATURE_RELIABLE)
+        reliable_init(&n->reliable, RELIABLE_REMEMBER);
+}
+
 void node_tick(node_t *n)
 {
     node_expire_waits(n);
+    ext_chunks_tick(n);
     node_refresh_peer_ids(n);
     if (n->registered && now_mono_ms() >= n->next_heartbeat_ms)
         node_renew(n);
