@@ -2,7 +2,8 @@
 "## chunks and reliable", docs/RELIABILITY.md).
 
     python -m benchmarks.bench_chunks            # full run (several minutes on 2 cores)
-    python -m benchmarks.bench_chunks --quick    # about a minute: proves it works, rough figures
+    python -m benchmarks.bench_chunks --quick    # a few minutes: rough figures
+    python -m benchmarks.bench_chunks --tiny     # seconds, small sizes only: proves it works (CI)
 
 Prints one JSON object:
 - `oneWay`: per size (64 KiB, 1 MiB, 16 MiB, 64 MiB) the median throughput (MiB/s) of the floor
@@ -344,28 +345,33 @@ def loss_test(env, kills: int, per_kill: int) -> dict:
 # ------------------------------------------------------------------ main
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and messages (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and messages (a few minutes)")
+    parser.add_argument("--tiny", action="store_true", help="small sizes, one round, one kill: proves it works")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--kills", type=int, default=None)
     parser.add_argument("--only", choices=("oneway", "spc", "loss"), action="append", default=None)
     args = parser.parse_args(argv)
     from benchmarks.run import Env
 
-    rounds = args.rounds or (2 if args.quick else 5)
-    kills = args.kills if args.kills is not None else (3 if args.quick else 20)
-    sizes = [("64 KiB", 64 * 1024, 64 if args.quick else 256), ("1 MiB", MiB, 16 if args.quick else 64),
-             ("16 MiB", 16 * MiB, 2 if args.quick else 4), ("64 MiB", 64 * MiB, 1)]
+    quick = args.quick or args.tiny
+    rounds = args.rounds or (1 if args.tiny else 2 if quick else 5)
+    kills = args.kills if args.kills is not None else (1 if args.tiny else 3 if quick else 20)
+    sizes = [("64 KiB", 64 * 1024, 64 if quick else 256), ("1 MiB", MiB, 16 if quick else 64),
+             ("16 MiB", 16 * MiB, 2 if quick else 4), ("64 MiB", 64 * MiB, 1)]
+    if args.tiny:
+        sizes = [("64 KiB", 64 * 1024, 8), ("1 MiB", MiB, 2)]
     only = set(args.only or ("oneway", "spc", "loss"))
     env = Env.make()
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
-                    "loadBefore": [round(x, 2) for x in os.getloadavg()], "quick": args.quick}
+                    "loadBefore": [round(x, 2) for x in os.getloadavg()],
+                    "mode": "tiny" if args.tiny else "quick" if args.quick else "full", "rounds": rounds}
     try:
         if "oneway" in only:
             report["oneWay"] = {label: one_way(env, size, count, rounds, True) for label, size, count in sizes}
         if "spc" in only:
-            report["spc4MiB"] = spc_round_trip(env, 4 * MiB, 2 if args.quick else 5, rounds)
+            report["spc4MiB"] = spc_round_trip(env, 4 * MiB, 1 if args.tiny else 2 if quick else 5, rounds)
         if "loss" in only:
-            report["loss"] = loss_test(env, kills, 40 if args.quick else 200)
+            report["loss"] = loss_test(env, kills, 20 if args.tiny else 40 if quick else 200)
     finally:
         shutil.rmtree(env.dir, ignore_errors=True)
     report["loadAfter"] = [round(x, 2) for x in os.getloadavg()]
