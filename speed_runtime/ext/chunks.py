@@ -165,9 +165,11 @@ class ChunksExtension(Extension):
             return False
         receiver = self.node.receiver
         index, last = payload["chunkIndex"], payload["chunkIndex"] == payload["chunkCount"] - 1
+        names = {"message_id": payload["messageId"], "chunk": index, "chunks": payload["chunkCount"]}
         if header.type == EnvelopeType.SPC_RESPONSE and index == 0 \
                 and not self.node.caller.expects(sender, header.source_id, payload):
-            receiver.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+            receiver.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
+                            extra=names)
             return True
         if not last and not remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
             self.node.telemetry.count("withdrawn")  # its sender withdrew it (reading 23): the message stops here
@@ -182,11 +184,11 @@ class ChunksExtension(Extension):
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
         if step.kind == REFUSED:
-            receiver.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last)
+            receiver.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last,
+                            extra=names)
             return True
         self.node.telemetry.count("chunksReceived")
-        receiver.accepted(verdict, sender, data, name, {"message_id": payload["messageId"], "chunk": index,
-                                                        "chunks": payload["chunkCount"]})
+        receiver.accepted(verdict, sender, data, name, names)
         if step.kind == COMPLETE:
             self._complete(verdict, sender, data, name, step)
         else:

@@ -140,6 +140,7 @@ class ReliableExtension(Extension):
     def _transmit(self, p: Pending) -> None:
         """One transmission, sealed for the target's instance of now; raises when nothing was written."""
         node = self.node
+        node._check_running()  # a node that closed or lost its lease sends nothing more
         entry = node.sender.live_entry(p.target)
         with self._lock:
             p.sealed_for.add(entry.id_bytes)

@@ -266,12 +266,12 @@ class Receiver:
         return verdict
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-                data: bytes | None = None, remove: bool = True) -> None:
+               data: bytes | None = None, remove: bool = True, extra: dict | None = None) -> None:
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
-                                               "rejected", reason=reason, envelope=data, file=name))
+                                               "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:

@@ -121,8 +121,8 @@ def test_a_broken_chain_voids_the_message_with_a_journaled_reason(pair, case, re
              "forged": [0, 1, 2, 3, 4, 5], "start_missing": [1, 2, 3, 4, 5]}[case]
     for i in order:
         forger.deliver(MSG, parts[i][2], FLAG_BINARY | FLAG_CHUNK)
-    rejected = wait_record(b, "envelope", outcome="rejected", reason=reason, messageId=None)
-    assert rejected["peer"] == "a"
+    rejected = wait_record(b, "envelope", outcome="rejected", reason=reason)
+    assert rejected["peer"] == "a" and rejected["messageId"] == f"m-{case}" and "chunk" in rejected
     wait_until(lambda: len(inbox(b.root, "b")) == 0, 10, "every forged chunk judged")
     if case != "start_missing":
         voided = wait_record(b, "message", event="voided", messageId=f"m-{case}")
