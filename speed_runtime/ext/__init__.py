@@ -62,6 +62,7 @@ class Outbound(NamedTuple):
     entry: RegistryEntry | None = None
     trace_extra: dict[str, Any] | None = None
     before_deliver: Callable[[int], None] | None = None
+    files: list[str] | None = None   # when given, gets the names of the envelope files delivered
 
 
 class Extension:

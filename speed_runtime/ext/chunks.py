@@ -113,7 +113,7 @@ class ChunksExtension(Extension):
 
     def _send(self, out: Outbound, body: bytes, flags: int) -> int:
         return self.node.sender.send(out.target, out.etype, body, flags=flags, entry=out.entry,
-                                     before_deliver=out.before_deliver, trace_extra=out.trace_extra)
+                                     before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files)
 
     def _send_chunks(self, out: Outbound, first: dict, message_id: str, body, limit: int) -> int:
         sender, target, entry = self.node.sender, out.target, out.entry
@@ -124,7 +124,7 @@ class ChunksExtension(Extension):
                     entry = self._same_instance(target, entry, message_id, index, count)
                 last = index == count - 1
                 seq = sender.send(target, out.etype, plaintext, flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
-                                  before_deliver=out.before_deliver if last else None,
+                                  before_deliver=out.before_deliver if last else None, files=out.files,
                                   trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
                                                "chunks": count})
                 self.node.telemetry.count("chunksSent")

@@ -5,10 +5,15 @@ not acknowledged, with backoff, then reports a send-error. The pure part is core
 Sender: a message stays pending (its value kept, `reliable_pending_bytes` in all, sends wait for
 room) until an ACK comes from an instance it was sealed for. Each retransmission reads the
 target's entry anew, so it is sealed for the instance that is there now — a restarted receiver
-gets what its predecessor never acknowledged. A retransmission that cannot be written (the target
-unavailable or leaving) is skipped, not hurried: the schedule is fixed, and the message fails when
-its last wait ends. Towards a node that does not advertise `reliable`, one v1 MESSAGE with the ACK
-flag goes out and is never retransmitted (a v1 receiver would handle a copy twice).
+gets what its predecessor never acknowledged. A transmission whose last envelope is still in the
+inbox of the instance it was sealed for is still queued there: nothing is retransmitted (a copy
+would only lengthen the receiver's queue, and under a backlog such copies grow without end). A
+retransmission that cannot be written (the target unavailable or leaving) is skipped, not
+hurried: the schedule is fixed. When its last wait ends the sender withdraws what is still queued
+(whoever unlinks first decides, reading 23) and reports a send-error: `withdrawn` when the message
+certainly was not delivered, `unacknowledged` when the receiver took it. Towards a node that does
+not advertise `reliable`, one v1 MESSAGE with the ACK flag goes out and is never retransmitted (a
+v1 receiver would handle a copy twice).
 
 Receiver: one delivery to the handler per (sender, messageId) within this instance
 (core.reliable.Deliveries); a copy that comes while the first is in its handler is dropped (the
@@ -16,6 +21,7 @@ ACK follows when the handler ends); one that comes after is dropped and acknowle
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -50,13 +56,17 @@ class Pending:
     wait: int = 0                   # index of the wait now running (core.reliable.waits)
     chunks: int = 1
     seq: int = 0                    # the latest transmission's (last) sequence number
+    files: list[str] = field(default_factory=list)        # …and its envelope files
+    sealed_id: bytes = b""                                 # …and the instance it was sealed for
     sealed_for: set[bytes] = field(default_factory=set)   # instances a transmission went to
+    still_queued: int = 0           # retransmission times at which the last transmission was still queued
     last_error: str = ""
 
     def info(self) -> dict[str, Any]:
         return {"messageId": self.message_id, "target": self.target, "size": self.size,
                 "transmissions": self.transmissions, "chunks": self.chunks, "v1": self.v1,
-                "ageSeconds": round(time.monotonic() - self.started, 3), "lastError": self.last_error}
+                "stillQueued": self.still_queued, "ageSeconds": round(time.monotonic() - self.started, 3),
+                "lastError": self.last_error}
 
 
 class ReliableExtension(Extension):
@@ -84,9 +94,10 @@ class ReliableExtension(Extension):
         with self._lock:
             left, self._pending, self._pending_bytes = list(self._pending.values()), {}, 0
             self._room.notify_all()
-        for p in left:
+        for p in left:  # what is still queued is withdrawn: a failed send is not delivered later
+            fate = "it was withdrawn" if self._withdraw(p) else "the receiver had taken it"
             self._give_up(p, "closed", f"node {self.node.name} closed before {p.target} acknowledged message "
-                                       f"{p.message_id}", NodeClosedError)
+                                       f"{p.message_id}; {fate}", NodeClosedError)
 
     def pending(self) -> list[dict[str, Any]]:
         """The reliable messages sent and not yet acknowledged (for consoles and tests)."""
@@ -145,16 +156,16 @@ class ReliableExtension(Extension):
         with self._lock:
             p.sealed_for.add(entry.id_bytes)
             p.transmissions += 1
-        payload = {"from": node.name, "to": p.target, "data": p.data}
+        payload, files = {"from": node.name, "to": p.target, "data": p.data}, []
         try:
             if speaks(entry, "reliable"):
                 seq = node.deliver_payload(Outbound(p.target, EnvelopeType.MESSAGE, {**payload, "messageId": p.message_id},
-                                                    FLAG_RELIABLE, entry, {"message_id": p.message_id}))
+                                                    FLAG_RELIABLE, entry, {"message_id": p.message_id}, files=files))
             else:
                 p.v1 = True
                 waiter: Future = Future()
                 seq = node.deliver_payload(Outbound(
-                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry,
+                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files,
                     before_deliver=lambda s: node.sender.expect_ack(p.target, s, entry.id_bytes, waiter)))
                 waiter.add_done_callback(lambda w: self._v1_answered(p, w))
         except BaseException:
@@ -162,7 +173,8 @@ class ReliableExtension(Extension):
                 p.transmissions -= 1
             raise
         chunks = node.extensions.get("chunks")
-        p.chunks, p.seq = (chunks.last_envelopes() if chunks is not None else 1), seq
+        p.chunks, p.seq, p.files, p.sealed_id = (chunks.last_envelopes() if chunks is not None else 1), seq, files, \
+            entry.id_bytes
         self._trace(p, "sent" if p.transmissions == 1 else "retransmitted", seq)
         wait = sum(self.waits) if p.v1 else self.waits[p.wait]
         when, round_ = time.monotonic() + wait, p.wait
@@ -178,13 +190,22 @@ class ReliableExtension(Extension):
             if not last:
                 p.wait += 1
         if last:
+            withdrawn = self._withdraw(p)
             if p.v1:
                 self.node.sender.forget_ack(p.target, p.seq)
             if self._drop(message_id) is not None:
                 why = (f"{p.target} did not acknowledge message {message_id} after {p.transmissions} transmissions "
-                       f"in {time.monotonic() - p.started:.1f} s")
-                self._give_up(p, "unacknowledged", why + (f" (last: {p.last_error})" if p.last_error else ""),
-                              DeliveryTimeoutError)
+                       f"in {time.monotonic() - p.started:.1f} s: ")
+                why += ("it never took it from its inbox; the message was withdrawn and was not delivered" if withdrawn
+                        else "it took the message, which may or may not have been handled")
+                self._give_up(p, "withdrawn" if withdrawn else "unacknowledged",
+                              why + (f" (last error: {p.last_error})" if p.last_error else ""), DeliveryTimeoutError)
+            return
+        if self._queued(p):  # the receiver has not reached it yet: a copy would only lengthen its queue
+            with self._lock:
+                p.still_queued += 1
+            round_ = p.wait
+            self._timers.at(time.monotonic() + self.waits[round_], lambda: self._due(message_id, round_))
             return
         try:
             self._transmit(p)
@@ -193,6 +214,49 @@ class ReliableExtension(Extension):
             p.last_error = str(exc)
             round_ = p.wait
             self._timers.at(time.monotonic() + self.waits[round_], lambda: self._due(message_id, round_))
+
+    def _inbox(self, target: str) -> int:
+        return os.open(os.path.join(self.node.root, target, "inbox"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+    def _queued(self, p: Pending) -> bool:
+        """Whether the last transmission still waits in the inbox of the live instance it was sealed
+        for (one stat of its last envelope)."""
+        if not p.files:
+            return False
+        try:
+            if self.node.sender.live_entry(p.target).id_bytes != p.sealed_id:
+                return False
+            fd = self._inbox(p.target)
+        except Exception:  # unavailable, leaving, restarted, no inbox: not queued there
+            return False
+        try:
+            os.stat(p.files[-1], dir_fd=fd, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def _withdraw(self, p: Pending) -> bool:
+        """Unlink this message's envelopes still in the target's inbox; True when its last one was
+        there (then the receiver never took the message: it is certainly not delivered)."""
+        try:
+            fd = self._inbox(p.target)
+        except OSError:
+            return False
+        withdrawn = []
+        try:
+            for name in reversed(p.files):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    withdrawn.append(name)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+        if withdrawn:
+            self.node.telemetry.count("retracted", len(withdrawn))
+        return bool(p.files) and p.files[-1] in withdrawn
 
     def _v1_answered(self, p: Pending, waiter: Future) -> None:
         if self._drop(p.message_id) is None:

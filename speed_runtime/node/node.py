@@ -311,7 +311,7 @@ class Node:
                 return seq
         body = payloads.encode_payload(payloads.v1_form(out.payload))
         return self.sender.send(out.target, out.etype, body, flags=out.flags, entry=out.entry,
-                                before_deliver=out.before_deliver, trace_extra=out.trace_extra)
+                                before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files)
 
     def extension(self, feature: str) -> Any:
         """The enabled extension `feature` (ext/<feature>.py), or ConfigError."""

@@ -80,21 +80,40 @@ def test_a_copy_after_delivery_is_acknowledged_again_not_delivered_again(root, k
     assert events(root, "b", "dup-1") == ["delivered", "duplicate", "duplicate"]
 
 
-def test_unacknowledged_messages_end_in_a_send_error_after_the_retransmissions(procs, root, key):
+def test_a_message_still_queued_is_not_copied_and_is_withdrawn_when_the_sender_gives_up(procs, root, key):
     deaf = procs.start("deaf", allow=["a"], extra=["--feature", "reliable"])
     with Node(root, key, "a", allow=["deaf"], trace=True, **FAST) as a:
-        with stopped(deaf):
+        with stopped(deaf):  # alive (its lease runs), but it takes nothing from its inbox
             handle = a.send("deaf", {"hello": 1}, reliable=True)
+            [(header, plaintext)] = read_inbox(root, "deaf", key)
             with pytest.raises(DeliveryTimeoutError) as info:
                 handle.result(30)
-            assert "after 4 transmissions" in str(info.value)
-            copies = read_inbox(root, "deaf", key)
+            assert "withdrawn and was not delivered" in str(info.value)
+            assert inbox(root, "deaf") == [], "withdrawn: the receiver will never handle it"
         a.journal.flush()
-    assert len(copies) == 4 and {h.flags for h, _ in copies} == {FLAG_RELIABLE}
-    assert {json.loads(p)["messageId"] for _, p in copies} == {handle.message_id}
+    assert header.flags == FLAG_RELIABLE and json.loads(plaintext)["messageId"] == handle.message_id
+    assert events(root, "a", handle.message_id) == ["sent", "send-error"]  # no copy while it was queued
+    error = [r for r in journal(root, "a", "message") if r["event"] == "send-error"][0]
+    assert error["reason"] == "withdrawn" and a.counters()["sendErrors"] == 1
+    assert a.extensions["reliable"].pending() == []
+
+
+def test_a_message_taken_but_never_acknowledged_is_retransmitted_then_fails(root, key):
+    release = threading.Event()
+    with Node(root, key, "a", allow=["b"], trace=True, **FAST) as a, \
+            Node(root, key, "b", allow=["a"], trace=True, **FAST) as b:
+        b.on_message(lambda m: release.wait(60))  # takes it, never returns in time
+        handle = a.send("b", {"hello": 1}, reliable=True)
+        with pytest.raises(DeliveryTimeoutError) as info:
+            handle.result(30)
+        assert "after 4 transmissions" in str(info.value) and "may or may not have been handled" in str(info.value)
+        assert b.counters()["duplicates"] == 3  # each copy dropped: the first is in its handler
+        release.set()
+        wait_until(lambda: a.counters()["rejected"].get("unexpected_response"), 10, "the late ACK refused")
+        a.journal.flush()
     assert events(root, "a", handle.message_id) == ["sent", "retransmitted", "retransmitted", "retransmitted",
                                                      "send-error"]
-    assert a.counters()["sendErrors"] == 1 and a.extensions["reliable"].pending() == []
+    assert [r for r in journal(root, "a", "message") if r["event"] == "send-error"][0]["reason"] == "unacknowledged"
 
 
 def test_refusals_that_need_no_retransmission_raise_at_once(root, key):
@@ -128,13 +147,15 @@ def test_an_ack_from_an_instance_it_never_went_to_is_unexpected(root, key):
         wait_until(lambda: a.counters()["rejected"].get("unexpected_response") == 2, 10, "the second refusal")
 
 
-def test_closing_the_sender_fails_what_is_pending(procs, root, key):
+def test_closing_the_sender_fails_and_withdraws_what_is_pending(procs, root, key):
     deaf = procs.start("deaf", allow=["a"], extra=["--feature", "reliable"])
     with stopped(deaf):
         with Node(root, key, "a", allow=["deaf"], trace=True, features=FEATURES) as a:
             handle = a.send("deaf", 1, reliable=True)
-        with pytest.raises(NodeClosedError):
+            [queued] = inbox(root, "deaf")
+        with pytest.raises(NodeClosedError) as info:
             handle.result(10)
+        assert "it was withdrawn" in str(info.value) and queued not in inbox(root, "deaf")  # (its leave EVENT stays)
     assert events(root, "a", handle.message_id) == ["sent", "send-error"]
 
 
