@@ -36,6 +36,7 @@ from benchmarks import workers
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MiB = 1 << 20
 FEATURES = ["chunks", "reliable"]
+WINDOW = 256  # unacknowledged reliable messages of the loss test's sender
 _DIR = os.O_RDONLY | os.O_DIRECTORY
 
 
@@ -306,8 +307,8 @@ def loss_test(env, kills: int, per_kill: int) -> dict:
     proc = receiver()
     follow(proc)
     handles, n, rng = [], 0, random.Random(7)
-    with Node(root, env.key_path, "s", allow=["r"], features=FEATURES, ack_timeout=0.5, max_retransmissions=10,
-              max_retransmission_interval=2.0) as s:
+    with Node(root, env.key_path, "s", allow=["r"], features=FEATURES, ack_timeout=0.5, max_retransmissions=20,
+              max_retransmission_interval=2.0, reliable_window=WINDOW) as s:
         for k in range(kills + 1):
             kill_at = n + rng.randint(per_kill // 4, per_kill) if k < kills else n + per_kill
             while n < kill_at:
@@ -339,7 +340,8 @@ def loss_test(env, kills: int, per_kill: int) -> dict:
             "handledTwiceWithinAnInstance": sum(len(mine) - len(set(mine)) for mine in instances),
             "handledAgainByTheNextInstance": len(handled) - len(set(handled)) -
             sum(len(mine) - len(set(mine)) for mine in instances),
-            "retransmissions": counters["retransmissions"], "ackTimeoutSeconds": 0.5}
+            "retransmissions": counters["retransmissions"], "ackTimeoutSeconds": 0.5, "maxRetransmissions": 20,
+            "window": WINDOW}
 
 
 # ------------------------------------------------------------------ main

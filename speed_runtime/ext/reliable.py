@@ -2,8 +2,8 @@
 returns a Future; the receiver acknowledges once its handler ran; the sender retransmits what is
 not acknowledged, with backoff, then reports a send-error. The pure part is core/reliable.py.
 
-Sender: a message stays pending (its value kept, `reliable_pending_bytes` in all, sends wait for
-room) until an ACK comes from an instance it was sealed for. Each retransmission reads the
+Sender: a message stays pending (its value kept; at most `reliable_window` messages and
+`reliable_pending_bytes` in all, a send waits for room) until an ACK comes from an instance it was sealed for. Each retransmission reads the
 target's entry anew, so it is sealed for the instance that is there now — a restarted receiver
 gets what its predecessor never acknowledged. A transmission whose last envelope is still in the
 inbox of the instance it was sealed for is still queued there: nothing is retransmitted (a copy
@@ -78,7 +78,7 @@ class ReliableExtension(Extension):
         self.waits = reliable.waits(cfg.ack_timeout, cfg.max_retransmissions, cfg.retransmission_backoff,
                                     cfg.max_retransmission_interval)
         self.deliveries = reliable.Deliveries(cfg.reliable_remember)
-        self._budget = cfg.reliable_pending_bytes
+        self._budget, self._window = cfg.reliable_pending_bytes, cfg.reliable_window
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._pending: dict[str, Pending] = {}
@@ -130,12 +130,13 @@ class ReliableExtension(Extension):
     def _reserve(self, p: Pending, timeout: float) -> None:
         need, deadline = p.size + _OVERHEAD, time.monotonic() + timeout
         with self._room:
-            while self._pending_bytes and self._pending_bytes + need > self._budget:
+            while self._pending and (self._pending_bytes + need > self._budget or len(self._pending) >= self._window):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DeliveryTimeoutError(f"{self._pending_bytes} bytes of reliable messages wait for "
-                                               f"acknowledgements (reliable_pending_bytes {self._budget}); no room "
-                                               f"within {timeout:g} s, nothing was sent")
+                    raise DeliveryTimeoutError(f"{len(self._pending)} reliable messages ({self._pending_bytes} bytes) "
+                                               f"wait for acknowledgements (reliable_window {self._window}, "
+                                               f"reliable_pending_bytes {self._budget}); no room within "
+                                               f"{timeout:g} s, nothing was sent")
                 self._room.wait(left)
             self._pending_bytes += need
             self._pending[p.message_id] = p

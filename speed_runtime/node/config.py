@@ -53,7 +53,8 @@ class NodeConfig:
     max_retransmissions: int = 5               # then send-error
     retransmission_backoff: float = 2.0        # each wait this many times the one before…
     max_retransmission_interval: float = 30.0  # …up to this
-    reliable_pending_bytes: int = 256 * 1024 * 1024  # unacknowledged bytes kept for retransmission (sends wait)
+    reliable_pending_bytes: int = 256 * 1024 * 1024  # unacknowledged bytes kept for retransmission (sends wait)…
+    reliable_window: int = 1024                # …and unacknowledged messages (so a queue never outgrows the schedule)
     reliable_remember: int = 100_000           # reliable message ids a receiver remembers (duplicate suppression)
 
     @classmethod
@@ -84,7 +85,7 @@ class NodeConfig:
             _non_negative(name, getattr(self, name))
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
                      "read_ahead_total", "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
-                     "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember"):
+                     "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

@@ -225,3 +225,21 @@ def test_a_receiver_killed_and_restarted_mid_stream_handles_everything_at_least_
         assert len(numbers) == len(set(numbers)), "an instance handled a message twice"
     assert {m["messageId"] for m in first + second} == {h.message_id for h in handles}
     assert s.counters()["retransmissions"] >= 1
+
+
+def test_a_sender_waits_for_room_in_its_window(root, key):
+    release = threading.Event()
+    with Node(root, key, "a", allow=["b"], reliable_window=2, **FAST) as a, \
+            Node(root, key, "b", allow=["a"], **FAST) as b:
+        b.on_message(lambda m: release.wait(30))
+        first, second = a.send("b", 1, reliable=True), a.send("b", 2, reliable=True)
+        with pytest.raises(DeliveryTimeoutError) as info:
+            a.send("b", 3, reliable=True, timeout=0.3)
+        assert "reliable_window 2" in str(info.value) and "nothing was sent" in str(info.value)
+        waiting = threading.Thread(target=lambda: a.send("b", 4, reliable=True, timeout=30))
+        waiting.start()
+        release.set()
+        first.result(20), second.result(20)
+        waiting.join(30)
+        wait_until(lambda: a.extensions["reliable"].pending() == [], 20, "the fourth acknowledged")
+    assert a.counters()["reliableSent"] == 3
