@@ -24,6 +24,7 @@ BACKOFF = 2.0              # each wait is this many times the one before…
 MAX_INTERVAL = 30.0        # …but never longer than this
 STATUSES = ("handled", "failed")
 NEW, IN_PROGRESS, DONE = "new", "in_progress", "done"
+MAX_ACKS = 1024            # acknowledgements in one ACK envelope
 EVENTS_OUT = ("sent", "retransmitted", "received", "send-error")
 EVENTS_IN = ("delivered", "duplicate")
 
@@ -59,14 +60,46 @@ def ack(sender: str, target: str, seq: int, mid: str, status: str, error: str | 
     return payload
 
 
+def ack_batch(sender: str, target: str, entries: list[tuple[int, str, str, str | None]]) -> dict[str, Any]:
+    """One ACK for several messages of `target` (seq, messageId, status, error): the first at the
+    top level, the others in `acks`."""
+    (seq, mid, status, error), rest = entries[0], entries[1:]
+    payload = ack(sender, target, seq, mid, status, error)
+    if rest:
+        payload["acks"] = [ack_entry(*entry) for entry in rest]
+    return payload
+
+
+def ack_entry(seq: int, mid: str, status: str, error: str | None = None) -> dict[str, Any]:
+    entry = {"ackSeq": seq, "messageId": mid, "status": status}
+    if error is not None:
+        entry["error"] = error
+    return entry
+
+
 def read_ack(payload: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(messageId, status, error) of a reliable ACK, or EnvelopeError('bad_payload')."""
+    """(messageId, status, error) of one acknowledgement, or EnvelopeError('bad_payload')."""
     mid = message_id(payload)
     status = payload.get("status")
     if status not in STATUSES:
         raise EnvelopeError("bad_payload", f"a reliable ACK's status is one of {', '.join(STATUSES)}")
     error = payload.get("error")
     return mid, status, error if isinstance(error, str) else None
+
+
+def read_acks(payload: dict[str, Any]) -> list[tuple[str, str, str | None, int]]:
+    """Every acknowledgement of a reliable ACK: (messageId, status, error, ackSeq), the top level's
+    first, then those of `acks`; anything malformed is EnvelopeError('bad_payload')."""
+    more = payload.get("acks", [])
+    if not isinstance(more, list) or len(more) > MAX_ACKS:
+        raise EnvelopeError("bad_payload", f"'acks' must be a list of at most {MAX_ACKS} acknowledgements")
+    out = [(*read_ack(payload), payload["ackSeq"])]
+    for entry in more:
+        if not isinstance(entry, dict) or isinstance(entry.get("ackSeq"), bool) or \
+                not isinstance(entry.get("ackSeq"), int) or entry["ackSeq"] < 0:
+            raise EnvelopeError("bad_payload", "each of 'acks' is an object with an integer 'ackSeq'")
+        out.append((*read_ack(entry), entry["ackSeq"]))
+    return out
 
 
 class Deliveries:

@@ -18,6 +18,10 @@ v1 receiver would handle a copy twice).
 Receiver: one delivery to the handler per (sender, messageId) within this instance
 (core.reliable.Deliveries); a copy that comes while the first is in its handler is dropped (the
 ACK follows when the handler ends); one that comes after is dropped and acknowledged again.
+Acknowledgements are sent by one thread of their own, not by the handler's lane: what is ready
+for a sender when it gets to it goes in one ACK envelope (so a stream of small messages does not
+cost one ACK envelope each, and no handler waits for an ACK to be written; idle, an ACK leaves at
+once).
 """
 from __future__ import annotations
 
@@ -84,11 +88,22 @@ class ReliableExtension(Extension):
         self._pending: dict[str, Pending] = {}
         self._pending_bytes = 0
         self._timers: Deadlines | None = None
+        self._acks: dict[str, list[tuple[int, str, str, str | None]]] = {}  # ready to be sent, per sender
+        self._acks_ready = threading.Condition()
+        self._acker: threading.Thread | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._timers = Deadlines(f"speed-{self.node.name}-reliable")
+        self._acker = threading.Thread(target=self._send_acks, name=f"speed-{self.node.name}-acks", daemon=True)
+        self._acker.start()
 
     def stop(self) -> None:
+        with self._acks_ready:  # the handlers have ended (Node.close): what they acknowledged goes out first
+            self._stopping = True
+            self._acks_ready.notify()
+        if self._acker is not None:
+            self._acker.join()
         if self._timers is not None:
             self._timers.stop()
         with self._lock:
@@ -291,30 +306,38 @@ class ReliableExtension(Extension):
             return False
         receiver = self.node.receiver
         try:
-            mid, status, error = (reliable.read_ack(verdict.payload) if header.type == EnvelopeType.ACK
-                                  else (reliable.message_id(verdict.payload), None, None))
+            if header.type == EnvelopeType.ACK:
+                acks = reliable.read_acks(verdict.payload)
+            else:
+                mid = reliable.message_id(verdict.payload)
         except EnvelopeError as exc:
             receiver.reject(name, sender, header.sequence, exc.reason, len(data), verdict.type, data)
             if verdict.finished is not None:
                 verdict.finished(False, None)
             return True
         if header.type == EnvelopeType.ACK:
-            self._on_ack(verdict, sender, data, name, mid, status, error)
+            self._on_ack(verdict, sender, data, name, acks)
         else:
             self._on_message(verdict, sender, data, name, mid)
         return True
 
-    def _on_ack(self, verdict, sender: str, data: bytes, name: str, mid: str, status: str, error: str | None) -> None:
-        receiver = self.node.receiver
-        with self._lock:
-            p = self._pending.get(mid)
-            ours = p is not None and not p.v1 and p.target == sender and verdict.header.source_id in p.sealed_for
-        if not ours or self._drop(mid) is None:  # §5.5 step 6: only from an instance it went to, while pending
+    def _on_ack(self, verdict, sender: str, data: bytes, name: str, acks: list) -> None:
+        """Settle each acknowledged message that is pending and went to this instance (§5.5 step 6:
+        an ACK none of whose acknowledgements matches is unexpected_response)."""
+        receiver, settled = self.node.receiver, []
+        for mid, status, error, seq in acks:
+            with self._lock:
+                p = self._pending.get(mid)
+                ours = p is not None and not p.v1 and p.target == sender and verdict.header.source_id in p.sealed_for
+            if ours and self._drop(mid) is not None:
+                settled.append((p, status, error, seq))
+        if not settled:
             receiver.reject(name, sender, verdict.header.sequence, "unexpected_response", len(data), verdict.type, data)
             return
         if remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
-            receiver.accepted(verdict, sender, data, name, {"message_id": mid})
-        self._acknowledged(p, status, error, verdict.payload["ackSeq"])
+            receiver.accepted(verdict, sender, data, name, {"message_id": acks[0][0]})
+        for p, status, error, seq in settled:
+            self._acknowledged(p, status, error, seq)
 
     def _on_message(self, verdict, sender: str, data: bytes, name: str, mid: str) -> None:
         receiver, seq = self.node.receiver, verdict.header.sequence
@@ -356,8 +379,24 @@ class ReliableExtension(Extension):
         return finished
 
     def _ack(self, target: str, seq: int, mid: str, status: str, error: str | None) -> None:
-        self.node.reply(target, EnvelopeType.ACK, reliable.ack(self.node.name, target, seq, mid, status, error),
-                        {"message_id": mid}, flags=FLAG_RELIABLE)
+        with self._acks_ready:
+            self._acks.setdefault(target, []).append((seq, mid, status, error))
+            self._acks_ready.notify()
+
+    def _send_acks(self) -> None:
+        """The acknowledging thread: whatever is ready per sender, in one ACK envelope each."""
+        while True:
+            with self._acks_ready:
+                while not self._acks and not self._stopping:
+                    self._acks_ready.wait()
+                if not self._acks:
+                    return
+                ready, self._acks = self._acks, {}
+            for target, entries in ready.items():
+                for i in range(0, len(entries), reliable.MAX_ACKS):
+                    part = entries[i:i + reliable.MAX_ACKS]
+                    self.node.reply(target, EnvelopeType.ACK, reliable.ack_batch(self.node.name, target, part),
+                                    {"message_id": part[0][1]}, flags=FLAG_RELIABLE)
 
     # ================================================================== records
     def _trace(self, p: Pending, event: str, seq: int, reason: str | None = None, detail: str = "") -> None:

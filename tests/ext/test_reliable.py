@@ -70,9 +70,14 @@ def test_a_copy_after_delivery_is_acknowledged_again_not_delivered_again(root, k
         body = payloads.encode_payload({"from": "a", "to": "b", "data": "once", "messageId": "dup-1"})
         forger.deliver(EnvelopeType.MESSAGE, body, FLAG_RELIABLE)
         wait_record(b, "message", event="delivered", messageId="dup-1")
-        for _ in range(2):  # the same message again, each copy sealed anew (as retransmissions are)
+
+        def acks_sent() -> int:
+            b.journal.flush()
+            return len([r for r in journal(root, "b", "envelope") if r["type"] == "ACK" and r["outcome"] == "sent"])
+        for copies in (1, 2):  # the same message again, each copy sealed anew (as retransmissions are)
+            wait_until(lambda: acks_sent() == copies, 10, f"ACK {copies}")
             forger.deliver(EnvelopeType.MESSAGE, body, FLAG_RELIABLE)
-        wait_until(lambda: b.counters()["duplicates"] == 2, 10, "two duplicates")
+        wait_until(lambda: b.counters()["duplicates"] == 2 and acks_sent() == 3, 10, "two duplicates")
         b.journal.flush()
     assert [m.data for m in handled] == ["once"]
     acks = [r for r in journal(root, "b", "envelope") if r["type"] == "ACK" and r["outcome"] == "sent"]
@@ -243,3 +248,32 @@ def test_a_sender_waits_for_room_in_its_window(root, key):
         waiting.join(30)
         wait_until(lambda: a.extensions["reliable"].pending() == [], 20, "the fourth acknowledged")
     assert a.counters()["reliableSent"] == 3
+
+
+def test_one_ack_envelope_settles_every_message_it_names(root, key):
+    release = threading.Event()
+    with Node(root, key, "a", allow=["b"], trace=True, **FAST) as a, \
+            Node(root, key, "b", allow=["a"], **FAST) as b:
+        b.on_message(lambda m: release.wait(30))  # b acknowledges nothing by itself during the test
+        first, second = a.send("b", 1, reliable=True), a.send("b", 2, reliable=True)
+        batch = reliable.ack_batch("b", "a", [(1, first.message_id, "handled", None), (2, "unknown", "handled", None),
+                                              (2, second.message_id, "failed", "ValueError: no")])
+        Forger(b, a).deliver(EnvelopeType.ACK, payloads.encode_payload(batch), FLAG_RELIABLE)
+        assert first.result(10).transmissions >= 1
+        with pytest.raises(DeliveryError) as info:
+            second.result(10)
+        assert "handler failed: ValueError: no" in str(info.value)
+        release.set()
+    assert a.counters()["acknowledged"] == 2
+
+
+def test_a_stream_is_acknowledged_with_fewer_envelopes_than_messages_when_acks_pile_up(root, key):
+    with Node(root, key, "a", allow=["b"], features=FEATURES) as a, \
+            Node(root, key, "b", allow=["a"], trace=True, features=FEATURES) as b:
+        b.on_message(lambda m: None)
+        handles = [a.send("b", {"n": i}, reliable=True) for i in range(300)]
+        assert all(h.result(60).transmissions == 1 for h in handles)
+        b.journal.flush()
+    acks = [r for r in journal(root, "b", "envelope") if r["type"] == "ACK" and r["outcome"] == "sent"]
+    assert 1 <= len(acks) <= 300 and a.counters()["acknowledged"] == 300
+

@@ -48,3 +48,20 @@ def test_memory_is_bounded_and_keeps_what_is_in_progress():
     assert len(d) == 3
     assert d.begin("a", "busy")[0] == IN_PROGRESS  # the oldest entry, but still in its handler: kept
     assert d.begin("a", "9")[0] == DONE and d.begin("a", "0")[0] == NEW  # the oldest finished one was forgotten
+
+
+def test_one_ack_can_acknowledge_several_messages():
+    batch = reliable.ack_batch("b", "a", [(3, "m1", "handled", None), (4, "m2", "failed", "E: x"), (5, "m3", "handled",
+                                                                                                      None)])
+    assert batch == {"from": "b", "to": "a", "ackSeq": 3, "messageId": "m1", "status": "handled",
+                     "acks": [{"ackSeq": 4, "messageId": "m2", "status": "failed", "error": "E: x"},
+                              {"ackSeq": 5, "messageId": "m3", "status": "handled"}]}
+    assert reliable.read_acks(batch) == [("m1", "handled", None, 3), ("m2", "failed", "E: x", 4),
+                                         ("m3", "handled", None, 5)]
+    assert reliable.read_acks(reliable.ack("b", "a", 9, "solo", "handled")) == [("solo", "handled", None, 9)]
+    for bad in ({**batch, "acks": {"x": 1}}, {**batch, "acks": [1]}, {**batch, "acks": [{"messageId": "m", "status":
+                "handled"}]}, {**batch, "acks": [{"ackSeq": True, "messageId": "m", "status": "handled"}]},
+                {**batch, "acks": [{"ackSeq": 1, "messageId": "m", "status": "lost"}]},
+                {**batch, "acks": [{"ackSeq": 1, "messageId": "m", "status": "handled"}] * (reliable.MAX_ACKS + 1)}):
+        with pytest.raises(EnvelopeError):
+            reliable.read_acks(bad)

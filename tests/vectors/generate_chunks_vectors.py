@@ -91,7 +91,12 @@ def build() -> dict:
                                               "messageId": "rel-0001"}), layout="v1", messageId="rel-0001")
     add("reliable_ack", ACK, RELIABLE, js({"from": "reports", "to": "billing", "ackSeq": 3, "messageId": "rel-0001",
                                            "status": "handled"}), src=REPORTS, dst=BILLING, sender="reports",
-        layout="v1", messageId="rel-0001")
+        layout="v1", messageId="rel-0001", acknowledges=["rel-0001"])
+    add("reliable_ack_batch", ACK, RELIABLE,
+        js({"from": "reports", "to": "billing", "ackSeq": 3, "messageId": "rel-0001", "status": "handled",
+            "acks": [{"ackSeq": 9, "messageId": "rel-0002", "status": "failed", "error": "ValueError: no"}]}),
+        src=REPORTS, dst=BILLING, sender="reports", layout="v1", messageId="rel-0001",
+        acknowledges=["rel-0001", "rel-0002"])
 
     def message(name, etype, flags, first, mid, body, order=None, replace=None, **expect):
         plains = chunked(first, mid, body)
