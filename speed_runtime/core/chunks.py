@@ -8,10 +8,12 @@ Two payload layouts, each selected by a flag bit of the header:
   large value is neither base64-encoded nor escaped into a JSON string.
 - **chunk** (`FLAG_CHUNK`, always with `FLAG_BINARY`): one envelope carries one piece of a larger
   body. Its header names the message (`messageId`), the piece (`chunkIndex` of `chunkCount`), the
-  whole body's size (`messageSize`) and, from the second piece on, the SHA-256 of the complete
-  plaintext of the piece before it (`chunkPrev`): the pieces form a chain, so a missing, reordered,
-  duplicated or foreign piece voids the message; it is never delivered corrupt. The first piece's
-  header also carries the type's fields (`body`, `requestId`, `service`, …).
+  whole body's size (`messageSize`) and, from the second piece on, the authentication tag of the
+  envelope before it (`chunkPrev`, the last 16 bytes of that file): the tag authenticates that
+  envelope's header (sequence number, nonce) and ciphertext, so the pieces form a chain without a
+  second pass over the bytes, and a missing, reordered, duplicated or foreign piece voids the
+  message; it is never delivered corrupt. The first piece's header also carries the type's fields
+  (`body`, `requestId`, `service`, …).
 
 `Reassembly` is the receiver's state machine: at most one message in progress per sender
 instance, memory reserved for each message's declared size against a per-sender and a total
@@ -19,7 +21,6 @@ budget, and expiry of messages whose next piece does not come.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from typing import Any, NamedTuple
@@ -35,6 +36,8 @@ MAX_HEADER = 65_536        # a binary header longer than this is bad_payload (fo
 MAX_CHUNKS = 65_536
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CHAIN = re.compile(r"[0-9a-f]{32}")
+TAG_SIZE = 16
 # what a logical message's value is called in each type that may carry one
 VALUE_FIELD = {EnvelopeType.MESSAGE: "data", EnvelopeType.SPC_REQUEST: "arguments",
                EnvelopeType.SPC_RESPONSE: "result"}
@@ -44,9 +47,10 @@ REASONS = ("chunk_missing", "chunk_chain", "chunk_invalid", "chunk_expired", "me
            "reassembly_full")
 
 
-def digest(plaintext: bytes | memoryview) -> str:
-    """The chain value of a piece: SHA-256 of its complete plaintext, lowercase hex."""
-    return hashlib.sha256(plaintext).hexdigest()
+def chain_value(envelope: bytes | memoryview) -> str:
+    """What the next chunk's `chunkPrev` names: this sealed envelope's authentication tag (its last
+    16 bytes), lowercase hex."""
+    return bytes(envelope[-TAG_SIZE:]).hex()
 
 
 # ---------------------------------------------------------------------------------- encoding
@@ -62,10 +66,9 @@ def binary_plaintext(header: dict[str, Any], body: bytes | memoryview) -> bytes:
 
 
 class Piece(NamedTuple):
-    """A decoded chunk: its bytes of the body and the chain value of its whole plaintext."""
+    """A decoded chunk's bytes of the body."""
 
     data: memoryview
-    digest: str
 
 
 def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Piece | None]:
@@ -86,7 +89,7 @@ def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Pi
     body = view[end + 1:]
     if flags & FLAG_CHUNK:
         check_chunk_header(header, etype)
-        return header, Piece(body, digest(plaintext))
+        return header, Piece(body)
     check_first_fields(header, etype)
     header[VALUE_FIELD[etype]] = decode_value(header["body"], body)
     return header, None
@@ -151,8 +154,8 @@ def check_chunk_header(header: dict[str, Any], etype: int) -> None:
         if prev is not None:
             raise EnvelopeError("bad_payload", "the first chunk has no 'chunkPrev'")
         check_first_fields(header, etype)
-    elif not isinstance(prev, str) or not re.fullmatch(r"[0-9a-f]{64}", prev):
-        raise EnvelopeError("bad_payload", "'chunkPrev' must be 64 lowercase hex digits")
+    elif not isinstance(prev, str) or not CHAIN.fullmatch(prev):
+        raise EnvelopeError("bad_payload", "'chunkPrev' must be 32 lowercase hex digits")
 
 
 # ---------------------------------------------------------------------------------- splitting
@@ -183,22 +186,26 @@ def chunk_header(first: dict[str, Any], message_id: str, index: int, count: int,
 
 def header_room(first: dict[str, Any], message_id: str, count_bound: int, size: int) -> int:
     """The longest chunk header of a message (the first, or a later one with the largest index)."""
-    prev = "0" * 64
+    prev = "0" * (2 * TAG_SIZE)
     return max(len(encode_payload(chunk_header(first, message_id, 0, count_bound, size, None))),
                len(encode_payload(chunk_header(first, message_id, count_bound - 1, count_bound, size, prev))))
 
 
-def chunks(first: dict[str, Any], message_id: str, body: bytes | memoryview, limit: int, chunk_size: int):
-    """Yield (index, count, plaintext) of every chunk of `body`, chained."""
-    view = memoryview(body).cast("B") if not isinstance(body, bytes) else memoryview(body)
-    size = len(view)
-    room = header_room(first, message_id, MAX_CHUNKS, size)
-    piece, count = plan(size, limit, room, chunk_size)
-    if count > MAX_CHUNKS:
-        raise ValueError(f"{size} bytes would need {count} chunks; at most {MAX_CHUNKS} are allowed")
-    prev = None
-    for index in range(count):
-        header = chunk_header(first, message_id, index, count, size, prev)
-        plaintext = binary_plaintext(header, view[index * piece:(index + 1) * piece])
-        prev = digest(plaintext)
-        yield index, count, plaintext
+class Chunker:
+    """Cuts `body` into the chunks of one message. Chunk `index`'s plaintext needs the chain value
+    of the envelope that carried chunk `index - 1` (its tag), so chunks are built one at a time,
+    each after the one before was sealed: `plaintext(index, prev)`."""
+
+    def __init__(self, first: dict[str, Any], message_id: str, body: bytes | memoryview, limit: int,
+                 chunk_size: int):
+        self.first, self.message_id = first, message_id
+        self.view = memoryview(body).cast("B") if not isinstance(body, bytes) else memoryview(body)
+        self.size = len(self.view)
+        self.piece, self.count = plan(self.size, limit, header_room(first, message_id, MAX_CHUNKS, self.size),
+                                      chunk_size)
+        if self.count > MAX_CHUNKS:
+            raise ValueError(f"{self.size} bytes would need {self.count} chunks; at most {MAX_CHUNKS} are allowed")
+
+    def plaintext(self, index: int, prev: str | None) -> bytes:
+        header = chunk_header(self.first, self.message_id, index, self.count, self.size, prev)
+        return binary_plaintext(header, self.view[index * self.piece:(index + 1) * self.piece])

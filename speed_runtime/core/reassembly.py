@@ -9,7 +9,8 @@ that was admitted can always complete. A reservation is released when the messag
 expires, or — for a completed message — when the caller says its handling ended (`release`).
 
 Every chunk is judged against the message in progress: the next index, the same type, flags,
-count and size, and `chunkPrev` equal to the chain value of the chunk before. Any mismatch voids
+count and size, and `chunkPrev` equal to the chain value (the authentication tag) of the envelope
+that carried the chunk before. Any mismatch voids
 the message (its pieces are dropped, its reservation released) and the chunks of that message
 that still arrive are refused with the same reason, so one problem gives one reason.
 """
@@ -80,15 +81,15 @@ class Reassembly:
 
     # ------------------------------------------------------------------ one chunk
     def feed(self, key: Hashable, sender: str, etype: int, flags: int, header: dict[str, Any], piece: Piece,
-             file_size: int, now_ms: int) -> Step:
+             chain: str, file_size: int, now_ms: int) -> Step:
         """Judge one accepted chunk of `sender`'s instance `key` (its header checked by
-        chunks.check_chunk_header)."""
+        chunks.check_chunk_header); `chain` is its envelope's chain value (chunks.chain_value)."""
         mid, index = header["messageId"], header["chunkIndex"]
         partial = self.partials.get(key)
         if index == 0:
             self._void.pop(key, None)
             voided = self._drop(key) if partial is not None else None
-            step = self._start(key, sender, etype, flags, header, piece, file_size, now_ms)
+            step = self._start(key, sender, etype, flags, header, piece, chain, file_size, now_ms)
             if voided is not None:
                 return step._replace(voided=voided, voided_reason="chunk_missing",
                                      detail=step.detail or f"message {voided.message_id} was interrupted by "
@@ -113,9 +114,9 @@ class Reassembly:
         if header["chunkPrev"] != partial.prev:
             return self._refuse(key, "chunk_chain", f"chunk {index} of message {mid} does not follow chunk "
                                                     f"{index - 1} (chunkPrev differs)")
-        return self._add(key, partial, piece, file_size, now_ms)
+        return self._add(key, partial, piece, chain, file_size, now_ms)
 
-    def _start(self, key, sender, etype, flags, header, piece, file_size, now_ms) -> Step:
+    def _start(self, key, sender, etype, flags, header, piece, chain, file_size, now_ms) -> Step:
         mid, size, count = header["messageId"], header["messageSize"], header["chunkCount"]
         first = {k: v for k, v in header.items() if k not in ("messageId", "chunkIndex", "chunkCount", "messageSize")}
         partial = Partial(mid, sender, etype, flags, count, size, first, now_ms, now_ms, next_index=0)
@@ -133,17 +134,17 @@ class Reassembly:
             self.reserved[sender] = mine + size
             self.reserved_total += size
             self.partials[key] = partial
-            return self._add(key, partial, piece, file_size, now_ms)
+            return self._add(key, partial, piece, chain, file_size, now_ms)
         self._mark(key, mid, reason)  # refused at its first chunk: the message is voided before it began
         return Step(REFUSED, reason=reason, detail=detail, voided=partial, voided_reason=reason)
 
-    def _add(self, key, partial: Partial, piece: Piece, file_size: int, now_ms: int) -> Step:
+    def _add(self, key, partial: Partial, piece: Piece, chain: str, file_size: int, now_ms: int) -> Step:
         partial.received += len(piece.data)
         if partial.received > partial.size or (len(piece.data) == 0 and partial.size > 0):
             return self._refuse(key, "chunk_invalid", f"chunk {partial.next_index} of message {partial.message_id} "
                                                       f"does not fit its declared size of {partial.size} bytes")
         partial.pieces.append(piece.data)
-        partial.prev, partial.last_ms = piece.digest, now_ms
+        partial.prev, partial.last_ms = chain, now_ms
         partial.file_bytes += file_size
         partial.next_index += 1
         if partial.next_index < partial.count:

@@ -117,18 +117,21 @@ class ChunksExtension(Extension):
 
     def _send_chunks(self, out: Outbound, first: dict, message_id: str, body, limit: int) -> int:
         sender, target, entry = self.node.sender, out.target, out.entry
+        cutter = chunks.Chunker(first, message_id, body, limit, self.chunk_size)
+        count, seq, prev, sealed = cutter.count, 0, None, []
         with self._links_lock(target):
-            seq, count = 0, 0
-            for index, count, plaintext in chunks.chunks(first, message_id, body, limit, self.chunk_size):
+            for index in range(count):
                 if index:
                     entry = self._same_instance(target, entry, message_id, index, count)
                 last = index == count - 1
-                seq = sender.send(target, out.etype, plaintext, flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
-                                  before_deliver=out.before_deliver if last else None, files=out.files,
+                seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
+                                  flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
+                                  before_deliver=out.before_deliver if last else None, files=out.files, sealed=sealed,
                                   trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
                                                "chunks": count})
+                prev = chunks.chain_value(sealed.pop())  # the next chunk names this envelope by its tag
                 self.node.telemetry.count("chunksSent")
-                self._sent.count = count
+        self._sent.count = count
         if not out.flags & FLAG_RELIABLE:  # the reliable extension records its own sends
             self._trace("out", target, message_id, "sent", out.etype, len(body), count, seq)
         return seq
@@ -180,7 +183,7 @@ class ChunksExtension(Extension):
             return True
         with self._lock:
             step = self.reassembly.feed(header.source_id, sender, header.type, header.flags, payload, verdict.body,
-                                        len(data), int(time.monotonic() * 1000))
+                                        chunks.chain_value(data), len(data), int(time.monotonic() * 1000))
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
         if step.kind == REFUSED:

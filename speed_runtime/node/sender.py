@@ -97,10 +97,10 @@ class Sender:
     # ------------------------------------------------------------------ sending
     def send(self, target: str, etype: int, body: bytes, *, flags: int = 0, entry: RegistryEntry | None = None,
              before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None,
-             files: list[str] | None = None) -> int:
+             files: list[str] | None = None, sealed: list[bytes] | None = None) -> int:
         """Deliver one envelope with `body` as its plaintext; returns its sequence number.
-        `entry` is the target's entry when the caller has just judged it; `files`, when given,
-        gets the delivered file's name."""
+        `entry` is the target's entry when the caller has just judged it; `files` and `sealed`, when
+        given, get the delivered file's name and its bytes."""
         if entry is None:
             entry = self.live_entry(target)
         self.check_grant(target, entry)
@@ -123,6 +123,8 @@ class Sender:
             self._confirm_delivery(link, target, entry, stamp, filename)
         if files is not None:
             files.append(filename)
+        if sealed is not None:
+            sealed.append(data)
         self._telemetry.count("sent")
         if self._telemetry.observers:
             self._telemetry.emit(EnvelopeTrace(time.time(), self.name, "out", target, type_name(etype), seq,

@@ -61,12 +61,14 @@ class Forger:
     def __init__(self, node, target, first_seq: int = 1000):
         self.node, self.target, self.seq = node, target, first_seq
 
-    def envelope(self, etype: int, plaintext: bytes, flags: int) -> tuple[str, bytes]:
-        self.seq += 1
+    def envelope(self, etype: int, plaintext: bytes, flags: int, seq: int | None = None) -> tuple[str, bytes]:
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
         nonce = os.urandom(12)
-        header = Header(etype, self.seq, int(__import__("time").time() * 1000), len(plaintext), self.node.id_bytes,
+        header = Header(etype, seq, int(__import__("time").time() * 1000), len(plaintext), self.node.id_bytes,
                         self.target.id_bytes, flags)
-        return envelope_filename(self.node.name, self.node.id_bytes, self.seq, nonce), \
+        return envelope_filename(self.node.name, self.node.id_bytes, seq, nonce), \
             seal(header, plaintext, self.node.key, nonce)
 
     def deliver(self, etype: int, plaintext: bytes, flags: int) -> str:
@@ -74,9 +76,33 @@ class Forger:
         inject(self.node.root, self.target.name, name, data)
         return name
 
-    def chunks(self, body: bytes, limit: int = 4096, mid: str = "forged", first=None):
-        first = first or {"from": self.node.name, "to": self.target.name, "body": "bytes"}
-        return list(chunks.chunks(first, mid, body, limit, MiB))
+    def message(self, body: bytes, mid: str, order: list[int] | None = None, limit: int = 4096,
+                forged: dict[int, dict] | None = None) -> list[tuple[str, bytes]]:
+        """The sealed chunks of one message, to be delivered in `order` (chunk indexes; repeats and
+        omissions allowed; by default all, in order), numbered in that order. Each chunk names the
+        tag of the envelope that carried the chunk before (a chunk never delivered is sealed all the
+        same, so the chain goes on). `forged` changes header fields of a chunk as a key holder could."""
+        cutter = chunks.Chunker({"from": self.node.name, "to": self.target.name, "body": "bytes"}, mid, body, limit,
+                                MiB)
+        order = list(range(cutter.count)) if order is None else order
+        base, self.seq = self.seq, self.seq + len(order) + cutter.count
+        out: dict[int, tuple[str, bytes]] = {}
+        prev = None
+        for index in range(cutter.count):  # in chain order; each position of `order` gets its own number
+            plaintext = cutter.plaintext(index, prev)
+            if forged and index in forged:
+                header, piece = chunks.decode(plaintext, 1, chunks.FLAG_BINARY | chunks.FLAG_CHUNK)
+                plaintext = chunks.binary_plaintext({**header, **forged[index]}, piece.data)
+            sealed = None
+            for pos in [p for p, i in enumerate(order) if i == index] or [len(order) + index]:
+                out[pos] = self.envelope(1, plaintext, chunks.FLAG_BINARY | chunks.FLAG_CHUNK, base + pos + 1)
+                sealed = sealed or out[pos][1]
+            prev = chunks.chain_value(sealed)
+        return [out[pos] for pos in range(len(order))]
+
+    def deliver_all(self, sealed: list[tuple[str, bytes]]) -> None:
+        for name, data in sealed:
+            inject(self.node.root, self.target.name, name, data)
 
 
 class stopped:

@@ -114,13 +114,10 @@ def test_too_large_is_refused_at_once_and_nothing_is_written(root, key):
 def test_a_broken_chain_voids_the_message_with_a_journaled_reason(pair, case, reason):
     a, b, got = pair
     forger = Forger(a, b)
-    parts = forger.chunks(os.urandom(20_000), mid=f"m-{case}")
-    if case == "forged":  # a key holder seals a foreign piece where chunk 2 belongs
-        parts[2] = forger.chunks(os.urandom(20_000), mid=f"m-{case}")[2]
     order = {"missing": [0, 1, 3, 4, 5], "reordered": [0, 2, 1, 3, 4, 5], "duplicated": [0, 1, 1, 2, 3, 4, 5],
-             "forged": [0, 1, 2, 3, 4, 5], "start_missing": [1, 2, 3, 4, 5]}[case]
-    for i in order:
-        forger.deliver(MSG, parts[i][2], FLAG_BINARY | FLAG_CHUNK)
+             "forged": None, "start_missing": [1, 2, 3, 4, 5]}[case]
+    forged = {2: {"chunkPrev": "0" * 32}} if case == "forged" else None  # a key holder's chunk 2 that names no chunk
+    forger.deliver_all(forger.message(os.urandom(20_000), f"m-{case}", order, forged=forged))
     rejected = wait_record(b, "envelope", outcome="rejected", reason=reason)
     assert rejected["peer"] == "a" and rejected["messageId"] == f"m-{case}" and "chunk" in rejected
     wait_until(lambda: len(inbox(b.root, "b")) == 0, 10, "every forged chunk judged")
@@ -128,8 +125,7 @@ def test_a_broken_chain_voids_the_message_with_a_journaled_reason(pair, case, re
         voided = wait_record(b, "message", event="voided", messageId=f"m-{case}")
         assert voided["reason"] == reason and voided["dir"] == "in"
     after = os.urandom(9000)  # the same sender instance goes on: a whole message after the voided one
-    for _, _, plaintext in forger.chunks(after, mid="after"):
-        forger.deliver(MSG, plaintext, FLAG_BINARY | FLAG_CHUNK)
+    forger.deliver_all(forger.message(after, "after"))
     wait_until(lambda: got, 10, "the whole message")
     assert [m.data for m in got] == [after], "never a corrupt delivery"
     assert b.counters()["rejected"][reason] >= 1 and b.extensions["chunks"].reserved()["total"] == 0
@@ -138,15 +134,14 @@ def test_a_broken_chain_voids_the_message_with_a_journaled_reason(pair, case, re
 def test_partial_messages_expire_and_free_their_reservation(pair):
     a, b, got = pair
     forger = Forger(a, b)
-    parts = forger.chunks(os.urandom(20_000), mid="stalled")
-    for _, _, plaintext in parts[:3]:
-        forger.deliver(MSG, plaintext, FLAG_BINARY | FLAG_CHUNK)
+    parts = forger.message(os.urandom(20_000), "stalled")
+    forger.deliver_all(parts[:3])
     wait_until(lambda: b.extensions["chunks"].partials(), 10, "the partial message")
     assert b.extensions["chunks"].reserved()["bySender"] == {"a": 20_000}
     voided = wait_record(b, "message", event="voided", messageId="stalled")
     assert voided["reason"] == "chunk_expired" and "3 of 6" in voided["detail"]
     assert b.extensions["chunks"].partials() == [] and b.extensions["chunks"].reserved()["total"] == 0
-    forger.deliver(MSG, parts[3][2], FLAG_BINARY | FLAG_CHUNK)
+    forger.deliver_all(parts[3:4])
     wait_record(b, "envelope", outcome="rejected", reason="chunk_expired")
     assert got == []
 

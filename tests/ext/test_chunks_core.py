@@ -66,7 +66,9 @@ def test_the_v1_layout_is_decoded_as_v1_whatever_the_reliable_bit():
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":1,"chunkCount":2,"messageSize":4}\x00ab', MSG, BOTH,
      "chunkPrev"),
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":0,"chunkCount":2,"messageSize":4,"body":"bytes",'
-     b'"chunkPrev":"' + b"0" * 64 + b'"}\x00ab', MSG, BOTH, "first chunk"),
+     b'"chunkPrev":"' + b"0" * 32 + b'"}\x00ab', MSG, BOTH, "first chunk"),
+    (b'{"from":"a","to":"b","messageId":"m","chunkIndex":1,"chunkCount":2,"messageSize":4,'
+     b'"chunkPrev":"' + b"0" * 64 + b'"}\x00ab', MSG, BOTH, "32 lowercase"),
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":0,"chunkCount":2,"messageSize":-4,"body":"bytes"}\x00ab',
      MSG, BOTH, "messageSize"),
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":true,"chunkCount":2,"messageSize":4,"body":"bytes"}\x00ab',
@@ -84,9 +86,21 @@ def test_a_header_is_found_only_within_its_bound():
         chunks.decode(header + b"\x00raw", MSG, FLAG_BINARY)
 
 
+def tag(plaintext: bytes) -> str:
+    """A stand-in for the tag of the envelope that would carry `plaintext` (32 hex digits): the
+    reassembly only compares chain values."""
+    return hashlib.md5(plaintext).hexdigest()
+
+
 def _split(body: bytes, limit: int = 4096, chunk_size: int = MiB, first=None, mid="m1"):
-    first = first or {"from": "a", "to": "b", "body": "bytes"}
-    return list(chunks.chunks(first, mid, body, limit, chunk_size))
+    """(index, count, plaintext) of each chunk, chained as a sender chains them."""
+    cutter = chunks.Chunker(first or {"from": "a", "to": "b", "body": "bytes"}, mid, body, limit, chunk_size)
+    out, prev = [], None
+    for index in range(cutter.count):
+        plaintext = cutter.plaintext(index, prev)
+        prev = tag(plaintext)
+        out.append((index, cutter.count, plaintext))
+    return out
 
 
 def test_chunks_fit_the_limit_are_chained_and_carry_the_type_fields_only_first():
@@ -98,8 +112,7 @@ def test_chunks_fit_the_limit_are_chained_and_carry_the_type_fields_only_first()
         header, piece = chunks.decode(plaintext, MSG, BOTH)
         assert (header["chunkIndex"], header["chunkCount"], header["messageSize"]) == (index, count, len(body))
         assert header.get("chunkPrev") == prev and ("body" in header) == (index == 0)
-        assert piece.digest == hashlib.sha256(plaintext).hexdigest()
-        prev = piece.digest
+        prev = tag(plaintext)
     assert b"".join(chunks.decode(p, MSG, BOTH)[1].data for _, _, p in parts) == body
     assert len(_split(body, limit=4096, chunk_size=1000)) == 20  # the configured chunk size bounds pieces too
 
@@ -114,7 +127,7 @@ def feed_all(r: Reassembly, parts, key=b"k", sender="a", etype=MSG, flags=BOTH, 
     steps = []
     for _, _, plaintext in parts:
         header, piece = chunks.decode(plaintext, etype, flags)
-        steps.append(r.feed(key, sender, etype, flags, header, piece, len(plaintext) + 92, now))
+        steps.append(r.feed(key, sender, etype, flags, header, piece, tag(plaintext), len(plaintext) + 92, now))
     return steps
 
 
@@ -152,7 +165,7 @@ def _sequence(case: str, parts, other, body_len: int):
         "missing": lambda: parts[:2] + parts[3:],
         "reordered": lambda: [parts[0], parts[2], parts[1]] + parts[3:],
         "duplicated": lambda: parts[:2] + [parts[1]] + parts[2:],
-        "forged": lambda: parts[:2] + [_mutated(parts, 2, chunkPrev="0" * 64)] + parts[3:],
+        "forged": lambda: parts[:2] + [_mutated(parts, 2, chunkPrev="0" * 32)] + parts[3:],
         "foreign": lambda: parts[:2] + [other[2]] + parts[3:],
         "count": lambda: parts[:2] + [_mutated(parts, 2, chunkCount=99)] + parts[3:],
         "size": lambda: parts[:2] + [_mutated(parts, 2, messageSize=1)] + parts[3:],
@@ -187,7 +200,7 @@ def _rechained(parts, **fields):
         if prev is not None:
             header["chunkPrev"] = prev
         again = chunks.binary_plaintext(header, piece.data)
-        prev = chunks.digest(again)
+        prev = tag(again)
         out.append((index, count, again))
     return out
 
@@ -254,11 +267,13 @@ for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "cl
 from speed_runtime.core import chunks, reassembly, reliable
 touched = []
 sys.addaudithook(lambda event, args: touched.append(event) if event.split(".")[0] in ("open", "os", "shutil") else None)
-parts = list(chunks.chunks({"from": "a", "to": "b", "body": "bytes"}, "m", b"x" * 5000, 2048, 1 << 20))
+cutter = chunks.Chunker({"from": "a", "to": "b", "body": "bytes"}, "m", b"x" * 5000, 2048, 1 << 20)
 r = reassembly.Reassembly(1 << 20, 1 << 22, 1 << 21, 1000)
-for _, _, p in parts:
-    h, piece = chunks.decode(p, 1, 6)
-    step = r.feed(b"k", "a", 1, 6, h, piece, 1, 0)
+prev = None
+for i in range(cutter.count):
+    h, piece = chunks.decode(cutter.plaintext(i, prev), 1, 6)
+    prev = chunks.chain_value(b"\x00" * 80 + bytes([i]) * 16)
+    step = r.feed(b"k", "a", 1, 6, h, piece, prev, 1, 0)
 assert step.kind == "complete"
 d = reliable.Deliveries(4)
 assert d.begin("a", "m")[0] == "new"

@@ -45,7 +45,8 @@ def test_each_envelope_seals_opens_and_decodes_as_stated(v):
     if v["layout"] == "binary":
         assert payload["data"] == (bytes.fromhex(v["value_hex"]) if v["value_kind"] == "bytes" else v["value"])
     elif v["layout"] == "chunk":
-        assert piece.digest == v["digest"] == hashlib.sha256(plaintext).hexdigest()
+        assert piece.data.tobytes() == plaintext[plaintext.index(b"\x00") + 1:]
+        assert chunks.chain_value(bytes.fromhex(v["envelope_hex"])) == v["chain"] == v["envelope_hex"][-32:]
     elif v["type"] == 8:
         assert [a[0] for a in reliable.read_acks(payload)] == v["acknowledges"]
     else:
@@ -61,7 +62,7 @@ def test_each_message_reassembles_or_is_voided_as_stated(m):
         plaintext = bytes.fromhex(v["plaintext_hex"])
         header, piece = chunks.decode(plaintext, v["type"], v["flags"])
         steps.append(r.feed(uuid.UUID(v["source_id"]).bytes, "billing", v["type"], v["flags"], header, piece,
-                            len(plaintext) + 92, 0))
+                            v["chain"], len(plaintext) + 92, 0))
     if m["outcome"] == "delivered":
         assert [s.kind for s in steps].count(COMPLETE) == 1 and steps[-1].kind == COMPLETE
         done = steps[-1]
@@ -79,11 +80,13 @@ def test_each_message_reassembles_or_is_voided_as_stated(m):
 
 @pytest.mark.parametrize("m", [m for m in VECTORS["messages"] if m["outcome"] == "delivered"], ids=lambda m: m["name"])
 def test_the_runtime_cuts_and_chains_a_body_into_the_same_chunks(m):
-    plaintexts = [bytes.fromhex(BY_NAME[n]["plaintext_hex"]) for n in m["envelopes"]]
-    first, _ = chunks.decode(plaintexts[0], BY_NAME[m["envelopes"][0]]["type"], chunks.FLAG_BINARY | chunks.FLAG_CHUNK)
+    vectors = [BY_NAME[n] for n in m["envelopes"]]
+    plaintexts = [bytes.fromhex(v["plaintext_hex"]) for v in vectors]
+    first, _ = chunks.decode(plaintexts[0], vectors[0]["type"], chunks.FLAG_BINARY | chunks.FLAG_CHUNK)
     body = b"".join(p[p.index(b"\x00") + 1:] for p in plaintexts)
     first = {k: v for k, v in first.items() if k not in ("messageId", "chunkIndex", "chunkCount", "messageSize")}
-    made = [p for _, _, p in chunks.chunks(first, m["messageId"], body, 1 << 20, VECTORS["piece"])]
+    cutter = chunks.Chunker(first, m["messageId"], body, 1 << 20, VECTORS["piece"])
+    made = [cutter.plaintext(i, vectors[i - 1]["chain"] if i else None) for i in range(cutter.count)]
     assert made == plaintexts
 
 

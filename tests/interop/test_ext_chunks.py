@@ -130,16 +130,22 @@ def test_forged_and_broken_chains_are_refused_by_the_c_node(procs, env):
     c = procs.c_node("cnode", allow=["py"], args=FEATURES)
     with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"]) as node:
         target = __import__("uuid").UUID(c.id).bytes
-        parts = [p for _, _, p in chunks.chunks({"from": "py", "to": "cnode", "body": "bytes"}, "forged-1",
-                                               os.urandom(5000), 1500, MiB)]
-        other = [p for _, _, p in chunks.chunks({"from": "py", "to": "cnode", "body": "bytes"}, "forged-1",
-                                               os.urandom(5000), 1500, MiB)]
-        for seq, plaintext in enumerate([parts[0], parts[1], other[2], parts[3]], start=500):
-            nonce = os.urandom(12)
+
+        def sealed(plaintext: bytes, seq: int) -> bytes:
             header = Header(EnvelopeType.MESSAGE, seq, int(__import__("time").time() * 1000), len(plaintext),
                             node.id_bytes, target, BINARY | CHUNK)
-            inject(env.root, "cnode", envelope_filename("py", node.id_bytes, seq, nonce),
-                   seal(header, plaintext, node.key, nonce))
+            return seal(header, plaintext, node.key, os.urandom(12))
+
+        def chain(body: bytes, first_seq: int) -> list[bytes]:
+            cutter = chunks.Chunker({"from": "py", "to": "cnode", "body": "bytes"}, "forged-1", body, 1500, MiB)
+            out, prev = [], None
+            for i in range(cutter.count):
+                out.append(sealed(cutter.plaintext(i, prev), first_seq + i))
+                prev = chunks.chain_value(out[-1])
+            return out
+        ours, other = chain(os.urandom(5000), 500), chain(os.urandom(5000), 500)  # same id and numbers, another chain
+        for seq, data in ((500, ours[0]), (501, ours[1]), (502, other[2]), (503, ours[3])):
+            inject(env.root, "cnode", envelope_filename("py", node.id_bytes, seq, data[64:76]), data)
         voided = c.wait_event(event="voided", messageId="forged-1")
         later = c.wait_event(event="rejected", seq=503)
     assert voided["reason"] == "chunk_chain" and later["reason"] == "chunk_chain"

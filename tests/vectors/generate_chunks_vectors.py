@@ -46,7 +46,7 @@ def sealed(name: str, etype: int, flags: int, seq: int, plaintext: bytes, src: s
     envelope = hdr + nonce + crypto_aead_chacha20poly1305_ietf_encrypt(plaintext, hdr, nonce, KEY)
     return {"name": name, "type": etype, "flags": flags, "sequence": seq, "timestamp_ms": BASE_TS + seq,
             "source_id": src, "target_id": dst, "nonce_hex": nonce.hex(), "plaintext_hex": plaintext.hex(),
-            "digest": hashlib.sha256(plaintext).hexdigest(), "envelope_hex": envelope.hex(),
+            "chain": envelope[-16:].hex(), "envelope_hex": envelope.hex(),
             "filename": f"{sender}.{uuid.UUID(src).hex[:8]}.{seq:020d}.{nonce.hex()[:8]}.env"}
 
 
@@ -54,22 +54,16 @@ def binary(header: dict, body: bytes) -> bytes:
     return js(header) + b"\x00" + body
 
 
-def chunked(first: dict, message_id: str, body: bytes) -> list[bytes]:
-    """The plaintexts of a chunked body: the first chunk carries `first` (from, to, the type's
-    fields, body) then the chunk fields; later ones from, to and the chunk fields with chunkPrev,
-    the SHA-256 of the whole plaintext before."""
-    pieces = [body[i:i + PIECE] for i in range(0, len(body), PIECE)] or [b""]
-    out, prev = [], None
-    for index, piece in enumerate(pieces):
-        base = first if index == 0 else {"from": first["from"], "to": first["to"]}
-        header = {**base, "messageId": message_id, "chunkIndex": index, "chunkCount": len(pieces),
-                  "messageSize": len(body)}
-        if prev is not None:
-            header["chunkPrev"] = prev
-        plaintext = binary(header, piece)
-        prev = hashlib.sha256(plaintext).hexdigest()
-        out.append(plaintext)
-    return out
+def chunk_plaintext(first: dict, message_id: str, body: bytes, index: int, prev: str | None) -> bytes:
+    """Chunk `index` of a body cut in PIECE-byte pieces: the first chunk carries `first` (from, to,
+    the type's fields, body) then the chunk fields; later ones from, to and the chunk fields with
+    chunkPrev, the tag (last 16 bytes, hex) of the envelope that carried the chunk before."""
+    count = max(1, -(-len(body) // PIECE))
+    base = first if index == 0 else {"from": first["from"], "to": first["to"]}
+    header = {**base, "messageId": message_id, "chunkIndex": index, "chunkCount": count, "messageSize": len(body)}
+    if prev is not None:
+        header["chunkPrev"] = prev
+    return binary(header, body[index * PIECE:(index + 1) * PIECE])
 
 
 def build() -> dict:
@@ -98,15 +92,19 @@ def build() -> dict:
         src=REPORTS, dst=BILLING, sender="reports", layout="v1", messageId="rel-0001",
         acknowledges=["rel-0001", "rel-0002"])
 
-    def message(name, etype, flags, first, mid, body, order=None, replace=None, **expect):
-        plains = chunked(first, mid, body)
-        names = [add(f"{name}_{i}", etype, flags, p, layout="chunk") for i, p in enumerate(plains)]
-        for index, plaintext in (replace or {}).items():
-            names.append(add(f"{name}_{index}_forged", etype, flags, plaintext, layout="chunk"))
-            names[index] = names.pop()
+    def message(name, etype, flags, first, mid, body, order=None, forge=None, **expect):
+        """Seal the chunks in chain order (each names the tag of the envelope before); `order`
+        lists the chunks in the order a receiver gets them; `forge` changes a chunk's header."""
+        names, prev = [], None
+        for index in range(max(1, -(-len(body) // PIECE))):
+            plaintext = chunk_plaintext(first, mid, body, index, prev)
+            if forge and index in forge:
+                head, piece = plaintext.split(b"\x00", 1)
+                plaintext = binary({**json.loads(head), **forge[index]}, piece)
+            names.append(add(f"{name}_{index}", etype, flags, plaintext, layout="chunk"))
+            prev = envelopes[-1]["chain"]
         feed = [names[i] for i in (order or range(len(names)))]
         messages.append({"name": name, "envelopes": feed, "messageId": mid, **expect})
-        return plains
 
     body = bytes((i * 7 + 3) & 0xFF for i in range(200))
     first = {"from": "billing", "to": "reports", "body": "bytes"}
@@ -126,11 +124,7 @@ def build() -> dict:
             outcome="voided", reason="chunk_missing")
     message("chunk_duplicated", MESSAGE, BINARY | CHUNK, first, "msg-0005", body, order=[0, 1, 1, 2, 3],
             outcome="voided", reason="chunk_missing")
-    good = chunked(first, "msg-0006", body)
-    forged_header = {"from": "billing", "to": "reports", "messageId": "msg-0006", "chunkIndex": 2, "chunkCount": 4,
-                     "messageSize": len(body), "chunkPrev": "0" * 64}
-    message("chunk_chain_forged", MESSAGE, BINARY | CHUNK, first, "msg-0006", body,
-            replace={2: binary(forged_header, good[2][good[2].index(b"\x00") + 1:])},
+    message("chunk_chain_forged", MESSAGE, BINARY | CHUNK, first, "msg-0006", body, forge={2: {"chunkPrev": "0" * 32}},
             outcome="voided", reason="chunk_chain")
 
     for name, etype, flags, plaintext in (
@@ -143,7 +137,10 @@ def build() -> dict:
                      "chunkCount": 2, "messageSize": 2}, b"x")),
             ("chunk_prev_on_first", MESSAGE, BINARY | CHUNK,
              binary({"from": "billing", "to": "reports", "body": "bytes", "messageId": "m", "chunkIndex": 0,
-                     "chunkCount": 2, "messageSize": 2, "chunkPrev": "0" * 64}, b"x")),
+                     "chunkCount": 2, "messageSize": 2, "chunkPrev": "0" * 32}, b"x")),
+            ("chunk_prev_not_a_tag", MESSAGE, BINARY | CHUNK,
+             binary({"from": "billing", "to": "reports", "messageId": "m", "chunkIndex": 1, "chunkCount": 2,
+                     "messageSize": 2, "chunkPrev": "0" * 64}, b"x")),
             ("reliable_without_id", MESSAGE, RELIABLE, js({"from": "billing", "to": "reports", "data": 1}))):
         seq[0] += 1
         v = sealed(name, etype, flags, seq[0], plaintext, BILLING, REPORTS, "billing")

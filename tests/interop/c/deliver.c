@@ -190,6 +190,8 @@ deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_
         char fname[ENV_FILENAME_MAX];
         env_filename(fname, sizeof fname, n->name, n->id_bytes, h.sequence, nonce);
         int r = write_and_move(n, target, tmpfd, inboxfd, env, env_len, fname, err, errlen);
+        uint8_t tag[ENV_TAG_LEN];
+        memcpy(tag, env + env_len - ENV_TAG_LEN, ENV_TAG_LEN);
         free(env);
         if (r == -1)
             continue; /* a name collision: reseal */
@@ -197,6 +199,7 @@ deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_
             if (info) {
                 info->seq = h.sequence;
                 memcpy(info->target_id, target_id, 16);
+                memcpy(info->tag, tag, ENV_TAG_LEN);
             }
             snprintf(link->last_file, sizeof link->last_file, "%s", fname);
             link->next_seq++; /* a failed delivery consumes no sequence number */

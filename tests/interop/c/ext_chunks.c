@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
-
 void chunk_piece_free(chunk_piece *p)
 {
     if (p) {
@@ -41,11 +39,11 @@ static int u64_at_most(const jval *h, const char *key, uint64_t most, uint64_t *
     return json_get_u64(h, key, out) == 0 && *out <= most;
 }
 
-static int is_hex64(const char *s)
+static int is_hex32(const char *s)
 {
-    if (!s || strlen(s) != 64)
+    if (!s || strlen(s) != 2 * ENV_TAG_LEN)
         return 0;
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < 2 * ENV_TAG_LEN; i++)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return 1;
@@ -121,7 +119,7 @@ const char *chunks_decode(int type, uint16_t flags, const uint8_t *pt, size_t le
     int ok = chunks_valid_id(json_get_str(h, "messageId")) && u64_at_most(h, "chunkCount", CHUNKS_MAX_COUNT, &count) &&
              u64_at_most(h, "chunkIndex", CHUNKS_MAX_COUNT - 1, &index) &&
              u64_at_most(h, "messageSize", 1ull << 53, &size) && index < count &&
-             (index == 0 ? (!json_get(h, "chunkPrev") && first_fields_ok(type, h)) : is_hex64(prev));
+             (index == 0 ? (!json_get(h, "chunkPrev") && first_fields_ok(type, h)) : is_hex32(prev));
     if (!ok) {
         json_free(h);
         return "bad_payload";
@@ -130,7 +128,7 @@ const char *chunks_decode(int type, uint16_t flags, const uint8_t *pt, size_t le
     p->len = blen;
     p->data = xmalloc(blen + 1);
     memcpy(p->data, body, blen);
-    crypto_hash_sha256(p->digest, pt, len);
+    memset(p->chain, 0, sizeof p->chain);
     *payload = h;
     *piece = p;
     return NULL;
@@ -334,8 +332,9 @@ void reasm_feed(reasm_t *r, const char *sender, const uint8_t instance[16], int 
                  (unsigned long long)index, p->next);
         goto done;
     } else {
-        uint8_t want[32];
-        if (hex_decode(json_get_str(h, "chunkPrev"), want, 32) != 0 || memcmp(want, p->prev, 32) != 0) {
+        uint8_t want[ENV_TAG_LEN];
+        if (hex_decode(json_get_str(h, "chunkPrev"), want, ENV_TAG_LEN) != 0 ||
+            memcmp(want, p->prev, ENV_TAG_LEN) != 0) {
             void_partial(r, p, "chunk_chain", out);
             refuse(out, "chunk_chain");
             goto done;
@@ -349,7 +348,7 @@ void reasm_feed(reasm_t *r, const char *sender, const uint8_t instance[16], int 
     }
     memcpy(p->buf + p->received, piece->data, piece->len);
     p->received += piece->len;
-    memcpy(p->prev, piece->digest, 32);
+    memcpy(p->prev, piece->chain, ENV_TAG_LEN);
     p->last_ms = now_ms;
     p->next++;
     if (p->next < p->count) {

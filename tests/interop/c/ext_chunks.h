@@ -24,11 +24,12 @@
 #define CHUNKS_ID_MAX 64
 #define CHUNKS_REMEMBERED_VOIDS 4096
 
-/* A decoded chunk: its piece (malloc'd copy) and the SHA-256 of its whole plaintext. */
+/* A decoded chunk: its piece (malloc'd copy) and its chain value: the authentication tag of the
+ * envelope that carried it (the file's last 16 bytes; set by whoever read the file). */
 typedef struct {
     uint8_t *data;
     size_t len;
-    uint8_t digest[32];
+    uint8_t chain[ENV_TAG_LEN];
 } chunk_piece;
 
 void chunk_piece_free(chunk_piece *p);
@@ -53,7 +54,7 @@ typedef struct {
     uint16_t flags;
     uint32_t count, next;
     uint64_t size, received;
-    uint8_t prev[32];
+    uint8_t prev[ENV_TAG_LEN]; /* the tag of the envelope of the last chunk taken */
     uint8_t *buf; /* size + 1 bytes */
     jval *first;  /* the first chunk's header without the chunk fields */
     int64_t last_ms;

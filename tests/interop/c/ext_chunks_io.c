@@ -146,7 +146,7 @@ static uint8_t *join(const jval *header, const uint8_t *piece, size_t plen, size
 }
 
 static jval *chunk_header(const jval *first, const char *id, uint64_t index, uint64_t count, uint64_t size,
-                          const uint8_t *prev)
+                          const uint8_t *prev /* the tag of the envelope of the chunk before */)
 {
     jval *h;
     if (index == 0) {
@@ -161,8 +161,8 @@ static jval *chunk_header(const jval *first, const char *id, uint64_t index, uin
     json_set(h, "chunkCount", json_int((int64_t)count));
     json_set(h, "messageSize", json_int((int64_t)size));
     if (prev) {
-        char hex[65];
-        hex_encode(prev, 32, hex);
+        char hex[2 * ENV_TAG_LEN + 1];
+        hex_encode(prev, ENV_TAG_LEN, hex);
         json_set(h, "chunkPrev", json_str(hex));
     }
     return h;
@@ -171,7 +171,7 @@ static jval *chunk_header(const jval *first, const char *id, uint64_t index, uin
 /* The longest chunk header a body of size bytes can have (the first, or a late one). */
 static size_t header_room(const jval *first, const char *id, uint64_t size)
 {
-    uint8_t zero[32] = {0};
+    uint8_t zero[ENV_TAG_LEN] = {0};
     size_t a = 0, b = 0;
     jval *h0 = chunk_header(first, id, 0, CHUNKS_MAX_COUNT, size, NULL);
     jval *h1 = chunk_header(first, id, CHUNKS_MAX_COUNT - 1, CHUNKS_MAX_COUNT, size, zero);
@@ -217,14 +217,13 @@ static int send_body(node_t *n, const char *target, int type, uint16_t flags, co
         snprintf(err, errlen, "%zu bytes would need %llu chunks; nothing was sent", len, (unsigned long long)count);
         return DELIVER_FAILED;
     }
-    uint8_t prev[32], instance[16];
+    uint8_t instance[16];
     deliver_info di = {0};
-    for (uint64_t i = 0; i < count; i++) {
+    for (uint64_t i = 0; i < count; i++) { /* chunk i names the tag of the envelope of chunk i - 1 */
         size_t off = (size_t)(i * piece), plen = len - off < piece ? len - off : piece;
-        jval *h = chunk_header(first, id, i, count, len, i ? prev : NULL);
+        jval *h = chunk_header(first, id, i, count, len, i ? di.tag : NULL);
         pt = join(h, body + off, plen, &pt_len);
         json_free(h);
-        crypto_hash_sha256(prev, pt, pt_len);
         int r = node_deliver_raw(n, target, type, flags | ENV_FLAG_BINARY | ENV_FLAG_CHUNK, pt, pt_len,
                                  i ? instance : NULL, &di, err, errlen);
         free(pt);

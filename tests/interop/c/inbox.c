@@ -31,6 +31,7 @@ typedef struct {
     int64_t size; /* -1 while unknown */
     int header_read;
     env_header h;
+    uint8_t tag[ENV_TAG_LEN]; /* its authentication tag (a chunk's chain value) */
 } inbox_file;
 
 /* ---------- reports ---------- */
@@ -228,8 +229,10 @@ static const char *open_file(node_t *n, int dirfd, inbox_file *f, uint8_t **pt, 
     }
     env_header h;
     reason = env_open(n->key, data, len, n->max_payload, &h, pt, pt_len);
-    if (!reason)
+    if (!reason) {
         memcpy(nonce, data + ENV_HEADER_LEN, ENV_NONCE_LEN);
+        memcpy(f->tag, data + len - ENV_TAG_LEN, ENV_TAG_LEN);
+    }
     free(data);
     return reason;
 }
@@ -248,6 +251,8 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     /* section 9: a layout of the chunks extension, when this node speaks it; else v1 JSON */
     int layout = (n->features & FEATURE_CHUNKS) && (h->flags & (ENV_FLAG_BINARY | ENV_FLAG_CHUNK));
     const char *ext_reason = layout ? chunks_decode(h->type, h->flags, pt, pt_len, &p, &n->piece) : NULL;
+    if (n->piece)
+        memcpy(n->piece->chain, f->tag, ENV_TAG_LEN);
     if (!layout)
         p = json_parse((const char *)pt, pt_len, NULL, 0);
     free(pt);

@@ -129,6 +129,7 @@ typedef enum {
 typedef struct deliver_info {
     uint64_t seq;
     uint8_t target_id[16];
+    uint8_t tag[ENV_TAG_LEN]; /* the delivered envelope's authentication tag (what a next chunk names) */
 } deliver_info;
 
 /* Checks ROOT, creates ROOT/NAME/{inbox,tmp} and speed_registry/, loads the key.
