@@ -135,7 +135,7 @@ class ReliableExtension(Extension):
         p.future.message_id = p.message_id  # type: ignore[attr-defined]  # the handle names its message
         self._reserve(p, timeout)
         try:
-            self._transmit(p)
+            self._transmit(p, entry)
         except BaseException:
             self._drop(p.message_id)
             raise
@@ -164,11 +164,12 @@ class ReliableExtension(Extension):
                 self._room.notify_all()
             return p
 
-    def _transmit(self, p: Pending) -> None:
-        """One transmission, sealed for the target's instance of now; raises when nothing was written."""
+    def _transmit(self, p: Pending, entry=None) -> None:
+        """One transmission, sealed for the target's instance of now (`entry` when the caller has
+        just judged it); raises when nothing was written."""
         node = self.node
         node._check_running()  # a node that closed or lost its lease sends nothing more
-        entry = node.sender.live_entry(p.target)
+        entry = entry or node.sender.live_entry(p.target)
         with self._lock:
             p.sealed_for.add(entry.id_bytes)
             p.transmissions += 1

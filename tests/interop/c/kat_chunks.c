@@ -1,7 +1,7 @@
 /* kat_chunks.c - the known answers of the chunks and reliable extensions
  * (tests/vectors/chunks_vectors.json, written by an independent generator from
  * docs/PROTOCOL.md): every envelope seals and opens to its plaintext and decodes as stated
- * (value, chain digest, messageId), every message reassembles or is voided with its reason,
+ * (value, chain value = the envelope tag, messageId), every message reassembles or is voided with its reason,
  * every invalid payload is refused as bad_payload. */
 #include "envelope.h"
 #include "ext_chunks.h"
