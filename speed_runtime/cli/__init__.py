@@ -59,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpeedError as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return exit_code(exc)
+    except TimeoutError as exc:  # a builtin timeout (an OSError too): the exit code scripts wait for
+        print(f"speed: {exc or 'timed out'}", file=sys.stderr)
+        return EXIT_TIMEOUT
     except OSError as exc:  # the operating system refused: one sentence, never a traceback
         print(f"speed: {_os_error(exc)}", file=sys.stderr)
         return EXIT_CONFIG

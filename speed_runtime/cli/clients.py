@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 import time
 import uuid
@@ -36,9 +38,13 @@ def add_parsers(sub) -> None:
     add_common(p)
     add_lock_timeout(p)
     p.add_argument("target")
-    p.add_argument("data", help="JSON value")
+    p.add_argument("data", nargs="?", help="JSON value (or --file)")
+    p.add_argument("--file", metavar="PATH", help="send the raw bytes of this regular file (beyond about 750 KiB the "
+                                                  "target must speak the chunks extension; up to 64 MiB)")
     p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
     p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
+    p.add_argument("--reliable", action="store_true", help="wait for the acknowledgement, retransmitting meanwhile "
+                                                           "(the reliable extension)")
     p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_send)
 
@@ -67,7 +73,7 @@ def _temporary(args: argparse.Namespace):
     # a one-shot node: it follows no other entry than its target's, and its home goes with it
     return Node(args.dir, env_key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
                 heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0,
-                lock_timeout=args.lock_timeout)
+                lock_timeout=args.lock_timeout, features=("chunks", "reliable"))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -84,11 +90,36 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    data = json_arg(args.data, "the message")
+    if (args.file is None) == (args.data is None):
+        raise ConfigError("give the message either as a JSON value or as --file PATH")
+    data = read_message_file(args.file) if args.file is not None else json_arg(args.data, "the message")
     with _temporary(args) as node:
+        if args.reliable:
+            delivered = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout, reliable=True).result()
+            print(f"message {delivered.message_id} to {args.target} acknowledged after {delivered.transmissions} "
+                  "transmission(s)", file=sys.stderr)
+            return EXIT_OK
         seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
     print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
     return EXIT_OK
+
+
+MAX_FILE_MESSAGE = 64 * 1024 * 1024
+
+
+def read_message_file(path: str) -> bytes:
+    """The bytes of a regular file of at most 64 MiB (a FIFO or a device would block or never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        facts = os.fstat(fd)
+        if not stat.S_ISREG(facts.st_mode):
+            raise ConfigError(f"{path} is not a regular file; --file sends the bytes of a regular file")
+        if facts.st_size > MAX_FILE_MESSAGE:
+            raise ConfigError(f"{path} has {facts.st_size} bytes; a message holds at most {MAX_FILE_MESSAGE} bytes")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_FILE_MESSAGE + 1)[:MAX_FILE_MESSAGE]
+    finally:
+        os.close(fd)
 
 
 def cmd_registry(args: argparse.Namespace) -> int:

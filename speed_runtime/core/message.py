@@ -11,4 +11,5 @@ class Message:
     data: Any          # JSON value, or bytes when the sender sent raw bytes
     seq: int
     timestamp_ms: int  # when the sender sealed it
-    size: int          # envelope file size in bytes
+    size: int          # envelope file size in bytes (of all its chunks when it was chunked)
+    message_id: str | None = None  # a chunked or reliable message's id (extensions chunks, reliable)

@@ -60,10 +60,15 @@ def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
 
 
 def message(sender: str, target: str, data: Any) -> dict[str, Any]:
-    if isinstance(data, (bytes, bytearray)):
-        return {"from": sender, "to": target, "data": base64.b64encode(bytes(data)).decode("ascii"),
-                "encoding": "base64"}
-    return {"from": sender, "to": target, "data": data}
+    return v1_form({"from": sender, "to": target, "data": data})
+
+
+def v1_form(payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload as v1 carries it: raw bytes in `data` as base64 with `"encoding": "base64"`."""
+    data = payload.get("data")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return {**payload, "data": base64.b64encode(data).decode("ascii"), "encoding": "base64"}
+    return payload
 
 
 def spc_request(sender: str, target: str, request_id: str, service: str, arguments: Any,

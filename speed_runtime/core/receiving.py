@@ -15,7 +15,7 @@ Order (docs/PROTOCOL.md "Order of checks"):
 from __future__ import annotations
 
 import stat
-from typing import AbstractSet, NamedTuple
+from typing import AbstractSet, Any, Callable, NamedTuple
 
 from . import payloads
 from .entry import RegistryEntry
@@ -54,6 +54,8 @@ class Verdict(NamedTuple):
     nonce: bytes = b""
     gap: int = 0
     detail: str = ""
+    body: Any = None            # what a payload layout of an extension decoded besides the payload (§9)
+    finished: Callable[[bool, BaseException | None], None] | None = None  # told when its handling ended
 
     @property
     def accepted(self) -> bool:
@@ -88,21 +90,30 @@ def header_type(data: bytes) -> str:
     return type_name(data[1]) if len(data) >= HEADER_SIZE else "UNKNOWN"
 
 
+Decoder = Callable[[bytes, int, int], tuple[dict, Any]]
+
+
+def decode_v1(plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any]:
+    return payloads.decode_payload(plaintext, etype), None
+
+
 def judge_envelope(sender: str, data: bytes, key: Key, me: Identity, sender_entry: RegistryEntry | None,
-                   replay: ReplayGuard, now_ms: int, max_payload: int) -> Verdict:
+                   replay: ReplayGuard, now_ms: int, max_payload: int, decode: Decoder = decode_v1) -> Verdict:
     """Steps 3–5. On acceptance the replay state records the envelope (and only then).
     A caller whose cached `sender_entry` disagrees with the envelope's source ID (verdict
-    `unknown_sender` with detail "source") may read the entry afresh and judge again."""
+    `unknown_sender` with detail "source") may read the entry afresh and judge again.
+    `decode(plaintext, type, flags)` gives the payload and anything else a payload layout selected
+    by a flag bit carries (§9); the default is v1's, which ignores the flags."""
     etype = header_type(data)
     try:
         opened = open_envelope(data, key, max_payload)
         header = opened.header
-        payload = payloads.decode_payload(opened.payload, header.type)
+        payload, body = decode(opened.payload, header.type, header.flags)
         check_identities(sender, payload, header, me, sender_entry)
         gap = replay.check(header.source_id, sender, header.sequence, opened.nonce, header.timestamp_ms, now_ms)
     except EnvelopeError as exc:
         return Verdict(exc.reason, etype, detail=exc.detail)
-    return Verdict(None, etype, header, payload, opened.nonce, gap)
+    return Verdict(None, etype, header, payload, opened.nonce, gap, body=body)
 
 
 def check_identities(sender: str, payload: dict, header: Header, me: Identity,

@@ -21,7 +21,8 @@ REJECT_REASONS = (
 )
 # reasons each extension of the contract adds (§9), documented with the extension in docs/PROTOCOL.md
 EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
-    "chunks": (),
+    "chunks": ("chunk_missing", "chunk_chain", "chunk_invalid", "chunk_expired", "message_too_large",
+               "reassembly_full"),
     "reliable": (),
     "quota": (),
     "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
@@ -36,7 +37,9 @@ LEASE_EVENTS = (
 # health events of a node about itself (kind "health", an addition to §8 that readers skip)
 HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
                  "renewal_failed", "stopped_renewing", "services_abandoned")
-RECORD_KINDS = ("envelope", "lease", "health", "control")
+# logical messages of the chunks and reliable extensions (kind "message", readers that do not know it skip it)
+MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
+RECORD_KINDS = ("envelope", "lease", "health", "control", "message")
 CONTROL_OUTCOMES = ("applied", "rejected")  # of a control request (the `control` extension, §9)
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
 ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
@@ -61,6 +64,9 @@ class EnvelopeTrace(NamedTuple):
     latency_ms: float | None = None
     envelope: bytes | None = None
     file: str | None = None  # inbox file name (observers only, not journaled)
+    message_id: str | None = None   # the logical message this envelope belongs to (chunks, reliable)
+    chunk: int | None = None        # its index among the message's chunks…
+    chunks: int | None = None       # …of this many
 
     kind = "envelope"
 
@@ -132,12 +138,43 @@ class SpcTrace(NamedTuple):
     kind = "spc"
 
 
-TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | SpcTrace
-JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace
-JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace)
+class MessageTrace(NamedTuple):
+    """A logical message of the chunks or reliable extension: one record per event of its life.
+    Out (the sender): `sent` (every envelope of a transmission delivered; `attempt` 1),
+    `retransmitted` (attempt 2…), `received` (the receiver acknowledged it), `send-error` (given up,
+    `reason` says why). In (the receiver): `delivered` (handed to the handler, service or caller),
+    `duplicate` (a reliable message already delivered by this instance: not delivered again),
+    `voided` (a chunked message dropped, `reason` one of the chunks reasons). Its envelopes' records
+    carry the same `messageId`."""
+
+    ts: float
+    node: str
+    dir: str            # "out" | "in"
+    peer: str
+    message_id: str
+    event: str
+    type: str = "MESSAGE"
+    size: int = 0       # bytes of the value (the body)
+    chunks: int = 1     # envelopes per transmission
+    attempt: int = 0    # transmissions so far (sender; 0 when not reliable)
+    reliable: bool = False
+    seq: int = 0        # the last envelope's sequence number
+    reason: str | None = None
+    detail: str = ""
+
+    kind = "message"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | SpcTrace | MessageTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | MessageTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, MessageTrace)
 
 _dump = json.dumps
-_OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12))
+_OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12),
+             ("messageId", 16))
 
 
 def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT) -> str:
@@ -154,6 +191,8 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
                 f'"operator":{_dump(event.operator)},"requestId":{_dump(event.request_id)},'
                 f'"command":{_dump(event.command)},"arguments":{_dump(event.arguments, separators=(",", ":"))},'
                 f'"outcome":{_dump(event.outcome)},"reason":{_dump(event.reason)},"detail":{_dump(event.detail)}}}\n')
+    if isinstance(event, MessageTrace):
+        return _message_line(event)
     e = event
     line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
             f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
@@ -164,8 +203,22 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
             line += f',"{key}":{_dump(value)}'
     if e.latency_ms is not None:
         line += f',"latencyMs":{float(e.latency_ms)!r}'
+    if e.chunk is not None:
+        line += f',"chunk":{int(e.chunk)},"chunks":{int(e.chunks or 0)}'
     if e.envelope is not None and len(e.envelope) <= envelope_limit:
         line += ',"envelope":"' + binascii.b2a_base64(e.envelope, newline=False).decode("ascii") + '"'
+    return line + "}\n"
+
+
+def _message_line(e: MessageTrace) -> str:
+    line = (f'{{"kind":"message","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
+            f'"peer":{_dump(e.peer)},"messageId":{_dump(e.message_id)},"event":{_dump(e.event)},'
+            f'"type":{_dump(e.type)},"size":{int(e.size)},"chunks":{int(e.chunks)},"attempt":{int(e.attempt)},'
+            f'"reliable":{"true" if e.reliable else "false"},"seq":{int(e.seq)}')
+    if e.reason is not None:
+        line += f',"reason":{_dump(e.reason)}'
+    if e.detail:
+        line += f',"detail":{_dump(e.detail)}'
     return line + "}\n"
 
 
@@ -205,6 +258,12 @@ def parse_record(rec: Any) -> JournalEvent | None:
             return ControlTrace(ts, node, _name(rec["peer"]), _opt_name(rec, "operator"), _opt(rec, "requestId"),
                                 _opt_name(rec, "command"), arguments if isinstance(arguments, dict) else None,
                                 _name(rec["outcome"]), _opt_name(rec, "reason"), _opt(rec, "detail") or "")
+        if kind == "message":
+            return MessageTrace(ts, node, _name(rec["dir"]), _name(rec["peer"]), _opt(rec, "messageId") or "",
+                                _name(rec["event"]), _opt_name(rec, "type") or "MESSAGE",
+                                int(_number(rec.get("size", 0))), int(_number(rec.get("chunks", 1))),
+                                int(_number(rec.get("attempt", 0))), rec.get("reliable") is True,
+                                int(_number(rec.get("seq", 0))), _opt_name(rec, "reason"), _opt(rec, "detail") or "")
         if kind != "envelope":
             return None
         envelope = rec.get("envelope")
@@ -216,6 +275,7 @@ def parse_record(rec: Any) -> JournalEvent | None:
             error_code=_opt_name(rec, "errorCode"),
             latency_ms=_number(rec["latencyMs"]) if rec.get("latencyMs") is not None else None,
             envelope=base64.b64decode(envelope, validate=True) if isinstance(envelope, str) else None,
+            message_id=_opt(rec, "messageId"), chunk=_opt_int(rec, "chunk"), chunks=_opt_int(rec, "chunks"),
         )
     except (KeyError, TypeError, ValueError, OverflowError, binascii.Error):
         return None
@@ -225,6 +285,11 @@ def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError("not a number")
     return float(v)
+
+
+def _opt_int(rec: dict, key: str) -> int | None:
+    v = rec.get(key)
+    return int(_number(v)) if v is not None else None
 
 
 def _opt(rec: dict, key: str) -> str | None:

@@ -14,15 +14,19 @@ Hooks (all optional; see Extension): `start` after the node registered, `stop` w
 `entry_fields` merged into every registry entry it writes, `on_envelope` for an accepted envelope
 before the node dispatches it (return True when the extension took it over); `watch`, `hint` and
 `step` for an extension with a directory of its own, watched on the node's one inotify instance
-and handled, in bounded steps, on the protocol thread.
+and handled, in bounded steps, on the protocol thread; `decode` for a payload layout selected by
+the extension's flag bit (called by the receiver's judgement, through `decoder`); `outbound` for a
+payload the node is about to deliver (Node.deliver_payload: return the sequence number when the
+extension delivered it in its own layout).
 """
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from ..core.entry import RegistryEntry
 from ..core.errors import ConfigError
+from ..core.receiving import Decoder, decode_v1
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.receiving import Verdict
@@ -46,6 +50,21 @@ KNOWN = {"chunks": "chunks", "reliable": "reliable", "quota": "quota", "control"
 def speaks(entry: RegistryEntry | None, feature: str) -> bool:
     """Whether `entry`'s node advertises `feature` (§9: use an extension only towards it)."""
     return entry is not None and feature in entry.features
+
+
+class Outbound(NamedTuple):
+    """A payload a node is about to deliver (Node.deliver_payload). `payload` holds its value
+    unencoded (`data`, `arguments`, `result`: a JSON value, or raw bytes for a MESSAGE);
+    `entry` is the target's entry when the caller has just judged it."""
+
+    target: str
+    etype: int
+    payload: dict[str, Any]
+    flags: int = 0
+    entry: RegistryEntry | None = None
+    trace_extra: dict[str, Any] | None = None
+    before_deliver: Callable[[int], None] | None = None
+    files: list[str] | None = None   # when given, gets the names of the envelope files delivered
 
 
 class Extension:
@@ -84,6 +103,31 @@ class Extension:
         extension's files. `listed` says the node has just listed its inbox (list yours too).
         Returns True while work is left, so that the thread does not sleep."""
         return False
+
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any] | None:
+        """(payload, anything else the layout carries) for a payload layout this extension's flag
+        bit selects; None when the flags select none of its layouts."""
+        return None
+
+    def outbound(self, out: Outbound) -> int | None:
+        """Deliver `out` in this extension's layout and return its (last) sequence number, or None
+        to leave it to the next extension and finally to v1."""
+        return None
+
+
+def decoder(extensions: dict[str, Extension]) -> Decoder:
+    """The receiver's payload decoder: the enabled extensions' layouts first, then v1's."""
+    layouts = [e for e in extensions.values() if type(e).decode is not Extension.decode]
+    if not layouts:
+        return decode_v1
+
+    def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any]:
+        for extension in layouts:
+            decoded = extension.decode(plaintext, etype, flags)
+            if decoded is not None:
+                return decoded
+        return decode_v1(plaintext, etype, flags)
+    return decode
 
 
 def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:

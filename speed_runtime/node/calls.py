@@ -25,6 +25,7 @@ from ..core.envelope import EnvelopeType
 from ..core.errors import AccessDeniedError, ConfigError, SpcError
 from ..core.records import SpcTrace
 from ..core.services import RegisteredService, precheck
+from ..ext import Outbound
 from .sender import Sender
 from .telemetry import Telemetry
 from .threads import Deadlines, WorkerPool, settle
@@ -44,8 +45,8 @@ class PendingCall:
 
 class Caller:
     def __init__(self, name: str, sender: Sender, allows: Callable[[str], bool], deadlines: Deadlines,
-                 telemetry: Telemetry):
-        self.name, self._sender, self._allows = name, sender, allows
+                 telemetry: Telemetry, deliver: Callable[[Outbound], int]):
+        self.name, self._sender, self._allows, self._deliver = name, sender, allows, deliver
         self._deadlines, self._telemetry = deadlines, telemetry
         self._lock = threading.Lock()
         self._pending: dict[str, PendingCall] = {}
@@ -57,12 +58,11 @@ class Caller:
             raise AccessDeniedError(f"{self.name} does not allow {target}, so the response could not come back; "
                                     f"grant it on {self.name} (allow {target}) first", missing=(self.name, target))
         request_id = uuid.uuid4().hex
-        body = payloads.encode_payload(payloads.spc_request(self.name, target, request_id, service,
-                                                            {} if arguments is None else arguments,
-                                                            max(1, int(timeout * 1000))))
-        return self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._sender.send(
-            target, EnvelopeType.SPC_REQUEST, body, entry=entry,
-            trace_extra={"request_id": request_id, "service": service}))
+        payload = payloads.spc_request(self.name, target, request_id, service, {} if arguments is None else arguments,
+                                       max(1, int(timeout * 1000)))
+        return self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._deliver(Outbound(
+            target, EnvelopeType.SPC_REQUEST, payload, entry=entry,
+            trace_extra={"request_id": request_id, "service": service})))
 
     def expect(self, request_id: str, target: str, target_id: bytes, service: str, timeout: float,
                send: Callable[[], Any]) -> Future:
@@ -186,7 +186,7 @@ class Request:
             self.done()
 
 
-Reply = Callable[[str, EnvelopeType, dict, dict, bytes | None], None]
+Reply = Callable[[str, EnvelopeType, dict, dict], "str | None"]  # Node.reply: why it cannot be sent, or None
 WAITING_PER_SERVICE = 16
 WAITING_TOTAL = 64
 
@@ -332,19 +332,16 @@ class Callee:
     def _respond(self, request: Request, result: Any = None, error: SpcError | None = None) -> None:
         if not request.answered.acquire(blocking=False):
             return  # already answered (result and deadline raced)
-        encoded = None
         caller, name, request_id = request.caller, request.service_name, request.request_id
-        if error is None:
-            try:  # encoded once, here, so that a result that is not JSON becomes an error response
-                body = payloads.spc_success(self.name, caller, request_id, result)
-                encoded = payloads.encode_payload(body)
-            except (TypeError, ValueError):
-                error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a value that is not JSON")
-        if error is not None:
-            body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
-        self._reply(caller, EnvelopeType.SPC_RESPONSE, body,
-                    {"request_id": request_id, "service": name, "status": body["status"],
-                     "error_code": body.get("errorCode")}, encoded)
+        trace = {"request_id": request_id, "service": name, "status": "SUCCESS", "error_code": None}
+        if error is None:  # a result that cannot be sent (not JSON, too large) becomes an error response
+            unsendable = self._reply(caller, EnvelopeType.SPC_RESPONSE,
+                                     payloads.spc_success(self.name, caller, request_id, result), trace)
+            if unsendable is None:
+                return
+            error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a result that cannot be sent: {unsendable}")
+        body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
+        self._reply(caller, EnvelopeType.SPC_RESPONSE, body, {**trace, "status": "ERROR", "error_code": error.code})
 
     def busy(self) -> bool:
         with self._lock:

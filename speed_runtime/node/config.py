@@ -43,6 +43,20 @@ class NodeConfig:
     temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
     features: tuple[str, ...] = ()             # extensions of the contract (§9) this node enables
     operators: tuple[str, ...] = ()            # control: trusted operator public keys (enables `control`)
+    # chunks (ext/chunks.py, docs/PROTOCOL.md "### chunks")
+    max_message: int = 64 * 1024 * 1024        # largest message, SPC argument or result sent or accepted
+    chunk_size: int = 1024 * 1024              # most body bytes per chunk (the receiver's envelope limit bounds it too)
+    chunk_timeout: float = 30.0                # a message whose next chunk does not come within this is voided
+    reassembly_bytes: int = 256 * 1024 * 1024  # reserved for messages being reassembled or handled, in all…
+    reassembly_bytes_per_sender: int = 128 * 1024 * 1024  # …and per sender
+    # reliable (ext/reliable.py, docs/PROTOCOL.md "### reliable")
+    ack_timeout: float = 5.0                   # acknowledgementTimeoutMs: first wait for an acknowledgement
+    max_retransmissions: int = 5               # then send-error
+    retransmission_backoff: float = 2.0        # each wait this many times the one before…
+    max_retransmission_interval: float = 30.0  # …up to this
+    reliable_pending_bytes: int = 256 * 1024 * 1024  # unacknowledged bytes kept for retransmission (sends wait)…
+    reliable_window: int = 1024                # …and unacknowledged messages (so a queue never outgrows the schedule)
+    reliable_remember: int = 100_000           # reliable message ids a receiver remembers (duplicate suppression)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -68,17 +82,23 @@ class NodeConfig:
         if not self.heartbeat_seconds < self.lease_seconds:
             raise ConfigError("the heartbeat interval must be shorter than the lease")
         for name in ("replay_window", "rescan_seconds", "registry_rescan_seconds", "orphan_seconds",
-                     "lock_timeout"):
+                     "lock_timeout", "chunk_timeout", "ack_timeout", "max_retransmission_interval"):
             _positive(name, getattr(self, name), 86_400.0)
         for name in ("reap_grace_seconds", "linger_seconds", "drain_seconds", "stop_grace_seconds"):
             _non_negative(name, getattr(self, name))
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
-                     "read_ahead_total", "journal_max_bytes"):
+                     "read_ahead_total", "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
+                     "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")
-        if isinstance(self.max_gap, bool) or not isinstance(self.max_gap, int) or self.max_gap < 0:
-            raise ConfigError(f"max_gap must be a non-negative integer, not {self.max_gap!r}")
+        for name in ("max_gap", "max_retransmissions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, not {value!r}")
+        _positive("retransmission_backoff", self.retransmission_backoff, 100.0)
+        if self.retransmission_backoff < 1:
+            raise ConfigError(f"retransmission_backoff must be at least 1, not {self.retransmission_backoff!r}")
         for name in self.allow:
             validate_name(name)
 

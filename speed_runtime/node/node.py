@@ -21,10 +21,11 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
 from .. import ext as extensions
+from ..ext import Outbound
 from ..core import payloads
 from ..core.entry import RegistryEntry
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType, Header
-from ..core.errors import ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError
+from ..core.errors import ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError, PayloadTooLargeError
 from ..core.keys import Key
 from ..core.message import Message
 from ..core.names import validate_name
@@ -116,7 +117,8 @@ class Node:
         for extension in self.extensions.values():
             extension.start()
         self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
-        self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry)
+        self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry,
+                             self.deliver_payload)
         self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
                              self.telemetry, cfg.spc_workers, cfg.service_concurrency)
         if cfg.observe_registry:
@@ -249,16 +251,25 @@ class Node:
         if self._state not in ("running", "closing"):
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
-    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:
-        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran."""
+    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0,
+             reliable: bool = False) -> Any:
+        """Send a MESSAGE (a JSON value, or raw bytes); returns its sequence number. With
+        confirm=True, return only after the receiver's handler ran. With reliable=True (the
+        `reliable` extension), return a Future at once that resolves when the receiver acknowledged
+        it, retransmitting meanwhile (ext/reliable.py)."""
         self._check_running()
-        body = payloads.encode_payload(payloads.message(self.name, target, data))
+        if reliable:
+            if confirm:
+                raise ConfigError("choose confirm=True or reliable=True, not both")
+            return self.extension("reliable").send(target, data, timeout)
+        payload = {"from": self.name, "to": target, "data": data}
         if not confirm:
-            return self.sender.send(target, EnvelopeType.MESSAGE, body)
+            return self.deliver_payload(Outbound(target, EnvelopeType.MESSAGE, payload))
         entry = self.sender.live_entry(target)
         waiter: Future = Future()
-        seq = self.sender.send(target, EnvelopeType.MESSAGE, body, flags=FLAG_ACK_REQUESTED, entry=entry,
-                               before_deliver=lambda s: self.sender.expect_ack(target, s, entry.id_bytes, waiter))
+        seq = self.deliver_payload(Outbound(
+            target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry,
+            before_deliver=lambda s: self.sender.expect_ack(target, s, entry.id_bytes, waiter)))
         try:
             waiter.result(timeout)
         except TimeoutError:
@@ -277,14 +288,38 @@ class Node:
         return self.caller.call_async(target, service, arguments, timeout)
 
     def reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None,
-              body: bytes | None = None) -> None:
-        """Send an answer (response, ACK, ERROR, probe reply); a failure is counted, never raised."""
+              flags: int = 0) -> str | None:
+        """Send an answer (response, ACK, ERROR, probe reply); a failure to deliver is counted, never
+        raised. Returns why the payload cannot be sent at all (a value that is not JSON, or too
+        large), None otherwise."""
         try:
             self._check_running()
-            self.sender.send(target, etype, body if body is not None else payloads.encode_payload(payload),
-                             trace_extra=trace_extra)
+            self.deliver_payload(Outbound(target, etype, payload, flags, trace_extra=trace_extra))
+        except (TypeError, ValueError) as exc:
+            return f"it is not JSON ({exc})"[:300]
+        except PayloadTooLargeError as exc:
+            return str(exc)
         except Exception:
             self.telemetry.count("undeliverable")
+        return None
+
+    def deliver_payload(self, out: Outbound) -> int:
+        """Deliver one payload: in an extension's layout when one takes it (§9), else as v1."""
+        for extension in self.extensions.values():
+            seq = extension.outbound(out)
+            if seq is not None:
+                return seq
+        body = payloads.encode_payload(payloads.v1_form(out.payload))
+        return self.sender.send(out.target, out.etype, body, flags=out.flags, entry=out.entry,
+                                before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files)
+
+    def extension(self, feature: str) -> Any:
+        """The enabled extension `feature` (ext/<feature>.py), or ConfigError."""
+        found = self.extensions.get(feature)
+        if found is None:
+            raise ConfigError(f"the {feature!r} extension is not enabled on node {self.name}; "
+                              f"start it with features=[{feature!r}] (speed node --feature {feature})")
+        return found
 
     # ----------------------------------------------------------------- what the receiver calls
     def may_receive(self) -> bool:
@@ -297,7 +332,8 @@ class Node:
         self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
         return False
 
-    def deliver_message(self, message: Message, header: Header) -> None:
+    def deliver_message(self, message: Message, header: Header) -> Exception | None:
+        """Run the handlers (or queue for receive()); returns the handler's exception, if any."""
         try:
             if self._handlers:
                 for handler in list(self._handlers):
@@ -311,9 +347,10 @@ class Node:
                            {"from": self.name, "to": message.sender, "errorCode": "EXECUTION_FAILED",
                             "errorMessage": f"message handler failed: {type(exc).__name__}",
                             "refSeq": header.sequence})
-            return
+            return exc
         if header.ack_requested:
             self.reply(message.sender, EnvelopeType.ACK, payloads.ack(self.name, message.sender, header.sequence))
+        return None
 
     def answer_probe(self, sender: str) -> None:
         entry = self.monitor.get(sender) or self.monitor.refresh(sender)

@@ -26,9 +26,11 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import ext as extensions
 from ..core.envelope import EnvelopeType
 from ..core.errors import DeliveryError
 from ..core.message import Message
+from ..core.reassembly import Assembled
 from ..core.receiving import Identity, Verdict, judge_envelope, judge_name, spc_deadline_ms, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
@@ -85,6 +87,7 @@ class Receiver:
             self.close()
             raise
         self.lanes = SerialLanes(self.node.lane_pool, self.node.handler_failed)
+        self._decode = extensions.decoder(self.node.extensions)  # §9: payload layouts of the enabled extensions
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-protocol", daemon=True)
@@ -232,7 +235,7 @@ class Receiver:
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
         parsed, refused = judge_name(name, self.node.access)
         if refused:
-            self._reject(name, sender if parsed else "?", file_seq, refused)
+            self.reject(name, sender if parsed else "?", file_seq, refused)
             return True
         try:
             data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)
@@ -241,15 +244,15 @@ class Receiver:
         except NotReady:
             return False
         except FileRejected as exc:
-            self._reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
+            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
             return True
         verdict = self.judge_as_delivered(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
         if not verdict.accepted:
-            self._reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
+            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
             return True
-        self._dispatch(verdict, sender, data, name)
+        self.dispatch(verdict, sender, data, name)
         return True
 
     def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
@@ -265,8 +268,9 @@ class Receiver:
         arrived = time.time() - waited
         arrived_ms = int(arrived * 1000)
         if judge is None:
-            key, cap = self.node.key, self.node.config.max_payload
-            judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap)  # noqa: E731
+            key, cap, decode = self.node.key, self.node.config.max_payload, self._decode
+            judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap,  # noqa: E731
+                                                     decode)
         verdict = judge(monitor.get(sender), arrived_ms)
         if stale_source(verdict):  # a sender that has just started: read its entry afresh once
             verdict = judge(monitor.refresh(sender), arrived_ms)
@@ -276,16 +280,16 @@ class Receiver:
                 verdict = judge(departed, arrived_ms)
         return verdict
 
-    def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-                data: bytes | None = None, remove: bool = True) -> None:
+    def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
+               data: bytes | None = None, remove: bool = True, extra: dict | None = None) -> None:
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
-                                               "rejected", reason=reason, envelope=data, file=name))
+                                               "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
 
     # ------------------------------------------------------------------ dispatching
-    def _accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
+    def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
         telemetry = self.node.telemetry
         telemetry.count("received")
         if verdict.gap:
@@ -295,41 +299,65 @@ class Receiver:
                                          verdict.header.sequence, len(data), "accepted", envelope=data, file=name,
                                          **(extra or {})))
 
-    def _dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
-        header, payload = verdict.header, verdict.payload
-        for extension in self.node.extensions.values():  # §9: each sees accepted envelopes first
+    def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
+        """An accepted envelope, or a message an extension assembled from several: every extension
+        sees it first (§9), then `deliver`."""
+        for extension in self.node.extensions.values():
             if extension.on_envelope(verdict, sender, data, name):
                 return
+        self.deliver(verdict, sender, data, name)
+
+    def deliver(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
+        """Dispatch by type (§5.5 step 6). `name` is the inbox file that stays until the handler
+        starts. A message assembled from chunks (`verdict.body` is an `Assembled`) has its size and
+        its envelopes' records from them. `verdict.finished(handled, error)` is called once its
+        handling ended."""
+        header, payload = verdict.header, verdict.payload
+        assembled = isinstance(verdict.body, Assembled)
+        size, traced = (verdict.body.size, True) if assembled else (len(data), False)
+        finished = verdict.finished or _nothing
         etype = header.type
         if etype == _MESSAGE:
             self._hold(sender, name)
-            self._accepted(verdict, sender, data, name)
+            if not traced:
+                mid = payload.get("messageId")
+                self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
             try:
-                self.lanes.submit(sender, lambda: self._run_message(verdict, sender, len(data), name))
+                self.lanes.submit(sender, lambda: self._run_message(verdict, sender, size, name))
             except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
                 with self._lock:
                     self._taken.pop(name, None)
                 self._release(sender)
+                finished(False, None)
             return
         if etype == _SPC_REQUEST:
             self._hold(sender, name)
-            self._accepted(verdict, sender, data, name,
-                           {"request_id": payload["requestId"], "service": payload["service"]})
+            if not traced:
+                self.accepted(verdict, sender, data, name,
+                              {"request_id": payload["requestId"], "service": payload["service"]})
             deadline_ms = spc_deadline_ms(header, payload)
             deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+
+            def done() -> None:
+                self._release(sender)
+                finished(True, None)
             self.node.callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
-                                            deadline, lambda: self._take(name), lambda: self._release(sender)))
+                                            deadline, lambda: self._take(name), done))
             return
         # everything else is settled here and now
         if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
             if not self._expected(etype, sender, header.source_id, payload):
-                self._reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+                self.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+                finished(False, None)
                 return
         if not remove_entry(self.inbox.fd, self.inbox.path, name):
             self.node.telemetry.count("withdrawn")
+            finished(False, None)
             return
         extra = self.node.caller.resolve(payload) if etype == _SPC_RESPONSE else None
-        self._accepted(verdict, sender, data, name, extra)
+        if not traced:
+            self.accepted(verdict, sender, data, name, extra)
+        finished(True, None)
         if etype == _ACK:
             self._settle_ack(sender, header.source_id, payload["ackSeq"], None)
         elif etype == _ERROR and isinstance(payload.get("refSeq"), int):
@@ -357,13 +385,17 @@ class Receiver:
             settle(waiter, seq, error)
 
     def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
+        handled, error = False, None
         try:
             if not self._take(name):
                 self.node.telemetry.count("withdrawn")
                 return
-            self.node.deliver_message(_message(verdict, sender, size), verdict.header)
+            handled = True
+            error = self.node.deliver_message(_message(verdict, sender, size), verdict.header)
         finally:
             self._release(sender)
+            if verdict.finished is not None:
+                verdict.finished(handled, error)
 
     # ------------------------------------------------------------------ read-ahead accounting
     def _hold(self, sender: str, name: str) -> None:
@@ -407,7 +439,13 @@ def _message(verdict: Verdict, sender: str, size: int) -> Message:
             data = base64.b64decode(data, validate=True)
         except ValueError:
             pass  # not valid base64 after all: hand over the text as sent
-    return Message(sender, data, header.sequence, header.timestamp_ms, size)
+    message_id = payload.get("messageId")
+    return Message(sender, data, header.sequence, header.timestamp_ms, size,
+                   message_id if isinstance(message_id, str) else None)
+
+
+def _nothing(handled: bool, error: BaseException | None) -> None:
+    pass
 
 
 def _describe(exc: BaseException) -> str:

@@ -96,9 +96,11 @@ class Sender:
 
     # ------------------------------------------------------------------ sending
     def send(self, target: str, etype: int, body: bytes, *, flags: int = 0, entry: RegistryEntry | None = None,
-             before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None) -> int:
+             before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None,
+             files: list[str] | None = None, sealed: list[bytes] | None = None) -> int:
         """Deliver one envelope with `body` as its plaintext; returns its sequence number.
-        `entry` is the target's entry when the caller has just judged it."""
+        `entry` is the target's entry when the caller has just judged it; `files` and `sealed`, when
+        given, get the delivered file's name and its bytes."""
         if entry is None:
             entry = self.live_entry(target)
         self.check_grant(target, entry)
@@ -119,6 +121,10 @@ class Sender:
             data, filename = self._seal_and_deliver(link, target, entry, etype, seq, flags, body)
             link.next_seq, link.last_file = seq + 1, filename
             self._confirm_delivery(link, target, entry, stamp, filename)
+        if files is not None:
+            files.append(filename)
+        if sealed is not None:
+            sealed.append(data)
         self._telemetry.count("sent")
         if self._telemetry.observers:
             self._telemetry.emit(EnvelopeTrace(time.time(), self.name, "out", target, type_name(etype), seq,

@@ -20,7 +20,11 @@ log.addHandler(logging.NullHandler())  # a library never prints on its own (logg
 COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponses", "handlerErrors",
             "undeliverable", "gaps", "retracted", "withdrawn", "observerErrors", "protocolErrors",
             "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries",
-            "controlApplied", "controlRejected")
+            "controlApplied", "controlRejected",
+            # chunks: envelopes of chunked messages, whole messages delivered and voided
+            "chunksSent", "chunksReceived", "messagesAssembled", "messagesVoided",
+            # reliable: messages sent, retransmissions, acknowledgements, give-ups, duplicates suppressed
+            "reliableSent", "retransmissions", "acknowledged", "sendErrors", "duplicates")
 
 
 class Telemetry:

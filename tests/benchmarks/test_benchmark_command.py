@@ -30,3 +30,19 @@ def test_benchmark_command_tiny_mode_prints_every_measurement(tmp_path):
     again = subprocess.run([sys.executable, "-m", "benchmarks.run", "--tiny", "--write", str(out)],
                            cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "kept by hand" in out.read_text() and out.read_text().count("## Results") == 1
+
+
+def test_chunks_benchmark_tiny_mode_reports_every_measurement():
+    import json
+    result = subprocess.run([sys.executable, "-m", "benchmarks.bench_chunks", "--tiny"], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    for size in ("64 KiB", "1 MiB"):
+        row = report["oneWay"][size]
+        assert set(row["MiBps"]) == {"floor", "send", "reliable"} and all(v > 0 for v in row["MiBps"].values())
+        assert row["sendVsFloor"] > 0 and row["reliableVsSend"] > 0 and row["peakRssMiB"]["receiver"]["VmHWM"] > 0
+    assert report["spc4MiB"]["argumentBytes"] == 4 << 20 and report["spc4MiB"]["callVsFloor"] > 0
+    loss = report["loss"]
+    assert loss["kills"] == 1 and loss["sent"] > 0 and loss["neverHandled"] == 0
+    assert loss["handledTwiceWithinAnInstance"] == 0

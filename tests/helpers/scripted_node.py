@@ -4,12 +4,13 @@ takes DELAY ms, a `slow` service that reports when it starts, node options as JS
 Usage: python -m tests.helpers.scripted_node ROOT KEYFILE NAME [--allow N]... [--delay-ms MS]
        [--options JSON]
 Prints `ready NAME id=ID pid=PID` once registered, then one JSON line per handled MESSAGE
-({"from", "seq", "data"}) and one per service start ({"started": service, "args": ...}); on
+({"from", "seq", "data", "messageId"}; raw bytes as {"sha256", "size"}) and one per service start ({"started": service, "args": ...}); on
 SIGTERM it closes gracefully and prints `closed`.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -41,7 +42,9 @@ def main() -> int:
     def on_message(msg) -> None:
         if args.delay_ms:
             time.sleep(args.delay_ms / 1000)
-        say({"from": msg.sender, "seq": msg.seq, "data": msg.data})
+        data = msg.data if not isinstance(msg.data, bytes) else \
+            {"sha256": hashlib.sha256(msg.data).hexdigest(), "size": len(msg.data)}  # bytes: by digest
+        say({"from": msg.sender, "seq": msg.seq, "data": data, "messageId": msg.message_id})
 
     def slow(arguments: dict) -> dict:
         say({"started": "slow", "args": arguments})

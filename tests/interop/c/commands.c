@@ -7,6 +7,8 @@
  *   call TAG TARGET SERVICE JSON                 -> later {"event":"result","id":TAG,...}
  *                                                   or {"event":"call_error","id":TAG,...}
  *   probe TARGET                HEARTBEAT probe  -> later {"event":"heartbeat_reply",...}
+ *   send-bytes TARGET N         N raw bytes, byte i = (7i+3) mod 256 (chunks extension, else v1
+ *                               base64)      -> {"event":"sent","to":T,"seq":N,"size":N}
  *   stats                                        -> {"event":"stats","nonces":N,...}
  * Errors of a command are reported as {"event":"command_error","error":"..."}. */
 #include "commands.h"
@@ -83,6 +85,31 @@ static void send_command(node_t *n, const char *cmd, char *rest)
     node_emit(n->events, l);
 }
 
+static void send_bytes_command(node_t *n, char *rest)
+{
+    char *target = next_word(&rest);
+    char *end = NULL;
+    unsigned long long size = rest ? strtoull(rest, &end, 10) : 0;
+    if (!target || !rest || !*rest || *end || size > (1ull << 30)) {
+        command_error(n, "usage: %s TARGET BYTES", "send-bytes");
+        return;
+    }
+    char err[512] = "";
+    deliver_info info = {0};
+    deliver_result r = ext_chunks_send_bytes(n, target, size, &info, err, sizeof err);
+    jval *l = json_obj();
+    json_set(l, "event", json_str(r == DELIVER_OK ? "sent" : "send_error"));
+    json_set(l, "to", json_str(target));
+    if (r == DELIVER_OK) {
+        json_set(l, "seq", json_int((int64_t)info.seq));
+        json_set(l, "size", json_int((int64_t)size));
+    } else {
+        json_set(l, "errorCode", json_str(deliver_error_code(r)));
+        json_set(l, "errorMessage", json_str(err));
+    }
+    node_emit(n->events, l);
+}
+
 static void run_command(node_t *n, char *line)
 {
     char *rest = line;
@@ -102,6 +129,8 @@ static void run_command(node_t *n, char *line)
             node_call_async(n, tag, target, service, args, n->cfg.wait_timeout_ms, err,
                             sizeof err);
         json_free(args);
+    } else if (strcmp(cmd, "send-bytes") == 0) {
+        send_bytes_command(n, rest);
     } else if (strcmp(cmd, "stats") == 0) {
         replay_prune(&n->replay, now_wall_ms());
         jval *l = json_obj();

@@ -131,10 +131,29 @@ static int write_and_move(node_t *n, const char *target, int tmpfd, int inboxfd,
 deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t flags,
                             const jval *payload, deliver_info *info, char *err, size_t errlen)
 {
+    int ext_res; /* section 9: a value too large for one envelope, to a node that speaks chunks */
+    if (ext_chunks_outbound(n, target, type, flags, payload, info, &ext_res, err, errlen))
+        return (deliver_result)ext_res;
+    size_t text_len = 0;
+    char *text = json_dump(payload, &text_len);
+    deliver_result r = node_deliver_raw(n, target, type, flags, (const uint8_t *)text, text_len, NULL, info,
+                                        err, errlen);
+    free(text);
+    return r;
+}
+
+deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_t flags,
+                                const uint8_t *text, size_t text_len, const uint8_t *expect_id,
+                                deliver_info *info, char *err, size_t errlen)
+{
     uint8_t target_id[16];
     deliver_result res = check_target(n, target, target_id, err, errlen);
     if (res != DELIVER_OK)
         return res;
+    if (expect_id && memcmp(expect_id, target_id, 16) != 0) { /* the rest of a message: same instance */
+        snprintf(err, errlen, "node %s restarted during the message", target);
+        return DELIVER_UNAVAILABLE;
+    }
 
     res = DELIVER_FAILED;
     int rootfd = -1, homefd = -1, tmpfd = -1, inboxfd = -1;
@@ -152,12 +171,10 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
     }
 
     link_state *link = link_for(n, target, target_id);
-    size_t text_len = 0;
-    char *text = json_dump(payload, &text_len);
     env_header h = {0};
     h.version = ENV_VERSION;
     h.type = (uint8_t)type;
-    h.flags = flags & ENV_FLAG_ACK; /* every other bit 0 on send (section 5, 9) */
+    h.flags = flags; /* bit 0, or extension bits towards a node that advertises them (section 9) */
     h.header_length = ENV_HEADER_LEN;
     h.sequence = link->next_seq;
     memcpy(h.source_id, n->id_bytes, 16);
@@ -173,6 +190,8 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
         char fname[ENV_FILENAME_MAX];
         env_filename(fname, sizeof fname, n->name, n->id_bytes, h.sequence, nonce);
         int r = write_and_move(n, target, tmpfd, inboxfd, env, env_len, fname, err, errlen);
+        uint8_t tag[ENV_TAG_LEN];
+        memcpy(tag, env + env_len - ENV_TAG_LEN, ENV_TAG_LEN);
         free(env);
         if (r == -1)
             continue; /* a name collision: reseal */
@@ -180,6 +199,7 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
             if (info) {
                 info->seq = h.sequence;
                 memcpy(info->target_id, target_id, 16);
+                memcpy(info->tag, tag, ENV_TAG_LEN);
             }
             snprintf(link->last_file, sizeof link->last_file, "%s", fname);
             link->next_seq++; /* a failed delivery consumes no sequence number */
@@ -189,7 +209,6 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
     }
     if (res != DELIVER_OK && !err[0])
         snprintf(err, errlen, "could not deliver to %s: file name collisions", target);
-    free(text);
 out:
     if (inboxfd >= 0)
         close(inboxfd);

@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "envelope.h"
+#include "ext_chunks.h"
+#include "ext_reliable.h"
 #include "json.h"
 #include "replay.h"
 #include "util.h"
@@ -108,7 +110,16 @@ struct node {
     /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
     int extra_fd;
     void (*on_extra)(node_t *n);
+
+    /* extensions (section 9; ext_chunks.c, ext_reliable.c): FEATURE_* bits, their state */
+    unsigned features;
+    reasm_t reasm;
+    chunk_piece *piece; /* the piece of the chunk being dispatched (inbox.c -> ext_chunks_dispatch) */
+    reliable_state reliable;
 };
+
+#define FEATURE_CHUNKS 1u
+#define FEATURE_RELIABLE 2u
 
 typedef enum {
     DELIVER_OK = 0,
@@ -118,9 +129,10 @@ typedef enum {
 } deliver_result;
 
 /* What a delivery used: the sequence and the receiver instance it was sealed for. */
-typedef struct {
+typedef struct deliver_info {
     uint64_t seq;
     uint8_t target_id[16];
+    uint8_t tag[ENV_TAG_LEN]; /* the delivered envelope's authentication tag (what a next chunk names) */
 } deliver_info;
 
 /* Checks ROOT, creates ROOT/NAME/{inbox,tmp} and speed_registry/, loads the key.
@@ -128,6 +140,8 @@ typedef struct {
 int node_init(node_t *n, const char *root, const char *keyfile, const char *name,
               const node_settings *cfg);
 void node_add_allow(node_t *n, const char *name);
+/* Enables the extensions (FEATURE_* bits) before registration. */
+void node_enable_features(node_t *n, unsigned features);
 void node_add_service(node_t *n, const char *service);
 int node_allows(const node_t *n, const char *name);
 
@@ -147,6 +161,11 @@ void node_free(node_t *n);
 deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t flags,
                             const jval *payload, deliver_info *info, char *err, size_t errlen);
 const char *deliver_error_code(deliver_result r);
+/* The same for a plaintext already built (an extension's layout). With expect_id, only to that
+ * target instance (DELIVER_UNAVAILABLE when the target restarted). */
+deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_t flags,
+                                const uint8_t *text, size_t text_len, const uint8_t *expect_id,
+                                deliver_info *info, char *err, size_t errlen);
 
 /* Sends an SPC_REQUEST and returns at once. With a tag, the outcome is printed later on
  * n->events as {"event":"result","id":TAG,"result":...} or {"event":"call_error","id":TAG,

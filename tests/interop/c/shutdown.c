@@ -132,6 +132,7 @@ void node_shutdown(node_t *n)
     if (n->lost)
         return;
     drain(n, signals_before);
+    ext_chunks_stop(n); /* messages still incomplete are voided */
     if (!n->lost && g_signals == signals_before) {
         send_leave_events(n);
         linger(n, signals_before);

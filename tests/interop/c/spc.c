@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 jval *node_base_payload(const node_t *n, const char *to)
 {
     jval *p = json_obj();
@@ -265,16 +267,44 @@ static void report_received(const env_header *h, const char *from, const jval *p
     node_report_info(l);
 }
 
-static void on_message(node_t *n, const env_header *h, const char *from, const jval *p)
+/* Raw bytes of the binary layout (section 9, chunks): their size, SHA-256 and, when short,
+ * their base64, instead of JSON data. */
+static void describe_bytes(jval *l, const jval *data)
+{
+    uint8_t digest[32];
+    char hex[65];
+    crypto_hash_sha256(digest, (const uint8_t *)data->str, data->len);
+    hex_encode(digest, 32, hex);
+    json_set(l, "body", json_str("bytes"));
+    json_set(l, "size", json_int((int64_t)data->len));
+    json_set(l, "sha256", json_str(hex));
+    if (data->len <= 4096) {
+        size_t b64len = sodium_base64_encoded_len(data->len, sodium_base64_VARIANT_ORIGINAL);
+        char *b64 = xmalloc(b64len);
+        sodium_bin2base64(b64, b64len, (const uint8_t *)data->str, data->len, sodium_base64_VARIANT_ORIGINAL);
+        json_set(l, "base64", json_str(b64));
+        free(b64);
+    }
+}
+
+void node_on_message(node_t *n, const env_header *h, const char *from, const jval *p)
 {
     jval *l = json_obj();
     json_set(l, "event", json_str("message"));
     json_set(l, "from", json_str(from));
     json_set(l, "seq", json_int((int64_t)h->sequence));
-    json_set(l, "data", json_clone(json_get(p, "data")));
+    const jval *data = json_get(p, "data");
+    const char *body = json_get_str(p, "body");
+    if (body && strcmp(body, "bytes") == 0 && data && data->type == J_STR)
+        describe_bytes(l, data);
+    else
+        json_set(l, "data", json_clone(data));
     const char *enc = json_get_str(p, "encoding");
     if (enc)
         json_set(l, "encoding", json_str(enc));
+    const char *id = json_get_str(p, "messageId");
+    if (id)
+        json_set(l, "messageId", json_str(id));
     node_emit(n->events, l);
     if (h->flags & ENV_FLAG_ACK) { /* unknown flag bits are ignored (section 9) */
         char err[512];
@@ -301,13 +331,22 @@ static void on_heartbeat(node_t *n, const char *from, const jval *p)
     }
 }
 
+int node_expects_response(node_t *n, const char *from, const uint8_t id[16], const char *rid)
+{
+    return rid && find_wait(n, WAIT_RESPONSE, from, id, rid, 0) >= 0;
+}
+
 const char *node_dispatch(node_t *n, const env_header *h, const char *from, const jval *p)
 {
     long i;
     uint64_t seq = 0;
+    if ((n->features & FEATURE_CHUNKS) && (h->flags & ENV_FLAG_CHUNK)) /* section 9: chunks */
+        return ext_chunks_dispatch(n, h, from, p);
     switch (h->type) {
     case ENV_MESSAGE:
-        on_message(n, h, from, p);
+        if ((n->features & FEATURE_RELIABLE) && (h->flags & ENV_FLAG_RELIABLE)) /* section 9: reliable */
+            return ext_reliable_message(n, h, from, p);
+        node_on_message(n, h, from, p);
         return NULL;
     case ENV_SPC_REQUEST:
         handle_spc_request(n, h, from, p);

@@ -1,0 +1,230 @@
+"""The receiver's reassembly of chunked messages (docs/PROTOCOL.md "### chunks", state machine).
+Pure: time is an argument, memory is counted, nothing is read or written.
+
+Per sender instance at most one message is in progress: the chunks of a message are consecutive
+among that instance's chunk envelopes (other envelopes may come between them). The first chunk
+declares the message's size; that many bytes are reserved at once against the sender's budget
+and the node's total, so memory is bounded by the budgets whatever senders claim, and a message
+that was admitted can always complete. A reservation is released when the message is voided or
+expires, or — for a completed message — when the caller says its handling ended (`release`).
+
+Every chunk is judged against the message in progress: the next index, the same type, flags,
+count and size, and `chunkPrev` equal to the chain value (the authentication tag) of the envelope
+that carried the chunk before. Any mismatch voids
+the message (its pieces are dropped, its reservation released) and the chunks of that message
+that still arrive are refused with the same reason, so one problem gives one reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, NamedTuple
+
+from .chunks import VALUE_FIELD, Piece, decode_value
+
+STORED, COMPLETE, REFUSED = "stored", "complete", "refused"
+MAX_REMEMBERED_VOIDS = 4096
+
+
+class Assembled(NamedTuple):
+    """The `body` of a verdict that stands for a whole message assembled from `chunks` envelopes
+    of `size` bytes in all (each already recorded as accepted)."""
+
+    size: int
+    chunks: int
+
+
+@dataclass
+class Partial:
+    message_id: str
+    sender: str
+    etype: int
+    flags: int
+    count: int
+    size: int
+    first: dict[str, Any]          # the first chunk's header: the type's fields
+    started_ms: int
+    last_ms: int
+    next_index: int = 1
+    prev: str = ""
+    received: int = 0
+    file_bytes: int = 0            # envelope files of its chunks, for the records
+    pieces: list[memoryview] = field(default_factory=list)
+
+    def info(self) -> dict[str, Any]:
+        return {"messageId": self.message_id, "sender": self.sender, "type": self.etype, "chunks": self.count,
+                "received": self.next_index, "size": self.size, "bytes": self.received,
+                "startedMs": self.started_ms, "lastMs": self.last_ms}
+
+
+class Step(NamedTuple):
+    """What one chunk did: `kind` STORED, COMPLETE (with `payload`: the first chunk's fields and the
+    value) or REFUSED (with `reason`); `voided` is a message this chunk voided (with
+    `voided_reason`), which may be the chunk's own message or an earlier one it interrupted."""
+
+    kind: str
+    message: Partial | None = None
+    payload: dict[str, Any] | None = None
+    reason: str | None = None
+    detail: str = ""
+    voided: Partial | None = None
+    voided_reason: str | None = None
+
+
+class Reassembly:
+    def __init__(self, max_message: int, budget_total: int, budget_per_sender: int, timeout_ms: int):
+        self.max_message, self.timeout_ms = max_message, timeout_ms
+        self.budget_total, self.budget_per_sender = budget_total, budget_per_sender
+        self.partials: dict[Hashable, Partial] = {}
+        self._void: dict[Hashable, tuple[str, str]] = {}   # instance -> (message id, reason) refused lately
+        self.reserved: dict[str, int] = {}
+        self.reserved_total = 0
+
+    # ------------------------------------------------------------------ one chunk
+    def feed(self, key: Hashable, sender: str, etype: int, flags: int, header: dict[str, Any], piece: Piece,
+             chain: str, file_size: int, now_ms: int) -> Step:
+        """Judge one accepted chunk of `sender`'s instance `key` (its header checked by
+        chunks.check_chunk_header); `chain` is its envelope's chain value (chunks.chain_value)."""
+        mid, index = header["messageId"], header["chunkIndex"]
+        partial = self.partials.get(key)
+        if index == 0:
+            self._void.pop(key, None)
+            voided = self._drop(key) if partial is not None else None
+            step = self._start(key, sender, etype, flags, header, piece, chain, file_size, now_ms)
+            if voided is not None:
+                return step._replace(voided=voided, voided_reason="chunk_missing",
+                                     detail=step.detail or f"message {voided.message_id} was interrupted by "
+                                                           f"message {mid} after {voided.next_index} of "
+                                                           f"{voided.count} chunks")
+            return step
+        if partial is None or partial.message_id != mid:
+            earlier = self._void.get(key)
+            if partial is None and earlier is not None and earlier[0] == mid:
+                return Step(REFUSED, reason=earlier[1], detail=f"message {mid} was already voided")
+            voided = self._void_partial(key, "chunk_missing") if partial is not None else None
+            self._mark(key, mid, "chunk_missing")
+            return Step(REFUSED, reason="chunk_missing", voided=voided, voided_reason="chunk_missing" if voided else None,
+                        detail=f"chunk {index} of message {mid} arrived without the chunks before it")
+        if etype != partial.etype or flags != partial.flags or header["chunkCount"] != partial.count \
+                or header["messageSize"] != partial.size:
+            return self._refuse(key, "chunk_invalid", f"chunk {index} of message {mid} differs from its first "
+                                                      "chunk (type, flags, count or size)")
+        if index != partial.next_index:
+            return self._refuse(key, "chunk_missing", f"chunk {index} of message {mid} arrived where chunk "
+                                                      f"{partial.next_index} was expected")
+        if header["chunkPrev"] != partial.prev:
+            return self._refuse(key, "chunk_chain", f"chunk {index} of message {mid} does not follow chunk "
+                                                    f"{index - 1} (chunkPrev differs)")
+        return self._add(key, partial, piece, chain, file_size, now_ms)
+
+    def _start(self, key, sender, etype, flags, header, piece, chain, file_size, now_ms) -> Step:
+        mid, size, count = header["messageId"], header["messageSize"], header["chunkCount"]
+        first = {k: v for k, v in header.items() if k not in ("messageId", "chunkIndex", "chunkCount", "messageSize")}
+        partial = Partial(mid, sender, etype, flags, count, size, first, now_ms, now_ms, next_index=0)
+        mine = self.reserved.get(sender, 0)
+        if size > self.max_message:
+            reason, detail = "message_too_large", f"message {mid} of {size} bytes exceeds this node's limit of " \
+                                                  f"{self.max_message}"
+        elif count > max(1, size):
+            reason, detail = "chunk_invalid", f"message {mid}: {count} chunks for {size} bytes"
+        elif mine + size > self.budget_per_sender or self.reserved_total + size > self.budget_total:
+            reason, detail = "reassembly_full", (f"message {mid} of {size} bytes does not fit the reassembly budget "
+                                                 f"({mine} of {self.budget_per_sender} bytes reserved for {sender}, "
+                                                 f"{self.reserved_total} of {self.budget_total} in all)")
+        else:
+            self.reserved[sender] = mine + size
+            self.reserved_total += size
+            self.partials[key] = partial
+            return self._add(key, partial, piece, chain, file_size, now_ms)
+        self._mark(key, mid, reason)  # refused at its first chunk: the message is voided before it began
+        return Step(REFUSED, reason=reason, detail=detail, voided=partial, voided_reason=reason)
+
+    def _add(self, key, partial: Partial, piece: Piece, chain: str, file_size: int, now_ms: int) -> Step:
+        partial.received += len(piece.data)
+        if partial.received > partial.size or (len(piece.data) == 0 and partial.size > 0):
+            return self._refuse(key, "chunk_invalid", f"chunk {partial.next_index} of message {partial.message_id} "
+                                                      f"does not fit its declared size of {partial.size} bytes")
+        partial.pieces.append(piece.data)
+        partial.prev, partial.last_ms = chain, now_ms
+        partial.file_bytes += file_size
+        partial.next_index += 1
+        if partial.next_index < partial.count:
+            return Step(STORED, partial)
+        del self.partials[key]
+        if partial.received != partial.size:
+            self._release_partial(partial)
+            self._mark(key, partial.message_id, "chunk_invalid")
+            return Step(REFUSED, reason="chunk_invalid", voided=partial, voided_reason="chunk_invalid",
+                        detail=f"message {partial.message_id} ended after {partial.received} of its "
+                               f"{partial.size} bytes")
+        return self._complete(key, partial)
+
+    def _complete(self, key, partial: Partial) -> Step:
+        body = partial.pieces[0] if len(partial.pieces) == 1 else b"".join(partial.pieces)
+        partial.pieces = []
+        payload = dict(partial.first)
+        try:
+            payload[VALUE_FIELD[partial.etype]] = decode_value(payload.pop("body"), body)
+        except Exception as exc:  # EnvelopeError: a body that is not the JSON it claims
+            self._release_partial(partial)
+            self._mark(key, partial.message_id, "bad_payload")
+            return Step(REFUSED, reason="bad_payload", voided=partial, voided_reason="bad_payload",
+                        detail=getattr(exc, "detail", str(exc)))
+        payload["messageId"] = partial.message_id
+        return Step(COMPLETE, partial, payload)
+
+    # ------------------------------------------------------------------ voiding, expiry, budgets
+    def _refuse(self, key, reason: str, detail: str) -> Step:
+        voided = self._void_partial(key, reason)
+        return Step(REFUSED, reason=reason, detail=detail, voided=voided, voided_reason=reason)
+
+    def _void_partial(self, key, reason: str) -> Partial | None:
+        partial = self._drop(key)
+        if partial is not None:
+            self._mark(key, partial.message_id, reason)
+        return partial
+
+    def _drop(self, key) -> Partial | None:
+        partial = self.partials.pop(key, None)
+        if partial is not None:
+            self._release_partial(partial)
+        return partial
+
+    def _release_partial(self, partial: Partial) -> None:
+        partial.pieces = []
+        self.release(partial.sender, partial.size)
+
+    def release(self, sender: str, size: int) -> None:
+        """Give back a completed message's reservation once its handling ended."""
+        left = self.reserved.get(sender, 0) - size
+        if left > 0:
+            self.reserved[sender] = left
+        else:
+            self.reserved.pop(sender, None)
+        self.reserved_total = max(0, self.reserved_total - size)
+
+    def expire(self, now_ms: int) -> list[Partial]:
+        """Void the messages whose next chunk has not come within the timeout."""
+        late = [key for key, p in self.partials.items() if now_ms - p.last_ms > self.timeout_ms]
+        out = []
+        for key in late:
+            partial = self._void_partial(key, "chunk_expired")
+            if partial is not None:
+                out.append(partial)
+        return out
+
+    def next_expiry_ms(self) -> int | None:
+        return min((p.last_ms + self.timeout_ms for p in self.partials.values()), default=None)
+
+    def void(self, key: Hashable, reason: str = "chunk_missing") -> Partial | None:
+        """Void the message in progress of this instance (its next chunk was withdrawn, …)."""
+        return self._void_partial(key, reason)
+
+    def void_all(self) -> list[Partial]:
+        return [p for key in list(self.partials) if (p := self._void_partial(key, "chunk_missing")) is not None]
+
+    def _mark(self, key, message_id: str, reason: str) -> None:
+        """Remember that this instance's message was refused (bounded: instances come and go)."""
+        self._void.pop(key, None)
+        if len(self._void) >= MAX_REMEMBERED_VOIDS:
+            del self._void[next(iter(self._void))]
+        self._void[key] = (message_id, reason)
