@@ -50,6 +50,17 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _setting(text: str) -> tuple[str, Any]:
+    """An argparse type: KEY=VALUE with a JSON value (a bare word is taken as a string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def _common(p: argparse.ArgumentParser, key: bool = True) -> None:
     p.add_argument("--dir", default=default_dir(),
                    help="communication directory (default: $SPEED_DIR, else /dev/shm/speed)")
@@ -100,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
     p.add_argument("--feature", action="append", default=[], metavar="NAME",
                    help="enable an extension of the contract (repeatable): chunks, reliable, quota, control, durable")
+    for name, example in (("quota", "pending=64, pending_bytes=4194304, rate=200"),
+                          ("threat", "threshold=100, release=50, half_life=60")):
+        p.add_argument(f"--{name}", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+                       help=f"a setting of the quota extension's {name} (repeatable; the value is JSON): {example}")
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
     p.add_argument("--lease", type=_seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=_seconds, default=5.0, metavar="SECONDS",
@@ -168,7 +183,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     _log_to_stderr()
     stop = threading.Event()
     lost: list[LeaseLostError] = []
-    options = {"reap_stale": args.reap} if args.reap is not None else {}
+    options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
+    for name in ("quota", "threat"):
+        if getattr(args, name):
+            options[name] = dict(getattr(args, name))
     node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
                 features=args.feature, **options)

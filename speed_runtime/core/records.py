@@ -22,7 +22,7 @@ REJECT_REASONS = (
 EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
     "chunks": (),
     "reliable": (),
-    "quota": (),
+    "quota": ("quarantined",),  # removed unread: the claimed sender's threat score is over its threshold
     "control": (),
     "durable": (),
 }
@@ -33,7 +33,9 @@ LEASE_EVENTS = (
 # health events of a node about itself (kind "health", an addition to §8 that readers skip)
 HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
                  "renewal_failed", "stopped_renewing", "services_abandoned")
-RECORD_KINDS = ("envelope", "lease", "health")
+# threat-score changes of a receiver's `quota` extension (kind "threat", §9; readers skip unknown kinds)
+THREAT_EVENTS = ("raised", "quarantined", "released", "lifted")
+RECORD_KINDS = ("envelope", "lease", "health", "threat")
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
 ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
 
@@ -90,6 +92,26 @@ class HealthTrace(NamedTuple):
         return json.loads(encode_line(self))
 
 
+class ThreatTrace(NamedTuple):
+    """A sender's threat score changed at a receiver (extension `quota`): `raised` by a rejection
+    (`reason`), `quarantined` (its files are removed unread from now on), `released` (the score
+    decayed below the release level) or `lifted` (by the operator). `instance` is the claimed
+    instance (8 hex digits of the file name), empty when the change is about the name."""
+
+    ts: float
+    node: str
+    peer: str
+    event: str
+    score: float
+    instance: str = ""
+    reason: str = ""
+
+    kind = "threat"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
 class SpcTrace(NamedTuple):
     """An SPC call finished on the caller's side (observers only: the journal has it on the
     SPC_RESPONSE record with `latencyMs`)."""
@@ -106,9 +128,9 @@ class SpcTrace(NamedTuple):
     kind = "spc"
 
 
-TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | SpcTrace
-JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace
-JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace)
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ThreatTrace | SpcTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ThreatTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ThreatTrace)
 
 _dump = json.dumps
 _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12))
@@ -123,6 +145,10 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
     if isinstance(event, HealthTrace):
         return (f'{{"kind":"health","ts":{event.ts!r},"node":{_dump(event.node)},"event":{_dump(event.event)},'
                 f'"detail":{_dump(event.detail)}}}\n')
+    if isinstance(event, ThreatTrace):
+        return (f'{{"kind":"threat","ts":{event.ts!r},"node":{_dump(event.node)},"peer":{_dump(event.peer)},'
+                f'"event":{_dump(event.event)},"score":{float(event.score)!r},"instance":{_dump(event.instance)},'
+                f'"reason":{_dump(event.reason)}}}\n')
     e = event
     line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
             f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
@@ -169,6 +195,9 @@ def parse_record(rec: Any) -> JournalEvent | None:
             return LeaseTrace(ts, node, _name(rec["subject"]), _name(rec["event"]))
         if kind == "health":
             return HealthTrace(ts, node, _name(rec["event"]), _opt(rec, "detail") or "")
+        if kind == "threat":
+            return ThreatTrace(ts, node, _name(rec["peer"]), _name(rec["event"]), _number(rec["score"]),
+                               _opt_name(rec, "instance") or "", _opt_name(rec, "reason") or "")
         if kind != "envelope":
             return None
         envelope = rec.get("envelope")

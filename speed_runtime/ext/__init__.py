@@ -12,11 +12,15 @@ bit, registry fields and journal reasons.
 
 Hooks (all optional; see Extension): `start` after the node registered, `stop` when it closes,
 `entry_fields` merged into every registry entry it writes, `on_envelope` for an accepted envelope
-before the node dispatches it (return True when the extension took it over).
+before the node dispatches it (return True when the extension took it over); on the receiving
+side `admit` before an allowed sender's file is opened and `on_rejected` after a file was
+rejected; on the sending side `admit_send` before an envelope is sealed and `delivered` after it
+landed in the target's inbox.
 """
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..core.entry import RegistryEntry
@@ -67,6 +71,25 @@ class Extension:
     def on_envelope(self, verdict: "Verdict", sender: str, data: bytes, name: str) -> bool:
         """An accepted envelope, before the node dispatches it; True when this extension handles it."""
         return False
+
+    def admit(self, sender: str, name: str) -> str | None:
+        """Before a file of an allowed sender is opened (§5.5 step 1, on its name alone): a journal
+        reason to remove it unread, or None to judge it."""
+        return None
+
+    def on_rejected(self, sender: str, name: str, reason: str, detail: str) -> None:
+        """A file claiming `sender` was rejected with `reason` (and recorded); `detail` refines
+        some reasons (`late` for an unexpected_response that answers nothing still pending)."""
+
+    def admit_send(self, target: str, entry: RegistryEntry, etype: int, size: int, wait: float | None,
+                   lock: threading.Lock) -> RegistryEntry:
+        """Before an envelope of `size` bytes is sealed for `target` (the link's `lock` held, which
+        may be released while waiting). `wait`: None for answers, which never wait; else the most
+        seconds to wait (0: not at all). Returns the entry to seal for, or raises."""
+        return entry
+
+    def delivered(self, target: str, entry: RegistryEntry, filename: str, size: int) -> None:
+        """An envelope file of `size` bytes landed in `target`'s inbox (the link's lock held)."""
 
 
 def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:

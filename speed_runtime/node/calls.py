@@ -66,7 +66,7 @@ class Caller:
                                                             {} if arguments is None else arguments,
                                                             max(1, int(timeout * 1000))))
         try:
-            self._sender.send(target, EnvelopeType.SPC_REQUEST, body, entry=entry,
+            self._sender.send(target, EnvelopeType.SPC_REQUEST, body, entry=entry, wait=timeout,
                               trace_extra={"request_id": request_id, "service": service})
         except BaseException:
             self._pop(request_id)

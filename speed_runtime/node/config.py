@@ -10,7 +10,9 @@ from ..core.envelope import DEFAULT_MAX_PAYLOAD
 from ..core.errors import ConfigError
 from ..core.liveness import MAX_LEASE_SECONDS
 from ..core.names import validate_name
+from ..core.quota import QuotaSettings
 from ..core.replay import DEFAULT_MAX_GAP
+from ..core.threat import ThreatPolicy
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class NodeConfig:
     observe_registry: bool = True              # follow every entry (joins, expiries); off for one-shot CLI nodes
     temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
     features: tuple[str, ...] = ()             # extensions of the contract (§9) this node enables
+    quota: QuotaSettings | None = None         # `quota`: limits published, own pacing (core/quota.py)
+    threat: ThreatPolicy | None = None         # `quota`: threat scores and quarantine (core/threat.py)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -55,6 +59,10 @@ class NodeConfig:
                 values[key] = tuple(dict.fromkeys(values[key]))
         if values.get("trusted_uids") is not None:
             values["trusted_uids"] = frozenset(values["trusted_uids"])
+        if values.get("quota") is not None:
+            values["quota"] = QuotaSettings.from_options(values["quota"])
+        if values.get("threat") is not None:
+            values["threat"] = ThreatPolicy.from_options(values["threat"])
         config = cls(**values)
         config.validate()
         return config
@@ -78,6 +86,9 @@ class NodeConfig:
             raise ConfigError(f"max_gap must be a non-negative integer, not {self.max_gap!r}")
         for name in self.allow:
             validate_name(name)
+        for name in ("quota", "threat"):
+            if getattr(self, name) is not None and "quota" not in self.features:
+                raise ConfigError(f"{name} settings belong to the quota extension: add features=['quota']")
 
     @property
     def uids(self) -> frozenset[int]:

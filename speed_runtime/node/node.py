@@ -79,6 +79,7 @@ class Node:
                              local_facts, self.telemetry)
         self.receiver = Receiver(self)
         self.extensions = extensions.load(self.config.features, self)
+        self.sender.extensions = tuple(self.extensions.values())
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> "Node":
@@ -249,18 +250,22 @@ class Node:
         if self._state not in ("running", "closing"):
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
-    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:
-        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran."""
+    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0, block: bool = True) -> int:
+        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran. Towards
+        a node that publishes limits (extension `quota`) the send waits for room at most `timeout`
+        seconds, or not at all with block=False; then it raises QuotaExceededError."""
         self._check_running()
         body = payloads.encode_payload(payloads.message(self.name, target, data))
+        deadline = time.monotonic() + timeout
+        wait = timeout if block else 0.0
         if not confirm:
-            return self.sender.send(target, EnvelopeType.MESSAGE, body)
+            return self.sender.send(target, EnvelopeType.MESSAGE, body, wait=wait)
         entry = self.sender.live_entry(target)
         waiter: Future = Future()
-        seq = self.sender.send(target, EnvelopeType.MESSAGE, body, flags=FLAG_ACK_REQUESTED, entry=entry,
+        seq = self.sender.send(target, EnvelopeType.MESSAGE, body, flags=FLAG_ACK_REQUESTED, entry=entry, wait=wait,
                                before_deliver=lambda s: self.sender.expect_ack(target, s, entry.id_bytes, waiter))
         try:
-            waiter.result(timeout)
+            waiter.result(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise DeliveryTimeoutError(f"{target} did not acknowledge message {seq} within {timeout:g} s "
                                        "(it may still be handled)") from None
@@ -275,6 +280,14 @@ class Node:
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self._check_running()
         return self.caller.call_async(target, service, arguments, timeout)
+
+    def lift_quarantine(self, sender: str) -> bool:
+        """End the quarantine of `sender` (extension `quota`) now; False if it was not quarantined.
+        For the operator (the console, the `control` extension)."""
+        quota = self.extensions.get("quota")
+        if quota is None:
+            raise ConfigError(f"node {self.name} keeps no threat scores: it does not enable the quota extension")
+        return quota.lift(sender)
 
     def reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None,
               body: bytes | None = None) -> None:

@@ -220,6 +220,11 @@ class Receiver:
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
         parsed, refused = judge_name(name, self.node.access)
+        if not refused:
+            for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
+                refused = extension.admit(sender, name)
+                if refused:
+                    break
         if refused:
             self._reject(name, sender if parsed else "?", file_seq, refused)
             return True
@@ -262,12 +267,14 @@ class Receiver:
         return verdict
 
     def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-                data: bytes | None = None, remove: bool = True) -> None:
+                data: bytes | None = None, remove: bool = True, detail: str = "") -> None:
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
                                                "rejected", reason=reason, envelope=data, file=name))
+        for extension in self.node.extensions.values():
+            extension.on_rejected(sender, name, reason, detail)
 
     # ------------------------------------------------------------------ dispatching
     def _accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
@@ -308,7 +315,8 @@ class Receiver:
         # everything else is settled here and now
         if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
             if not self._expected(etype, sender, header.source_id, payload):
-                self._reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+                self._reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
+                             detail="" if self._asked(etype, sender, payload) else "late")
                 return
         if not remove_entry(self.inbox.fd, self.inbox.path, name):
             self.node.telemetry.count("withdrawn")
@@ -335,6 +343,13 @@ class Receiver:
             return False
         seq = payload["ackSeq"] if etype == _ACK else payload["refSeq"]
         return self.node.sender.awaits_ack(sender, source_id, seq)
+
+    def _asked(self, etype: int, sender: str, payload: dict) -> bool:
+        """Whether the answer's request (or message) still waits for an answer from `sender` at all:
+        if not, the answer is late (or answers something never asked); if so, another instance sent it."""
+        if etype == _SPC_RESPONSE:
+            return self.node.caller.pending(payload["requestId"])
+        return self.node.sender.ack_awaited(sender, payload["ackSeq"] if etype == _ACK else payload["refSeq"])
 
     def _settle_ack(self, sender: str, source_id: bytes, seq: int, error: Exception | None) -> None:
         waiter = self.node.sender.take_ack(sender, source_id, seq)

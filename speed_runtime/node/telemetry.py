@@ -19,7 +19,8 @@ log.addHandler(logging.NullHandler())  # a library never prints on its own (logg
 
 COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponses", "handlerErrors",
             "undeliverable", "gaps", "retracted", "withdrawn", "observerErrors", "protocolErrors",
-            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries")
+            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries",
+            "quotaWaits", "quotaRefusals", "quarantines")
 
 
 class Telemetry:
@@ -32,6 +33,7 @@ class Telemetry:
         self._rejected: dict[str, int] = {}
         self.observers: list[Callable[[Any], None]] = []
         self._last_problem: dict[str, float] = {}
+        self.sections: dict[str, Callable[[], Any]] = {}  # extensions' parts of the counters, by key
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -45,7 +47,9 @@ class Telemetry:
         with self._lock:
             out: dict[str, Any] = dict(self._counters)
             out["rejected"] = dict(self._rejected)
-            return out
+        for key, section in list(self.sections.items()):  # outside the lock: sections take their own
+            out[key] = section()
+        return out
 
     def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]:
         self.observers.append(observer)
