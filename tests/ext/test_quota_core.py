@@ -147,7 +147,8 @@ def test_weights_are_configurable_and_checked():
     assert table.rejected("x", "", "unauthorized", 0.0)[-1].event == QUARANTINED
     assert DEFAULT_WEIGHTS["bad_tag"] > DEFAULT_WEIGHTS[LATE_RESPONSE] > DEFAULT_WEIGHTS["unauthorized"] > 0
     assert set(DEFAULT_WEIGHTS) == set(SCORED_REASONS)
-    for options, words in (({"weights": {"bogus": 1}}, "no threat weight"), ({"weights": {"bad_tag": -1}}, "at least 0"),
+    for options, words in (({"weights": {"bogus": 1}}, "no threat weight"),
+                           ({"weights": {"bad_tag": -1}}, "at least 0"),
                            ({"release": 100}, "below the threshold"), ({"half_life": 0}, "half_life"),
                            ({"threshold": "high"}, "threshold"), ({"quarantine": 1}, "true or false"),
                            ({"tresh": 1}, "unknown threat setting")):

@@ -98,8 +98,8 @@ def test_a_published_rate_delays_sends_and_never_drops_them(peers, root, key_pat
 
 def test_own_pacing_per_target_applies_to_a_v1_only_receiver_too(peers, root, key_path):
     r = _receiver(peers, features=())   # v1 only: publishes nothing
-    with Node(root, key_path, "s", allow=["r"], features=QUOTA, quota={"send_rate": 1000,
-                                                                       "targets": {"r": {"rate": 50, "burst": 1}}}) as s:
+    pacing = {"send_rate": 1000, "targets": {"r": {"rate": 50, "burst": 1}}}
+    with Node(root, key_path, "s", allow=["r"], features=QUOTA, quota=pacing) as s:
         started = time.monotonic()
         for i in range(11):
             s.send("r", i)

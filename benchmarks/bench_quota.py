@@ -1,0 +1,185 @@
+"""Fairness under a flood (extension `quota`): one flooding sender and seven steady senders write
+to one receiver whose handler takes 2 ms. Measured per variant, in interleaved rounds:
+
+- `no flood`:        the seven steady senders alone (the floor of their latency);
+- `flood, quota`:    the flooder honours the receiver's published limits (`features=["quota"]`);
+- `flood, v1 sender`: the flooder speaks only v1 and ignores them (the receiver still bounds its
+                     own memory with its read-ahead; the inbox grows).
+
+Latency: from the steady sender's `time.time()` just before `send` to the receiver's handler start.
+Reported: the steady senders' p50/p99 (median over rounds) and p99 against `no flood` of the same
+run, the flood's handled rate, the receiver's peak RSS (VmHWM), the most files the flood had in the
+inbox, the load average.
+
+    python benchmarks/bench_quota.py            # 3 rounds of 12 s per variant (about 3 minutes)
+    python benchmarks/bench_quota.py --quick    # 1 round of 4 s per variant
+
+Prints one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEADY = [f"n{i}" for i in range(7)]
+VARIANTS = ("no flood", "flood, quota", "flood, v1 sender")
+
+RECEIVER = r'''
+import json, os, sys, time
+from speed_runtime import Node
+root, key, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+latencies, flood = {}, [0]
+def on(message):
+    now = time.time()
+    time.sleep(0.002)  # the handler's work
+    if message.sender == "flood":
+        flood[0] += 1  # one lane per sender: never two at once
+    else:
+        latencies.setdefault(message.sender, []).append((now - message.data["t"]) * 1000)
+with Node(root, key, "r", allow=["flood"] + [f"n{i}" for i in range(7)], **options) as node:
+    node.on_message(on)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"latencies": latencies, "flood": flood[0], "counters": node.counters()}), flush=True)
+    os._exit(0)  # not the graceful drain of what a v1 flood left behind
+'''
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _peer(root: str, key: str, name: str, *args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "tests.ext.quota_peer", root, key, name, "r", "--wait-go", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=REPO)
+    line = proc.stdout.readline()
+    if not line.startswith("ready"):
+        raise RuntimeError(f"sender {name} did not start: {line!r}")
+    return proc
+
+
+def one_round(variant: str, seconds: float, rate: float, flood_size: int, pending: int) -> dict:
+    work = tempfile.mkdtemp(prefix="speed-bench-quota-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.chmod(work, 0o700)
+    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    procs: list[subprocess.Popen] = []
+    try:
+        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=REPO,
+                       capture_output=True)
+        options = {"features": ["quota"], "quota": {"pending": pending}}
+        receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, root, key, json.dumps(options)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        procs.append(receiver)
+        assert receiver.stdout.readline().strip() == "ready"
+        count = int(seconds * rate)
+        steady = [_peer(root, key, name, "--count", str(count), "--interval", str(1 / rate), "--feature", "quota")
+                  for name in STEADY]
+        procs += steady
+        flooder = None
+        if variant != "no flood":
+            features = ["--feature", "quota"] if variant == "flood, quota" else []
+            flooder = _peer(root, key, "flood", "--count", str(10**9), "--size", str(flood_size), "--timeout", "60",
+                            *features)
+            procs.append(flooder)
+        most, sampling = [0], threading.Event()
+
+        def sample() -> None:
+            inbox = os.path.join(root, "r", "inbox")
+            while not sampling.wait(0.25):
+                with os.scandir(inbox) as it:
+                    most[0] = max(most[0], sum(1 for e in it if e.name.startswith("flood.")))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        if flooder is not None:
+            flooder.stdin.write("go\n")
+            flooder.stdin.flush()
+            time.sleep(1.0)  # the flood is under way before the steady senders start (the experiment)
+        started = time.monotonic()
+        for proc in steady:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc in steady:
+            json.loads(proc.stdout.readline())  # {"done": ...}
+        elapsed = time.monotonic() - started
+        sampling.set()
+        sampler.join()
+        rss = _peak_rss_mb(receiver.pid)
+        receiver.stdin.write("stats\n")
+        receiver.stdin.flush()
+        stats = json.loads(receiver.stdout.readline())
+        latencies = [v for name in STEADY for v in stats["latencies"].get(name, [])]
+        return {"variant": variant, "steadyHandled": len(latencies), "steadySent": count * len(STEADY),
+                "p50": _percentile(latencies, 0.50), "p99": _percentile(latencies, 0.99),
+                "floodPerSecond": stats["flood"] / elapsed if flooder else 0.0, "receiverPeakMB": rss,
+                "floodFilesMost": most[0], "load": os.getloadavg()[0]}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one round of 4 s per variant")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=12.0, help="how long the steady senders send, per round")
+    parser.add_argument("--rate", type=float, default=25.0, help="messages per second of each steady sender")
+    parser.add_argument("--flood-size", type=int, default=1024, help="padding bytes of each flood message")
+    parser.add_argument("--pending", type=int, default=64, help="the receiver's published `pending`")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seconds = 1, 4.0
+    rng = random.Random(7)
+    results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    load_before = os.getloadavg()
+    for _ in range(args.rounds):
+        order = list(VARIANTS)
+        rng.shuffle(order)  # interleaved: each round runs every variant, in a new order
+        for variant in order:
+            results[variant].append(one_round(variant, args.seconds, args.rate, args.flood_size, args.pending))
+
+    def median(variant: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in results[variant]), 2)
+
+    floor_p99 = median("no flood", "p99")
+    summary = {v: {"p50Ms": median(v, "p50"), "p99Ms": median(v, "p99"),
+                   "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
+                   "steadyHandled": sum(r["steadyHandled"] for r in results[v]),
+                   "steadySent": sum(r["steadySent"] for r in results[v]),
+                   "floodPerSecond": median(v, "floodPerSecond"), "receiverPeakMB": median(v, "receiverPeakMB"),
+                   "floodFilesMost": max(r["floodFilesMost"] for r in results[v])} for v in VARIANTS}
+    print(json.dumps({"date": datetime.date.today().isoformat(), "rounds": args.rounds, "seconds": args.seconds,
+                      "steadySenders": len(STEADY), "ratePerSender": args.rate, "handlerMs": 2,
+                      "pending": args.pending, "floodSize": args.flood_size,
+                      "loadBefore": [round(x, 2) for x in load_before],
+                      "loadAfter": [round(x, 2) for x in os.getloadavg()], "variants": summary,
+                      "rounds_raw": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
