@@ -1,6 +1,7 @@
 /* deliver.c - delivery of one envelope to another node's inbox (section 5.4). */
 #define _GNU_SOURCE
 #include "node.h"
+#include "ext_quota.h"
 #include "registry.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@ const char *deliver_error_code(deliver_result r)
 {
     return r == DELIVER_ACCESS_DENIED ? "ACCESS_DENIED"
            : r == DELIVER_UNAVAILABLE ? "UNAVAILABLE"
+           : r == DELIVER_QUOTA       ? "QUOTA_EXCEEDED"
                                       : "DELIVERY_FAILED";
 }
 
@@ -154,6 +156,14 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
     link_state *link = link_for(n, target, target_id);
     size_t text_len = 0;
     char *text = json_dump(payload, &text_len);
+    if (n->cfg.quota) { /* may wait for room in the target's inbox (ext_quota.c) */
+        deliver_result q = quota_admit(n, target, type, ENV_OVERHEAD + text_len, err, errlen);
+        if (q != DELIVER_OK) {
+            free(text);
+            res = q;
+            goto out;
+        }
+    }
     env_header h = {0};
     h.version = ENV_VERSION;
     h.type = (uint8_t)type;
@@ -182,6 +192,8 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
                 memcpy(info->target_id, target_id, 16);
             }
             snprintf(link->last_file, sizeof link->last_file, "%s", fname);
+            if (n->cfg.quota)
+                quota_delivered(n, target, fname, env_len);
             link->next_seq++; /* a failed delivery consumes no sequence number */
             res = DELIVER_OK;
         }

@@ -6,17 +6,21 @@
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
  *                     [settings]
  *   speed_c_node kat VECTORFILE
+ *   speed_c_node kat-quota VECTORFILE       (tests/vectors/quota_vectors.json)
  *
  * settings (contract defaults in brackets): --lease S [30] --heartbeat S [5]
  *   --lock-timeout S [10] --max-gap N [65536] --replay-window-ms N [60000]
  *   --nonce-cache N [65536] --drain-quiet-ms N [500] --drain-max S [30] --linger S [10]
  *   --timeout-ms N [10000] (calls and confirmed sends)
+ *   --feature quota: honour the limits targets publish (ext_quota.c), waiting at most
+ *   --quota-wait-ms N [10000] for room
  *
  * The node command also reads commands on stdin (commands.c) so that tests can drive a
  * long-running C node.
  */
 #define _GNU_SOURCE
 #include "commands.h"
+#include "ext_quota.h"
 #include "json.h"
 #include "kat.h"
 #include "node.h"
@@ -57,9 +61,10 @@ static void usage(void)
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
             "[--confirm] [settings]\n"
             "  speed_c_node kat VECTORFILE\n"
+            "  speed_c_node kat-quota VECTORFILE\n"
             "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
             "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
-            "--timeout-ms N\n");
+            "--timeout-ms N --feature quota --quota-wait-ms N\n");
 }
 
 /* A finite number in [lo, hi] (lo excluded when open_lo). */
@@ -117,6 +122,21 @@ static int parse_setting(const char *a, const char *v, options *o)
         if (parse_number(a, v, 0, 0, 9007199254740992.0, &d) || d != floor(d))
             return -1;
         c->max_gap = (uint64_t)d;
+        return 1;
+    }
+    if (strcmp(a, "--feature") == 0) {
+        if (strcmp(v, "quota") != 0) {
+            fprintf(stderr, "error: this node implements one extension, the sender side of "
+                            "quota, not '%s'\n", v);
+            return -1;
+        }
+        c->quota = 1;
+        return 1;
+    }
+    if (strcmp(a, "--quota-wait-ms") == 0) {
+        if (parse_number(a, v, 0, 0, day * 1000, &d))
+            return -1;
+        c->quota_wait_ms = (long)d;
         return 1;
     }
     if (strcmp(a, "--nonce-cache") == 0) {
@@ -353,12 +373,12 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "kat") == 0) {
+    if (strcmp(cmd, "kat") == 0 || strcmp(cmd, "kat-quota") == 0) {
         if (argc != 3) {
             usage();
             return 2;
         }
-        return kat_run(argv[2]);
+        return strcmp(cmd, "kat") == 0 ? kat_run(argv[2]) : quota_kat_run(argv[2]);
     }
     options o;
     if (strcmp(cmd, "node") != 0 && strcmp(cmd, "call") != 0 && strcmp(cmd, "send") != 0) {

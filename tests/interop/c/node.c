@@ -1,6 +1,7 @@
 /* node.c - setup, registration and lease of a node, and its wait loop (see node.h). */
 #define _GNU_SOURCE
 #include "node.h"
+#include "ext_quota.h"
 #include "keyfile.h"
 #include "node_parts.h"
 #include "registry.h"
@@ -32,6 +33,7 @@ void node_default_settings(node_settings *s)
     s->drain_max_ms = 30000;
     s->linger_ms = 10000;
     s->wait_timeout_ms = 10000;
+    s->quota_wait_ms = 10000;
 }
 
 /* ---------- setup ---------- */
@@ -98,6 +100,7 @@ int node_init(node_t *n, const char *root, const char *keyfile, const char *name
     memset(n, 0, sizeof *n);
     n->inotify_fd = -1;
     n->extra_fd = -1;
+    n->quota_wait_ms = -1;
     n->cfg = *cfg;
     n->status = "online";
     n->max_payload = ENV_DEFAULT_MAX_PAYLOAD;
@@ -184,6 +187,7 @@ void node_free(node_t *n)
     free(n->name);
     free(n->inbox_path);
     json_free(n->response);
+    quota_free(n);
     if (n->inotify_fd >= 0)
         close(n->inotify_fd);
     sodium_memzero(n->key, sizeof n->key);

@@ -53,6 +53,8 @@ typedef struct {
     int drain_max_ms;         /* ... but it stops waiting for that after this long */
     int linger_ms;            /* section 5.4: keep the entry until our last envelopes are read */
     long wait_timeout_ms;     /* for calls and confirmed sends of stdin commands */
+    int quota;                /* --feature quota: honour the limits targets publish (ext_quota.c) */
+    long quota_wait_ms;       /* how long a send waits for room (--quota-wait-ms, 10,000) */
 } node_settings;
 
 void node_default_settings(node_settings *s);
@@ -102,6 +104,11 @@ struct node {
     int oneshot_acked;
     jval *response; /* the SPC_RESPONSE of a one-shot call, or the ERROR about its MESSAGE */
 
+    /* the quota extension's ledgers and buckets (ext_quota.c); a wait that overrides the
+     * setting for one command (-1: none, 0: refuse at once) */
+    struct quota_state *quota;
+    long quota_wait_ms;
+
     /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
     int extra_fd;
     void (*on_extra)(node_t *n);
@@ -112,6 +119,7 @@ typedef enum {
     DELIVER_UNAVAILABLE,   /* target missing, stale or leaving */
     DELIVER_ACCESS_DENIED, /* our name not in the target's allow */
     DELIVER_FAILED,        /* I/O error */
+    DELIVER_QUOTA,         /* no room under the target's published limits in time */
 } deliver_result;
 
 /* What a delivery used: the sequence and the receiver instance it was sealed for. */
