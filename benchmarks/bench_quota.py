@@ -11,6 +11,11 @@ Reported: the steady senders' p50/p99 (median over rounds) and p99 against `no f
 run, the flood's handled rate, the receiver's peak RSS (VmHWM), the most files the flood had in the
 inbox, the load average.
 
+Then the cost of one send, in interleaved batches (median µs per send): the floor (seal, tmp
+file, rename: benchmarks/workers.py FloorEnd), a plain send to a v1-only receiver, a `quota` send
+to a receiver whose window never fills (the admission check alone), and one whose window of 8 is
+always full (a `stat` of the oldest file per send, and waits for the receiver).
+
     python benchmarks/bench_quota.py            # 3 rounds of 12 s per variant (about 3 minutes)
     python benchmarks/bench_quota.py --quick    # 1 round of 4 s per variant
 
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import timeit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEADY = [f"n{i}" for i in range(7)]
@@ -142,6 +148,79 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
         shutil.rmtree(work, ignore_errors=True)
 
 
+SINK = r'''
+import sys
+from speed_runtime import Node
+root, key, name, options = sys.argv[1], sys.argv[2], sys.argv[3], __import__("json").loads(sys.argv[4])
+with Node(root, key, name, allow=["s", "q"], **options) as node:
+    node.on_message(lambda message: None)
+    print("ready", flush=True)
+    sys.stdin.readline()
+'''
+
+
+def send_costs(rounds: int, count: int) -> dict:
+    """Median µs per send of each variant, batches of `count` interleaved over `rounds`."""
+    sys.path.insert(0, REPO)
+    from benchmarks.workers import FloorEnd
+    from speed_runtime import Node
+    from speed_runtime.keyfile import load_key
+
+    work = tempfile.mkdtemp(prefix="speed-bench-quota-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.chmod(work, 0o700)
+    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    sinks: list[subprocess.Popen] = []
+    try:
+        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=REPO,
+                       capture_output=True)
+        for name, options in (("v1", {}), ("roomy", {"features": ["quota"], "quota": {"pending": 65536}}),
+                              ("tight", {"features": ["quota"], "quota": {"pending": 8}})):
+            sink = subprocess.Popen([sys.executable, "-c", SINK, root, key, name, json.dumps(options)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+            sinks.append(sink)
+            assert sink.stdout.readline().strip() == "ready"
+        for home in ("floor", "floor-me"):
+            for sub in ("inbox", "tmp"):
+                os.makedirs(os.path.join(root, home, sub), mode=0o700, exist_ok=True)
+        floor = FloorEnd(root, "floor-me", "floor", load_key(key).raw)
+        body = {"n": 0, "pad": "x" * 100}
+        payload = json.dumps({"from": "s", "to": "floor", "data": body}).encode()
+        times: dict[str, list[float]] = {}
+        with Node(root, key, "s", allow=["v1"], linger_seconds=0) as plain, \
+                Node(root, key, "q", allow=["roomy", "tight"], features=["quota"], linger_seconds=0) as quota:
+            variants = {"floor": lambda: floor.send(payload), "plain send": lambda: plain.send("v1", body),
+                        "quota send, room": lambda: quota.send("roomy", body),
+                        "quota send, window of 8 full": lambda: quota.send("tight", body)}
+            order = list(variants)
+            for _ in range(rounds):
+                random.shuffle(order)
+                for variant in order:
+                    send = variants[variant]
+                    started = time.perf_counter()
+                    for _ in range(count):
+                        send()
+                    times.setdefault(variant, []).append((time.perf_counter() - started) / count * 1e6)
+                floor_inbox = os.path.join(root, "floor", "inbox")
+                for name in os.listdir(floor_inbox):  # nobody takes the floor's files
+                    os.unlink(os.path.join(floor_inbox, name))
+            # the admission check alone (a window with room), on the sender's own clock
+            gate, entry, lock = quota.extensions["quota"], quota.sender.live_entry("roomy"), threading.Lock()
+            with lock:
+                checks = [timeit.timeit(lambda: gate.admit_send("roomy", entry, 1, 200, 10.0, lock), number=count * 10)
+                          / (count * 10) * 1e6 for _ in range(rounds)]
+        floor_us = statistics.median(times["floor"])
+        out = {v: {"usPerSend": round(statistics.median(t), 1), "vsFloor": round(statistics.median(t) / floor_us, 2)}
+               for v, t in times.items()}
+        out["admission check alone"] = {"usPerSend": round(statistics.median(checks), 2),
+                                        "vsFloor": round(statistics.median(checks) / floor_us, 3)}
+        return out
+    finally:
+        for sink in sinks:
+            sink.kill()
+            sink.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one round of 4 s per variant")
@@ -150,9 +229,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=25.0, help="messages per second of each steady sender")
     parser.add_argument("--flood-size", type=int, default=1024, help="padding bytes of each flood message")
     parser.add_argument("--pending", type=int, default=64, help="the receiver's published `pending`")
+    parser.add_argument("--sends", type=int, default=2000, help="sends per batch of the send-cost comparison")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.seconds = 1, 4.0
+    if args.quick:  # explicit smaller values still apply (the CI test runs it in seconds)
+        args.rounds, args.seconds, args.sends = 1, min(args.seconds, 4.0), min(args.sends, 300)
     rng = random.Random(7)
     results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     load_before = os.getloadavg()
@@ -165,6 +245,7 @@ def main(argv=None) -> int:
     def median(variant: str, key: str) -> float:
         return round(statistics.median(r[key] for r in results[variant]), 2)
 
+    costs = send_costs(max(3, args.rounds * 2), args.sends)
     floor_p99 = median("no flood", "p99")
     summary = {v: {"p50Ms": median(v, "p50"), "p99Ms": median(v, "p99"),
                    "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
@@ -176,7 +257,7 @@ def main(argv=None) -> int:
                       "steadySenders": len(STEADY), "ratePerSender": args.rate, "handlerMs": 2,
                       "pending": args.pending, "floodSize": args.flood_size,
                       "loadBefore": [round(x, 2) for x in load_before],
-                      "loadAfter": [round(x, 2) for x in os.getloadavg()], "variants": summary,
+                      "loadAfter": [round(x, 2) for x in os.getloadavg()], "variants": summary, "sendCost": costs,
                       "rounds_raw": results}, indent=1))
     return 0
 
