@@ -78,6 +78,8 @@ def test_a_tampering_sender_is_quarantined_at_the_threshold_and_released_after_d
         assert [m["data"] for m in messages(r, 5)] == list(range(5))
     released = wait_until(lambda: _threat(root, "r", "t", "released"), 30, "the release")[0]
     assert released.score < 50
+    print(f"quarantined at {quarantined.score:.1f}, released after {released.ts - quarantined.ts:.2f} s "
+          f"(computed {half_life * math.log2(quarantined.score / 50):.2f} s) at {released.score:.1f}")
     assert released.ts - quarantined.ts >= half_life * math.log2(quarantined.score / 50) - 0.05
     # released: t's envelopes are judged again (a new instance with the right key is accepted)
     t.proc.stdin.close()

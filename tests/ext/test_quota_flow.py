@@ -158,6 +158,7 @@ def test_a_v1_only_flood_is_served_within_the_receivers_bounded_read_ahead(peers
         assert len(files_of(root, "r", "s")) == 600
     got = messages(r, 600, timeout=120)
     assert [m["data"]["i"] for m in got] == list(range(600))
+    print(f"v1 flood: 600 x 64 KiB waited; receiver peak RSS +{peak_rss_mb(r.proc.pid) - baseline:.1f} MB")
     # the bound: read-ahead (8) and what one message costs to decode and print, far below 38 MiB
     assert peak_rss_mb(r.proc.pid) - baseline < 20
 
@@ -202,6 +203,9 @@ def test_a_flooding_sender_under_quota_keeps_its_share_of_the_inbox_and_others_a
     finally:
         sampling.set()
         sampler.join()
+    grew = peak_rss_mb(r.proc.pid) - baseline
+    print(f"flood: {seen['looks']} snapshots, most {seen['most']} files / {seen['bytes']} bytes of f; "
+          f"{flood_handled} flood messages handled meanwhile; receiver peak RSS +{grew:.1f} MB")  # figures (-s)
     assert handled == {n: list(range(60)) for n in normal}
     assert flood_handled > 0
     assert seen["most"] == 16 and seen["bytes"] <= 65536 and seen["looks"] > 10
