@@ -39,6 +39,7 @@ import time
 import timeit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKOUT = {"dir": REPO}  # whose runtime the flood rounds run (--checkout)
 STEADY = [f"n{i}" for i in range(7)]
 VARIANTS = ("no flood", "flood, quota", "flood, v1 sender")
 
@@ -57,8 +58,12 @@ def on(message):
 with Node(root, key, "r", allow=["flood"] + [f"n{i}" for i in range(7)], **options) as node:
     node.on_message(on)
     print("ready", flush=True)
-    sys.stdin.readline()
-    print(json.dumps({"latencies": latencies, "flood": flood[0], "counters": node.counters()}), flush=True)
+    expected = int(sys.stdin.readline().split()[1])
+    deadline = time.monotonic() + 60  # the last steady messages may still be on their way (the slowest!)
+    while sum(len(v) for v in list(latencies.values())) < expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    peak = next(int(line.split()[1]) / 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(json.dumps({"latencies": latencies, "flood": flood[0], "peakMB": peak}), flush=True)
     os._exit(0)  # not the graceful drain of what a v1 flood left behind
 '''
 
@@ -68,18 +73,14 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def _run_env() -> dict:
+    return {**os.environ, "PYTHONPATH": CHECKOUT["dir"]}
 
 
 def _peer(root: str, key: str, name: str, *args: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "tests.ext.quota_peer", root, key, name, "r", "--wait-go", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=REPO)
+                            cwd=CHECKOUT["dir"], env=_run_env())
     line = proc.stdout.readline()
     if not line.startswith("ready"):
         raise RuntimeError(f"sender {name} did not start: {line!r}")
@@ -92,11 +93,12 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
     root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
     procs: list[subprocess.Popen] = []
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=REPO,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=CHECKOUT["dir"],
+                       capture_output=True, env=_run_env())
         options = {"features": ["quota"], "quota": {"pending": pending}}
         receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, root, key, json.dumps(options)],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=CHECKOUT["dir"],
+                                    env=_run_env())
         procs.append(receiver)
         assert receiver.stdout.readline().strip() == "ready"
         count = int(seconds * rate)
@@ -128,17 +130,16 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
             proc.stdin.flush()
         for proc in steady:
             json.loads(proc.stdout.readline())  # {"done": ...}
+        receiver.stdin.write(f"stats {count * len(STEADY)}\n")
+        receiver.stdin.flush()
+        stats = json.loads(receiver.stdout.readline())
         elapsed = time.monotonic() - started
         sampling.set()
         sampler.join()
-        rss = _peak_rss_mb(receiver.pid)
-        receiver.stdin.write("stats\n")
-        receiver.stdin.flush()
-        stats = json.loads(receiver.stdout.readline())
         latencies = [v for name in STEADY for v in stats["latencies"].get(name, [])]
         return {"variant": variant, "steadyHandled": len(latencies), "steadySent": count * len(STEADY),
                 "p50": _percentile(latencies, 0.50), "p99": _percentile(latencies, 0.99),
-                "floodPerSecond": stats["flood"] / elapsed if flooder else 0.0, "receiverPeakMB": rss,
+                "floodPerSecond": stats["flood"] / elapsed if flooder else 0.0, "receiverPeakMB": stats["peakMB"],
                 "floodFilesMost": most[0], "load": os.getloadavg()[0]}
     finally:
         for proc in procs:
@@ -230,14 +231,20 @@ def main(argv=None) -> int:
     parser.add_argument("--flood-size", type=int, default=1024, help="padding bytes of each flood message")
     parser.add_argument("--pending", type=int, default=64, help="the receiver's published `pending`")
     parser.add_argument("--sends", type=int, default=2000, help="sends per batch of the send-cost comparison")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="only these flood variants (the ratio needs `no flood`)")
+    parser.add_argument("--checkout", default=REPO, help="run the flood rounds with the runtime of this checkout "
+                                                         "(an older one, to compare); it needs tests/ext/quota_peer.py")
+    parser.add_argument("--no-send-cost", action="store_true", help="skip the send-cost comparison")
     args = parser.parse_args(argv)
+    CHECKOUT["dir"] = os.path.abspath(args.checkout)
     if args.quick:  # explicit smaller values still apply (the CI test runs it in seconds)
         args.rounds, args.seconds, args.sends = 1, min(args.seconds, 4.0), min(args.sends, 300)
     rng = random.Random(7)
-    results: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    results: dict[str, list[dict]] = {v: [] for v in args.variants}
     load_before = os.getloadavg()
     for _ in range(args.rounds):
-        order = list(VARIANTS)
+        order = list(args.variants)
         rng.shuffle(order)  # interleaved: each round runs every variant, in a new order
         for variant in order:
             results[variant].append(one_round(variant, args.seconds, args.rate, args.flood_size, args.pending))
@@ -245,15 +252,16 @@ def main(argv=None) -> int:
     def median(variant: str, key: str) -> float:
         return round(statistics.median(r[key] for r in results[variant]), 2)
 
-    costs = send_costs(max(3, args.rounds * 2), args.sends)
-    floor_p99 = median("no flood", "p99")
+    costs = None if args.no_send_cost else send_costs(max(3, args.rounds * 2), args.sends)
+    floor_p99 = median("no flood", "p99") if "no flood" in results else float("nan")
     summary = {v: {"p50Ms": median(v, "p50"), "p99Ms": median(v, "p99"),
                    "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
                    "steadyHandled": sum(r["steadyHandled"] for r in results[v]),
                    "steadySent": sum(r["steadySent"] for r in results[v]),
                    "floodPerSecond": median(v, "floodPerSecond"), "receiverPeakMB": median(v, "receiverPeakMB"),
-                   "floodFilesMost": max(r["floodFilesMost"] for r in results[v])} for v in VARIANTS}
-    print(json.dumps({"date": datetime.date.today().isoformat(), "rounds": args.rounds, "seconds": args.seconds,
+                   "floodFilesMost": max(r["floodFilesMost"] for r in results[v])} for v in results}
+    print(json.dumps({"date": datetime.date.today().isoformat(), "checkout": CHECKOUT["dir"],
+                      "rounds": args.rounds, "seconds": args.seconds,
                       "steadySenders": len(STEADY), "ratePerSender": args.rate, "handlerMs": 2,
                       "pending": args.pending, "floodSize": args.flood_size,
                       "loadBefore": [round(x, 2) for x in load_before],
