@@ -7,16 +7,16 @@ to one receiver whose handler takes 2 ms. Measured per variant, in interleaved r
                      own memory with its read-ahead; the inbox grows).
 
 Latency: from the steady sender's `time.time()` just before `send` to the receiver's handler start.
-Reported: the steady senders' p50/p99 (median over rounds) and p99 against `no flood` of the same
-run, the flood's handled rate, the receiver's peak RSS (VmHWM), the most files the flood had in the
-inbox, the load average.
+Reported: the steady senders' p50/p99 (median over rounds), their p99 against `no flood` of the
+same run and (median of per-round ratios) of the same round, the flood's handled rate, the
+receiver's peak RSS (VmHWM), the most files the flood had in the inbox, the load average.
 
 Then the cost of one send, in interleaved batches (median µs per send): the floor (seal, tmp
 file, rename: benchmarks/workers.py FloorEnd), a plain send to a v1-only receiver, a `quota` send
 to a receiver whose window never fills (the admission check alone), and one whose window of 8 is
 always full (a `stat` of the oldest file per send, and waits for the receiver).
 
-    python benchmarks/bench_quota.py            # 3 rounds of 12 s per variant (about 3 minutes)
+    python benchmarks/bench_quota.py            # 5 rounds of 12 s per variant (about 5 minutes)
     python benchmarks/bench_quota.py --quick    # 1 round of 4 s per variant
 
 Prints one JSON object.
@@ -225,7 +225,7 @@ def send_costs(rounds: int, count: int) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one round of 4 s per variant")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=12.0, help="how long the steady senders send, per round")
     parser.add_argument("--rate", type=float, default=25.0, help="messages per second of each steady sender")
     parser.add_argument("--flood-size", type=int, default=1024, help="padding bytes of each flood message")
@@ -254,8 +254,14 @@ def main(argv=None) -> int:
 
     costs = None if args.no_send_cost else send_costs(max(3, args.rounds * 2), args.sends)
     floor_p99 = median("no flood", "p99") if "no flood" in results else float("nan")
+    def ratio_per_round(variant: str) -> float:  # against the `no flood` of the same round (the same load)
+        if "no flood" not in results:
+            return float("nan")
+        return round(statistics.median(r["p99"] / f["p99"] for r, f in zip(results[variant], results["no flood"])), 2)
+
     summary = {v: {"p50Ms": median(v, "p50"), "p99Ms": median(v, "p99"),
                    "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
+                   "p99VsNoFloodSameRound": ratio_per_round(v),
                    "steadyHandled": sum(r["steadyHandled"] for r in results[v]),
                    "steadySent": sum(r["steadySent"] for r in results[v]),
                    "floodPerSecond": median(v, "floodPerSecond"), "receiverPeakMB": median(v, "receiverPeakMB"),
