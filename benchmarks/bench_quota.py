@@ -140,7 +140,7 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
         sampling.set()
         sampler.join()
         handled = sum(len(stats["latencies"].get(name, [])) for name in STEADY)
-        warm = int(rate * WARMUP_SECONDS)  # each sender's messages of the first second
+        warm = int(rate * min(WARMUP_SECONDS, seconds / 4))  # each sender's messages of the first second
         latencies = [v for name in STEADY for v in stats["latencies"].get(name, [])[warm:]]
         return {"variant": variant, "steadyHandled": handled, "steadySent": count * len(STEADY),
                 "p50": _percentile(latencies, 0.50), "p99": _percentile(latencies, 0.99),

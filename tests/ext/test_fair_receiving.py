@@ -4,11 +4,15 @@ backlog delayed every other sender's files: benchmarks/bench_quota.py, `flood, v
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 from speed_runtime import Node
 from speed_runtime.journal import read_journal
 from speed_runtime.node.inbox import MAX_NAMES_PER_SENDER, PendingNames
+from speed_runtime.node.threads import WorkerPool
 
+from ..helpers.wait import wait_until
 from .conftest import frozen, messages
 
 
@@ -56,3 +60,22 @@ def test_a_backlog_waits_behind_one_file_of_every_other_sender(peers, root, key_
     order = [e.peer for e in read_journal(os.path.join(root, "speed_traces", "r.jsonl"))[0]
              if getattr(e, "outcome", None) == "accepted" and e.type == "MESSAGE"]
     assert sorted(order) == ["a"] * 12 + ["b"] and order.index("b") <= 1
+
+
+def test_two_lanes_submitted_while_one_worker_wakes_run_in_parallel():
+    """Two tasks submitted before the one idle worker has woken up: the second must get a worker
+    of its own, not wait behind the first (a blocked message handler held up another sender's
+    lane: tests/runtime/test_node.py::test_per_sender_fifo_with_senders_in_parallel, 1 in 8)."""
+    pool = WorkerPool(4, "test-pool", lambda exc: None)
+    try:
+        done = threading.Event()
+        pool.submit(done.set)
+        wait_until(lambda: done.is_set() and pool._idle == 1, 10, "one idle worker")
+        release, second = threading.Event(), threading.Event()
+        with pool._cond:  # the idle worker cannot wake before both are submitted (the race, made certain)
+            pool.submit(lambda: release.wait(10))
+            pool.submit(second.set)
+        assert second.wait(10), "the second task waited behind the first"
+        release.set()
+    finally:
+        pool.stop(time.monotonic() + 5)
