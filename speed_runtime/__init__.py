@@ -15,7 +15,8 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "RegistryEntry": ".core.entry", "Key": ".core.keys", "Message": ".core.message", "Service": ".core.services",
     "EnvelopeTrace": ".core.records", "HealthTrace": ".core.records", "LeaseTrace": ".core.records",
-    "SpcTrace": ".core.records", "ControlTrace": ".core.records", "generate_key_file": ".keyfile",
+    "SpcTrace": ".core.records", "ControlTrace": ".core.records", "ThreatTrace": ".core.records",
+    "QuotaExceededError": ".core.quota", "generate_key_file": ".keyfile",
     "load_key": ".keyfile", "Node": ".node", "Operator": ".control", "OperatorKey": ".core.control",
     "NodeConfig": ".node",
     **dict.fromkeys((

@@ -26,6 +26,17 @@ def default_dir() -> str:
     return os.path.join(os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/speed-{os.getuid()}", "speed")
 
 
+def setting(text: str) -> tuple[str, Any]:
+    """An argparse type: KEY=VALUE with a JSON value (a bare word is taken as a string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def seconds(text: str) -> float:
     """An argparse type: a finite number of seconds above 0 and at most a day."""
     try:

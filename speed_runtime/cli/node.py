@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from ..core.errors import ConfigError, LeaseLostError, SpeedError
 from ..demo import DEMO_SERVICES
-from .common import EXIT_LEASE_LOST, EXIT_OK, add_common, add_lock_timeout, env_key, log_to_stderr, seconds
+from .common import EXIT_LEASE_LOST, EXIT_OK, add_common, add_lock_timeout, env_key, log_to_stderr, seconds, setting
 
 
 def add_parser(sub) -> None:
@@ -26,6 +27,10 @@ def add_parser(sub) -> None:
                    help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
     p.add_argument("--feature", action="append", default=[], metavar="NAME",
                    help="enable an extension of the contract (repeatable): chunks, reliable, quota, control, durable")
+    for name, example in (("quota", "pending=64, pending_bytes=4194304, rate=200"),
+                          ("threat", "threshold=100, release=50, half_life=60")):
+        p.add_argument(f"--{name}", action="append", default=[], type=setting, metavar="KEY=VALUE",
+                       help=f"a setting of the quota extension's {name} (repeatable; the value is JSON): {example}")
     p.add_argument("--operator", action="append", default=[], metavar="PUBKEY",
                    help="trust this operator's public key for control requests (repeatable; enables the "
                         "control extension; `speed operator keygen` prints it)")
@@ -49,7 +54,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     log_to_stderr()
     stop = threading.Event()
     lost: list[LeaseLostError] = []
-    options = {"reap_stale": args.reap} if args.reap is not None else {}
+    options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
+    for name in ("quota", "threat"):
+        if getattr(args, name):
+            options[name] = dict(getattr(args, name))
     node = Node(args.dir, env_key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
                 features=args.feature, operators=args.operator, **options)

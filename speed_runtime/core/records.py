@@ -24,7 +24,7 @@ EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
     "chunks": ("chunk_missing", "chunk_chain", "chunk_invalid", "chunk_expired", "message_too_large",
                "reassembly_full"),
     "reliable": (),
-    "quota": (),
+    "quota": ("quarantined",),  # removed unread: the claimed sender's threat score is over its threshold
     "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
                 "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
                 "control_refused"),
@@ -39,7 +39,9 @@ HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "r
                  "renewal_failed", "stopped_renewing", "services_abandoned")
 # logical messages of the chunks and reliable extensions (kind "message", readers that do not know it skip it)
 MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
-RECORD_KINDS = ("envelope", "lease", "health", "control", "message")
+# threat-score changes of a receiver's `quota` extension (kind "threat", §9; readers skip unknown kinds)
+THREAT_EVENTS = ("raised", "quarantined", "released", "lifted")
+RECORD_KINDS = ("envelope", "lease", "health", "control", "message", "threat")
 CONTROL_OUTCOMES = ("applied", "rejected")  # of a control request (the `control` extension, §9)
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
 ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
@@ -117,6 +119,21 @@ class ControlTrace(NamedTuple):
     detail: str = ""
 
     kind = "control"
+class ThreatTrace(NamedTuple):
+    """A sender's threat score changed at a receiver (extension `quota`): `raised` by a rejection
+    (`reason`), `quarantined` (its files are removed unread from now on), `released` (the score
+    decayed below the release level) or `lifted` (by the operator). `instance` is the claimed
+    instance (8 hex digits of the file name), empty when the change is about the name."""
+
+    ts: float
+    node: str
+    peer: str
+    event: str
+    score: float
+    instance: str = ""
+    reason: str = ""
+
+    kind = "threat"
 
     def to_record(self, **_: Any) -> dict[str, Any]:
         return json.loads(encode_line(self))
@@ -168,9 +185,9 @@ class MessageTrace(NamedTuple):
         return json.loads(encode_line(self))
 
 
-TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | SpcTrace | MessageTrace
-JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | MessageTrace
-JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, MessageTrace)
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | SpcTrace | MessageTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | MessageTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, ThreatTrace, MessageTrace)
 
 _dump = json.dumps
 _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12),
@@ -193,6 +210,10 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
                 f'"outcome":{_dump(event.outcome)},"reason":{_dump(event.reason)},"detail":{_dump(event.detail)}}}\n')
     if isinstance(event, MessageTrace):
         return _message_line(event)
+    if isinstance(event, ThreatTrace):
+        return (f'{{"kind":"threat","ts":{event.ts!r},"node":{_dump(event.node)},"peer":{_dump(event.peer)},'
+                f'"event":{_dump(event.event)},"score":{float(event.score)!r},"instance":{_dump(event.instance)},'
+                f'"reason":{_dump(event.reason)}}}\n')
     e = event
     line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
             f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
@@ -264,6 +285,9 @@ def parse_record(rec: Any) -> JournalEvent | None:
                                 int(_number(rec.get("size", 0))), int(_number(rec.get("chunks", 1))),
                                 int(_number(rec.get("attempt", 0))), rec.get("reliable") is True,
                                 int(_number(rec.get("seq", 0))), _opt_name(rec, "reason"), _opt(rec, "detail") or "")
+        if kind == "threat":
+            return ThreatTrace(ts, node, _name(rec["peer"]), _name(rec["event"]), _number(rec["score"]),
+                               _opt_name(rec, "instance") or "", _opt_name(rec, "reason") or "")
         if kind != "envelope":
             return None
         envelope = rec.get("envelope")

@@ -17,11 +17,14 @@ before the node dispatches it (return True when the extension took it over); `wa
 and handled, in bounded steps, on the protocol thread; `decode` for a payload layout selected by
 the extension's flag bit (called by the receiver's judgement, through `decoder`); `outbound` for a
 payload the node is about to deliver (Node.deliver_payload: return the sequence number when the
-extension delivered it in its own layout).
+extension delivered it in its own layout); on the receiving side `admit` before an allowed
+sender's file is opened and `on_rejected` after a file was rejected; on the sending side
+`admit_send` before an envelope is sealed and `delivered` after it landed in the target's inbox.
 """
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from ..core.entry import RegistryEntry
@@ -65,6 +68,7 @@ class Outbound(NamedTuple):
     trace_extra: dict[str, Any] | None = None
     before_deliver: Callable[[int], None] | None = None
     files: list[str] | None = None   # when given, gets the names of the envelope files delivered
+    wait: float | None = None        # how long an extension may hold each envelope back (quota); None: never
 
 
 class Extension:
@@ -113,6 +117,26 @@ class Extension:
         """Deliver `out` in this extension's layout and return its (last) sequence number, or None
         to leave it to the next extension and finally to v1."""
         return None
+
+
+    def admit(self, sender: str, name: str) -> str | None:
+        """Before a file of an allowed sender is opened (§5.5 step 1, on its name alone): a journal
+        reason to remove it unread, or None to judge it."""
+        return None
+
+    def on_rejected(self, sender: str, name: str, reason: str, detail: str) -> None:
+        """A file claiming `sender` was rejected with `reason` (and recorded); `detail` refines
+        some reasons (`late` for an unexpected_response that answers nothing still pending)."""
+
+    def admit_send(self, target: str, entry: RegistryEntry, etype: int, size: int, wait: float | None,
+                   lock: threading.Lock) -> RegistryEntry:
+        """Before an envelope of `size` bytes is sealed for `target` (the link's `lock` held, which
+        may be released while waiting). `wait`: None for answers, which never wait; else the most
+        seconds to wait (0: not at all). Returns the entry to seal for, or raises."""
+        return entry
+
+    def delivered(self, target: str, entry: RegistryEntry, filename: str, size: int) -> None:
+        """An envelope file of `size` bytes landed in `target`'s inbox (the link's lock held)."""
 
 
 def decoder(extensions: dict[str, Extension]) -> Decoder:

@@ -113,7 +113,8 @@ class ChunksExtension(Extension):
 
     def _send(self, out: Outbound, body: bytes, flags: int) -> int:
         return self.node.sender.send(out.target, out.etype, body, flags=flags, entry=out.entry,
-                                     before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files)
+                                     before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files,
+                                     wait=out.wait)
 
     def _send_chunks(self, out: Outbound, first: dict, message_id: str, body, limit: int) -> int:
         sender, target, entry = self.node.sender, out.target, out.entry
@@ -127,6 +128,7 @@ class ChunksExtension(Extension):
                 seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
                                   flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
                                   before_deliver=out.before_deliver if last else None, files=out.files, sealed=sealed,
+                                  wait=out.wait,
                                   trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
                                                "chunks": count})
                 prev = chunks.chain_value(sealed.pop())  # the next chunk names this envelope by its tag

@@ -177,12 +177,13 @@ class ReliableExtension(Extension):
         try:
             if speaks(entry, "reliable"):
                 seq = node.deliver_payload(Outbound(p.target, EnvelopeType.MESSAGE, {**payload, "messageId": p.message_id},
-                                                    FLAG_RELIABLE, entry, {"message_id": p.message_id}, files=files))
+                                                    FLAG_RELIABLE, entry, {"message_id": p.message_id}, files=files,
+                                                    wait=0.0))
             else:
                 p.v1 = True
                 waiter: Future = Future()
                 seq = node.deliver_payload(Outbound(
-                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files,
+                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files, wait=0.0,
                     before_deliver=lambda s: node.sender.expect_ack(p.target, s, entry.id_bytes, waiter)))
                 waiter.add_done_callback(lambda w: self._v1_answered(p, w))
         except BaseException:

@@ -61,7 +61,7 @@ class Caller:
         payload = payloads.spc_request(self.name, target, request_id, service, {} if arguments is None else arguments,
                                        max(1, int(timeout * 1000)))
         return self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._deliver(Outbound(
-            target, EnvelopeType.SPC_REQUEST, payload, entry=entry,
+            target, EnvelopeType.SPC_REQUEST, payload, entry=entry, wait=timeout,
             trace_extra={"request_id": request_id, "service": service})))
 
     def expect(self, request_id: str, target: str, target_id: bytes, service: str, timeout: float,

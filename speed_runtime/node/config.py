@@ -10,7 +10,9 @@ from ..core.envelope import DEFAULT_MAX_PAYLOAD
 from ..core.errors import ConfigError
 from ..core.liveness import MAX_LEASE_SECONDS
 from ..core.names import validate_name
+from ..core.quota import QuotaSettings
 from ..core.replay import DEFAULT_MAX_GAP
+from ..core.threat import ThreatPolicy
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class NodeConfig:
     reliable_pending_bytes: int = 256 * 1024 * 1024  # unacknowledged bytes kept for retransmission (sends wait)…
     reliable_window: int = 1024                # …and unacknowledged messages (so a queue never outgrows the schedule)
     reliable_remember: int = 100_000           # reliable message ids a receiver remembers (duplicate suppression)
+    quota: QuotaSettings | None = None         # `quota`: limits published, own pacing (core/quota.py)
+    threat: ThreatPolicy | None = None         # `quota`: threat scores and quarantine (core/threat.py)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -72,6 +76,10 @@ class NodeConfig:
             values["features"] = tuple(dict.fromkeys((*values.get("features", ()), "control")))
         if values.get("trusted_uids") is not None:
             values["trusted_uids"] = frozenset(values["trusted_uids"])
+        if values.get("quota") is not None:
+            values["quota"] = QuotaSettings.from_options(values["quota"])
+        if values.get("threat") is not None:
+            values["threat"] = ThreatPolicy.from_options(values["threat"])
         config = cls(**values)
         config.validate()
         return config
@@ -101,6 +109,9 @@ class NodeConfig:
             raise ConfigError(f"retransmission_backoff must be at least 1, not {self.retransmission_backoff!r}")
         for name in self.allow:
             validate_name(name)
+        for name in ("quota", "threat"):
+            if getattr(self, name) is not None and "quota" not in self.features:
+                raise ConfigError(f"{name} settings belong to the quota extension: add features=['quota']")
 
     @property
     def uids(self) -> frozenset[int]:

@@ -3,7 +3,9 @@ replace or remove) and the names of the files waiting in it, per sender, in sequ
 
 Both are bounded: names beyond MAX_NAMES_PER_SENDER / MAX_NAMES are not remembered (the inbox is
 listed again later, streaming), and a replaced directory is drained into the new one for a while
-and then closed.
+and then closed. A sender whose names overflowed is looked for again only once half of its
+remembered names have been taken: listing a backlog of tens of thousands of files at every step
+would find only names that cannot be remembered yet, and delay every other sender's files.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class _SenderNames:
     heap: list[tuple[str, int, str]] = field(default_factory=list)  # (id8, sequence, file name)
     members: set[str] = field(default_factory=set)
+    overflowed: bool = False  # names were not remembered: list again once half of these are taken
 
 
 class PendingNames:
@@ -36,9 +39,13 @@ class PendingNames:
     def __init__(self) -> None:
         self._by_sender: dict[str, _SenderNames] = {}
         self._count = 0
-        self.need_listing = True  # a name was not remembered, or events were lost: list again
+        self._overflowed = False  # names were not remembered for want of room in all
+        self.need_listing = True  # names not remembered have room now, or events were lost: list again
 
     def remember(self, name: str, allowed: Container[str]) -> None:
+        full = self._by_sender.get(name.partition(".")[0])
+        if full is not None and full.overflowed:
+            return  # cheap: this sender's names wait for the listing that comes when it has room
         parsed, _ = judge_name(name, allowed)
         sender = parsed.sender if parsed is not None else "?"
         names = self._by_sender.get(sender)
@@ -46,8 +53,11 @@ class PendingNames:
             names = self._by_sender[sender] = _SenderNames()
         if name in names.members:
             return
-        if len(names.members) >= MAX_NAMES_PER_SENDER or self._count >= MAX_NAMES:
-            self.need_listing = True
+        if len(names.members) >= MAX_NAMES_PER_SENDER:
+            names.overflowed = True
+            return
+        if self._count >= MAX_NAMES:
+            self._overflowed = True
             return
         names.members.add(name)
         heapq.heappush(names.heap, (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name))
@@ -65,6 +75,10 @@ class PendingNames:
         item = heapq.heappop(names.heap)
         names.members.discard(item[2])
         self._count -= 1
+        if names.overflowed and len(names.members) <= MAX_NAMES_PER_SENDER // 2:
+            names.overflowed, self.need_listing = False, True
+        if self._overflowed and self._count <= MAX_NAMES // 2:
+            self._overflowed, self.need_listing = False, True
         if not names.heap:
             del self._by_sender[sender]
         return item

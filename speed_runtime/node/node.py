@@ -80,6 +80,7 @@ class Node:
                              local_facts, self.telemetry)
         self.receiver = Receiver(self)
         self.extensions = extensions.load(self.config.features, self)
+        self.sender.extensions = tuple(self.extensions.values())
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> "Node":
@@ -252,26 +253,30 @@ class Node:
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
     def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0,
-             reliable: bool = False) -> Any:
+             reliable: bool = False, block: bool = True) -> Any:
         """Send a MESSAGE (a JSON value, or raw bytes); returns its sequence number. With
         confirm=True, return only after the receiver's handler ran. With reliable=True (the
         `reliable` extension), return a Future at once that resolves when the receiver acknowledged
-        it, retransmitting meanwhile (ext/reliable.py)."""
+        it, retransmitting meanwhile (ext/reliable.py). Towards a node that publishes limits
+        (extension `quota`) the send waits for room at most `timeout` seconds, or not at all with
+        block=False; then it raises QuotaExceededError."""
         self._check_running()
         if reliable:
             if confirm:
                 raise ConfigError("choose confirm=True or reliable=True, not both")
             return self.extension("reliable").send(target, data, timeout)
         payload = {"from": self.name, "to": target, "data": data}
+        deadline = time.monotonic() + timeout
+        wait = timeout if block else 0.0
         if not confirm:
-            return self.deliver_payload(Outbound(target, EnvelopeType.MESSAGE, payload))
+            return self.deliver_payload(Outbound(target, EnvelopeType.MESSAGE, payload, wait=wait))
         entry = self.sender.live_entry(target)
         waiter: Future = Future()
         seq = self.deliver_payload(Outbound(
-            target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry,
+            target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, wait=wait,
             before_deliver=lambda s: self.sender.expect_ack(target, s, entry.id_bytes, waiter)))
         try:
-            waiter.result(timeout)
+            waiter.result(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise DeliveryTimeoutError(f"{target} did not acknowledge message {seq} within {timeout:g} s "
                                        "(it may still be handled)") from None
@@ -286,6 +291,14 @@ class Node:
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self._check_running()
         return self.caller.call_async(target, service, arguments, timeout)
+
+    def lift_quarantine(self, sender: str) -> bool:
+        """End the quarantine of `sender` (extension `quota`) now; False if it was not quarantined.
+        For the operator (the console, the `control` extension)."""
+        quota = self.extensions.get("quota")
+        if quota is None:
+            raise ConfigError(f"node {self.name} keeps no threat scores: it does not enable the quota extension")
+        return quota.lift(sender)
 
     def reply(self, target: str, etype: EnvelopeType, payload: dict, trace_extra: dict | None = None,
               flags: int = 0) -> str | None:
@@ -311,7 +324,8 @@ class Node:
                 return seq
         body = payloads.encode_payload(payloads.v1_form(out.payload))
         return self.sender.send(out.target, out.etype, body, flags=out.flags, entry=out.entry,
-                                before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files)
+                                before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files,
+                                wait=out.wait)
 
     def extension(self, feature: str) -> Any:
         """The enabled extension `feature` (ext/<feature>.py), or ConfigError."""

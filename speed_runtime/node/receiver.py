@@ -44,6 +44,7 @@ _MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MES
                                                                 EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
 _ERROR, _HEARTBEAT, _EVENT = int(EnvelopeType.ERROR), int(EnvelopeType.HEARTBEAT), int(EnvelopeType.EVENT)
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
+LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
 
 
 class Receiver:
@@ -62,6 +63,7 @@ class Receiver:
         self._in_hand_total = 0
         self._taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
         self._names = PendingNames()
+        self._turn = 0  # rotates the sender that goes first in a pass
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
         self._extensions_busy = False  # an extension's step left work for the next one
@@ -181,8 +183,13 @@ class Receiver:
                 self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
                                                                 "removed; receiving from the new one")
             self._names.need_listing = False
+            started = time.monotonic()
             self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
-            next_listing = time.monotonic() + self.node.config.rescan_seconds
+            took = time.monotonic() - started
+            # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
+            # it is spaced out so that it takes at most about 1% of this thread's time
+            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * took))
+            next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self._taken, self._remember)
         if self.node.may_receive():
@@ -215,25 +222,39 @@ class Receiver:
 
     # ------------------------------------------------------------------ judging
     def _receive(self) -> None:
-        """Take files per sender in sequence order while the sender (and all) have room."""
-        for sender in self._names.senders():
-            while self._names.has(sender):
+        """Take files in turns, one per sender per turn (each sender's in sequence order), while
+        the sender (and all) have room: a sender with a backlog waits behind one file of every
+        other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
+        senders = self._names.senders()
+        if senders:
+            self._turn = (self._turn + 1) % len(senders)
+            senders = senders[self._turn:] + senders[:self._turn]
+        while senders:
+            again = []
+            for sender in senders:
                 with self._lock:
                     if self._in_hand_total >= self._read_ahead_total:
                         return
                     if self._in_hand.get(sender, 0) >= self._read_ahead:
-                        break
+                        continue
                 if self.node.state == "lost":
                     return
                 item = self._names.pop(sender)
                 if not self._receive_one(item[2], sender, item[1]):
                     self._names.push_back(sender, item)  # not ready (a link in progress): this sender waits
-                    break
+                elif self._names.has(sender):
+                    again.append(sender)
+            senders = again
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
         parsed, refused = judge_name(name, self.node.access)
+        if not refused:
+            for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
+                refused = extension.admit(sender, name)
+                if refused:
+                    break
         if refused:
             self.reject(name, sender if parsed else "?", file_seq, refused)
             return True
@@ -281,12 +302,14 @@ class Receiver:
         return verdict
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-               data: bytes | None = None, remove: bool = True, extra: dict | None = None) -> None:
+               data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "") -> None:
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
                                                "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
+        for extension in self.node.extensions.values():
+            extension.on_rejected(sender, name, reason, detail)
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
@@ -347,7 +370,8 @@ class Receiver:
         # everything else is settled here and now
         if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
             if not self._expected(etype, sender, header.source_id, payload):
-                self.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data)
+                self.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
+                            detail="" if self._asked(etype, sender, payload) else "late")
                 finished(False, None)
                 return
         if not remove_entry(self.inbox.fd, self.inbox.path, name):
@@ -378,6 +402,13 @@ class Receiver:
             return False
         seq = payload["ackSeq"] if etype == _ACK else payload["refSeq"]
         return self.node.sender.awaits_ack(sender, source_id, seq)
+
+    def _asked(self, etype: int, sender: str, payload: dict) -> bool:
+        """Whether the answer's request (or message) still waits for an answer from `sender` at all:
+        if not, the answer is late (or answers something never asked); if so, another instance sent it."""
+        if etype == _SPC_RESPONSE:
+            return self.node.caller.pending(payload["requestId"])
+        return self.node.sender.ack_awaited(sender, payload["ackSeq"] if etype == _ACK else payload["refSeq"])
 
     def _settle_ack(self, sender: str, source_id: bytes, seq: int, error: Exception | None) -> None:
         waiter = self.node.sender.take_ack(sender, source_id, seq)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..core.entry import RegistryEntry
-from ..core.envelope import Header, seal, type_name
+from ..core.envelope import OVERHEAD, Header, seal, type_name
 from ..core.errors import (AccessDeniedError, DeliveryError, NodeLeavingError, NodeUnavailableError,
                           PayloadTooLargeError)
 from ..core.keys import Key
@@ -75,6 +75,7 @@ class Sender:
         self._max_open = open_targets_budget()
         self._acks: dict[tuple[str, int], tuple[bytes, Future]] = {}
         self._acks_lock = threading.Lock()
+        self.extensions: tuple = ()  # the node's extensions (§9), set by the node: admit_send, delivered
 
     # ------------------------------------------------------------------ the target
     def live_entry(self, target: str) -> RegistryEntry:
@@ -97,10 +98,11 @@ class Sender:
     # ------------------------------------------------------------------ sending
     def send(self, target: str, etype: int, body: bytes, *, flags: int = 0, entry: RegistryEntry | None = None,
              before_deliver: Callable[[int], None] | None = None, trace_extra: dict | None = None,
-             files: list[str] | None = None, sealed: list[bytes] | None = None) -> int:
+             files: list[str] | None = None, sealed: list[bytes] | None = None, wait: float | None = None) -> int:
         """Deliver one envelope with `body` as its plaintext; returns its sequence number.
         `entry` is the target's entry when the caller has just judged it; `files` and `sealed`, when
-        given, get the delivered file's name and its bytes."""
+        given, get the delivered file's name and its bytes. `wait`: how long an extension may hold
+        the send back (quota), 0 not at all; None for answers, never held."""
         if entry is None:
             entry = self.live_entry(target)
         self.check_grant(target, entry)
@@ -112,6 +114,8 @@ class Sender:
             with self._links_lock:
                 link = self._links.setdefault(target, _Link())
         with link.lock:
+            for extension in self.extensions:  # e.g. quota: wait for room in the target's inbox
+                entry = extension.admit_send(target, entry, etype, OVERHEAD + len(body), wait, link.lock)
             if link.seq_for != entry.id:  # a new receiver instance has no state for us: number from 1
                 link.next_seq, link.seq_for = 1, entry.id
             seq = link.next_seq
@@ -120,6 +124,8 @@ class Sender:
             stamp = self._monitor.stamp_of(target)
             data, filename = self._seal_and_deliver(link, target, entry, etype, seq, flags, body)
             link.next_seq, link.last_file = seq + 1, filename
+            for extension in self.extensions:
+                extension.delivered(target, entry, filename, len(data))
             self._confirm_delivery(link, target, entry, stamp, filename)
         if files is not None:
             files.append(filename)
@@ -230,6 +236,10 @@ class Sender:
     def forget_ack(self, target: str, seq: int) -> None:
         with self._acks_lock:
             self._acks.pop((target, seq), None)
+
+    def ack_awaited(self, sender: str, seq: int) -> bool:
+        """Whether an acknowledgement of `seq` is awaited from `sender`, from any of its instances."""
+        return (sender, seq) in self._acks
 
     def awaits_ack(self, sender: str, source_id: bytes, seq: int) -> bool:
         found = self._acks.get((sender, seq))

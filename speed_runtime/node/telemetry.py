@@ -24,7 +24,9 @@ COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponse
             # chunks: envelopes of chunked messages, whole messages delivered and voided
             "chunksSent", "chunksReceived", "messagesAssembled", "messagesVoided",
             # reliable: messages sent, retransmissions, acknowledgements, give-ups, duplicates suppressed
-            "reliableSent", "retransmissions", "acknowledged", "sendErrors", "duplicates")
+            "reliableSent", "retransmissions", "acknowledged", "sendErrors", "duplicates",
+            # quota: sends that waited for the target's budget, refusals, senders quarantined
+            "quotaWaits", "quotaRefusals", "quarantines")
 
 
 class Telemetry:
@@ -37,6 +39,7 @@ class Telemetry:
         self._rejected: dict[str, int] = {}
         self.observers: list[Callable[[Any], None]] = []
         self._last_problem: dict[str, float] = {}
+        self.sections: dict[str, Callable[[], Any]] = {}  # extensions' parts of the counters, by key
 
     def count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -50,7 +53,9 @@ class Telemetry:
         with self._lock:
             out: dict[str, Any] = dict(self._counters)
             out["rejected"] = dict(self._rejected)
-            return out
+        for key, section in list(self.sections.items()):  # outside the lock: sections take their own
+            out[key] = section()
+        return out
 
     def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]:
         self.observers.append(observer)

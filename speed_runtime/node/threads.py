@@ -35,7 +35,9 @@ class WorkerPool:
             self._tasks.append(task)
             if self._idle:
                 self._cond.notify()
-            elif len(self.threads) < self._size:
+            # an idle worker counts until it has woken: two tasks submitted before it does must not
+            # both count on it (the second would wait behind the first, which may block for long)
+            if len(self._tasks) > self._idle and len(self.threads) < self._size:
                 thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self.threads)}", daemon=True)
                 self.threads.append(thread)
                 thread.start()

@@ -2,6 +2,8 @@
  *
  * One command per line; JSON is the rest of the line:
  *   send TARGET JSON            MESSAGE          -> {"event":"sent","to":T,"seq":N}
+ *   send-nowait TARGET JSON     MESSAGE, refused at once (QUOTA_EXCEEDED) when the target's
+ *                               published limits leave no room (--feature quota)
  *   send-confirm TARGET JSON    MESSAGE with ACK -> sent, later {"event":"ack",...}
  *                                                   or {"event":"ack_timeout",...}
  *   call TAG TARGET SERVICE JSON                 -> later {"event":"result","id":TAG,...}
@@ -51,6 +53,7 @@ static void send_command(node_t *n, const char *cmd, char *rest)
 {
     char *target = next_word(&rest);
     int probe = strcmp(cmd, "probe") == 0, confirm = strcmp(cmd, "send-confirm") == 0;
+    n->quota_wait_ms = strcmp(cmd, "send-nowait") == 0 ? 0 : -1;
     jval *data = probe ? NULL : json_parse(rest, strlen(rest), NULL, 0);
     if (!target || (!probe && !data)) {
         command_error(n, "usage: %s TARGET JSON", cmd);
@@ -83,6 +86,7 @@ static void send_command(node_t *n, const char *cmd, char *rest)
         json_set(l, "errorMessage", json_str(err));
     }
     node_emit(n->events, l);
+    n->quota_wait_ms = -1;
 }
 
 static void send_bytes_command(node_t *n, char *rest)
@@ -117,7 +121,7 @@ static void run_command(node_t *n, char *line)
     if (!cmd)
         return;
     if (strcmp(cmd, "send") == 0 || strcmp(cmd, "send-confirm") == 0 ||
-        strcmp(cmd, "probe") == 0) {
+        strcmp(cmd, "send-nowait") == 0 || strcmp(cmd, "probe") == 0) {
         send_command(n, cmd, rest);
     } else if (strcmp(cmd, "call") == 0) {
         char *tag = next_word(&rest), *target = next_word(&rest), *service = next_word(&rest);

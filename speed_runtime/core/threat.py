@@ -1,0 +1,264 @@
+"""Threat scores and quarantine (docs/PROTOCOL.md "Extensions (§9)" › `quota` › threat scores).
+Pure: `now` is an argument (seconds on any monotonic clock).
+
+A receiver keeps a score per claimed sender name (the name in the file name), and per claimed
+instance (the 8 hex digits of the instance ID in the file name). Each rejection adds its reason's
+weight; scores halve every `half_life` seconds. When a name's score reaches `threshold` the name is
+quarantined: its files are removed unread (decided on the file name, like `unauthorized`) and
+journaled as `quarantined`, until its score has decayed below `release`. Files removed while
+quarantined add nothing (they were not judged), so a quarantine ends by itself; a sender that
+misbehaves again after its release starts near `release` and is quarantined again quickly.
+
+Memory is bounded: at most `max_names` names (the lowest score is forgotten first, never a
+quarantined one), `MAX_INSTANCES` instances per name, `LAST_REASONS` reasons and `BUCKETS` counts
+of recent rejections each.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Mapping, NamedTuple
+
+from .errors import ConfigError
+from .records import REJECT_REASONS
+
+LATE_RESPONSE = "late_response"  # an unexpected_response answering nothing still pending (late, or unknown)
+SCORED_REASONS = REJECT_REASONS + (LATE_RESPONSE,)
+DEFAULT_WEIGHTS: Mapping[str, float] = {
+    # sealed with the key (the tag passed) and impossible for a correct sender: tampering or forgery
+    "bad_tag": 30.0, "bad_sequence": 30.0, "replayed_nonce": 30.0, "replayed_sequence": 30.0,
+    "unexpected_response": 30.0,
+    # malformed by a writer the receiver trusts (the owner check of step 2 came first)
+    "bad_version": 20.0, "bad_size": 20.0, "bad_payload": 20.0, "too_large": 10.0,
+    # usually innocent: a race with a restart, a skewed clock, a caller that gave up
+    "unknown_sender": 5.0, "stale_timestamp": 2.0, LATE_RESPONSE: 2.0,
+    "unauthorized": 1.0,
+    # never attributable to the claimed sender: a previous instance of ours was the target (left
+    # over after our restart), or the file is not a regular file of a trusted owner
+    "wrong_target": 0.0, "bad_file": 0.0,
+}
+MAX_INSTANCES = 4
+LAST_REASONS = 5
+BUCKET_SECONDS = 10.0
+BUCKETS = 12
+NORMAL, QUARANTINED = "normal", "quarantined"
+RELEASE_MARGIN = 0.001  # a release is looked for this long after the computed moment (rounding)
+
+
+@dataclass(frozen=True)
+class ThreatPolicy:
+    threshold: float = 100.0
+    release: float = 50.0
+    half_life: float = 60.0        # seconds for a score to halve
+    weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    quarantine: bool = True        # False: scores only
+    max_names: int = 1024
+
+    @classmethod
+    def from_options(cls, options: Any) -> "ThreatPolicy":
+        if isinstance(options, ThreatPolicy):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise ConfigError("threat settings must be a mapping such as {'threshold': 100, 'half_life': 60}")
+        known = ("threshold", "release", "half_life", "weights", "quarantine", "max_names")
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown threat setting {unknown[0]!r}; the settings are: {', '.join(known)}")
+        values = {k: options[k] for k in known if k in options}
+        weights = dict(DEFAULT_WEIGHTS)
+        for reason, weight in (values.pop("weights", None) or {}).items():
+            if reason not in DEFAULT_WEIGHTS:
+                raise ConfigError(f"no threat weight for {reason!r}; the reasons are: {', '.join(SCORED_REASONS)}")
+            if not _number(weight) or weight < 0:
+                raise ConfigError(f"the threat weight of {reason} must be a number of at least 0, not {weight!r}")
+            weights[reason] = float(weight)
+        policy = cls(weights=weights, **values)
+        policy.validate()
+        return policy
+
+    def validate(self) -> None:
+        if not _number(self.threshold) or self.threshold <= 0:
+            raise ConfigError(f"the threat threshold must be a number above 0, not {self.threshold!r}")
+        if not _number(self.release) or not 0 <= self.release < self.threshold:
+            raise ConfigError(f"the release level must be at least 0 and below the threshold "
+                              f"({self.threshold:g}), not {self.release!r}")
+        if not _number(self.half_life) or not 0 < self.half_life <= 86_400:
+            raise ConfigError(f"half_life must be a number of seconds above 0 and at most 86400, "
+                              f"not {self.half_life!r}")
+        if not isinstance(self.quarantine, bool):
+            raise ConfigError(f"quarantine must be true or false, not {self.quarantine!r}")
+        if isinstance(self.max_names, bool) or not isinstance(self.max_names, int) or self.max_names < 1:
+            raise ConfigError(f"max_names must be a positive whole number, not {self.max_names!r}")
+
+
+def _number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+class ThreatChange(NamedTuple):
+    """A change to report (journal, observers): `raised` by a rejection, `quarantined`,
+    `released` (decayed below the release level), `lifted` (by the operator)."""
+
+    name: str
+    instance: str
+    event: str
+    score: float
+    reason: str = ""
+
+
+class ThreatState(NamedTuple):
+    """One sender name as the receiver sees it now (scores decayed to `now`)."""
+
+    name: str
+    score: float
+    state: str                      # "normal" | "quarantined"
+    since: float | None             # when the quarantine began (the table's clock)
+    instances: dict[str, float]     # claimed instance (8 hex digits) -> score
+    last_reasons: tuple[str, ...]   # newest last
+    rejections: int                 # scored rejections in all
+    recent: tuple[int, ...]         # rejections per BUCKET_SECONDS, oldest first, the current bucket last
+
+    def to_json(self) -> dict[str, Any]:
+        return {"score": round(self.score, 1), "state": self.state,
+                "instances": {k: round(v, 1) for k, v in self.instances.items()},
+                "last": list(self.last_reasons), "rejections": self.rejections, "recent": list(self.recent)}
+
+
+class _Decaying:
+    __slots__ = ("value", "at")
+
+    def __init__(self) -> None:
+        self.value, self.at = 0.0, 0.0
+
+    def now(self, now: float, half_life: float) -> float:
+        return self.value * 2.0 ** (-max(0.0, now - self.at) / half_life) if self.value else 0.0
+
+    def add(self, weight: float, now: float, half_life: float) -> float:
+        self.value, self.at = self.now(now, half_life) + weight, now
+        return self.value
+
+
+@dataclass
+class _Sender:
+    score: _Decaying = field(default_factory=_Decaying)
+    instances: dict[str, _Decaying] = field(default_factory=dict)
+    quarantined_at: float | None = None
+    last: deque = field(default_factory=lambda: deque(maxlen=LAST_REASONS))
+    rejections: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=BUCKETS))  # [bucket index, count]
+
+
+class ThreatTable:
+    def __init__(self, policy: ThreatPolicy | None = None):
+        self.policy = policy or ThreatPolicy()
+        self._senders: dict[str, _Sender] = {}
+
+    def rejected(self, name: str, instance: str, reason: str, now: float) -> list[ThreatChange]:
+        """Score one rejection of a file claiming `name` (and `instance`); the changes to report."""
+        policy = self.policy
+        weight = policy.weights.get(reason, 0.0)
+        if weight <= 0:
+            return []
+        sender = self._senders.get(name) or self._track(name, now)
+        if sender is None:
+            return []  # every tracked name is quarantined: this one waits for room
+        half = policy.half_life
+        score = sender.score.add(weight, now, half)
+        self._score_instance(sender, instance, weight, now)
+        sender.last.append(reason)
+        sender.rejections += 1
+        bucket = int(now // BUCKET_SECONDS)
+        if sender.recent and sender.recent[-1][0] == bucket:
+            sender.recent[-1][1] += 1
+        else:
+            sender.recent.append([bucket, 1])
+        changes = [ThreatChange(name, instance, "raised", score, reason)]
+        if policy.quarantine and sender.quarantined_at is None and score >= policy.threshold:
+            sender.quarantined_at = now
+            changes.append(ThreatChange(name, instance, QUARANTINED, score, reason))
+        return changes
+
+    def _track(self, name: str, now: float) -> _Sender | None:
+        if len(self._senders) >= self.policy.max_names:
+            half = self.policy.half_life
+            candidates = [(s.score.now(now, half), n) for n, s in self._senders.items() if s.quarantined_at is None]
+            if not candidates:
+                return None
+            del self._senders[min(candidates)[1]]
+        sender = self._senders[name] = _Sender()
+        return sender
+
+    def _score_instance(self, sender: _Sender, instance: str, weight: float, now: float) -> None:
+        half = self.policy.half_life
+        score = sender.instances.get(instance)
+        if score is None:
+            if len(sender.instances) >= MAX_INSTANCES:
+                lowest = min(sender.instances, key=lambda k: sender.instances[k].now(now, half))
+                del sender.instances[lowest]
+            score = sender.instances[instance] = _Decaying()
+        score.add(weight, now, half)
+
+    def check(self, name: str, now: float) -> tuple[bool, ThreatChange | None]:
+        """Whether files claiming `name` are quarantined now; ends a quarantine whose score has
+        decayed below the release level (then the change says so)."""
+        sender = self._senders.get(name)
+        if sender is None or sender.quarantined_at is None:
+            return False, None
+        score = sender.score.now(now, self.policy.half_life)
+        if score >= self.policy.release:
+            return True, None
+        sender.quarantined_at = None
+        return False, ThreatChange(name, "", "released", score)
+
+    def release_due(self, now: float) -> list[ThreatChange]:
+        changes = []
+        for name in [n for n, s in self._senders.items() if s.quarantined_at is not None]:
+            change = self.check(name, now)[1]
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    def next_release(self) -> float | None:
+        """The earliest moment (the table's clock) at which a quarantine can end."""
+        policy = self.policy
+        moments = []
+        for s in self._senders.values():
+            if s.quarantined_at is None:
+                continue
+            if policy.release <= 0:
+                moments.append(s.score.at + policy.half_life * 64)  # 2**-64 of any score: gone
+            else:
+                ratio = max(1.0, s.score.value / policy.release)
+                moments.append(s.score.at + policy.half_life * math.log2(ratio) + RELEASE_MARGIN)
+        return min(moments, default=None)
+
+    def lift(self, name: str, now: float) -> ThreatChange | None:
+        """The operator ends a quarantine (and forgets the score): None if `name` was not quarantined."""
+        sender = self._senders.get(name)
+        if sender is None or sender.quarantined_at is None:
+            return None
+        score = sender.score.now(now, self.policy.half_life)
+        sender.quarantined_at = None
+        sender.score = _Decaying()
+        sender.instances.clear()
+        return ThreatChange(name, "", "lifted", score)
+
+    def states(self, now: float, limit: int | None = None) -> list[ThreatState]:
+        """Every tracked name, quarantined first, then by score (highest first); at most `limit`."""
+        half = self.policy.half_life
+        current = int(now // BUCKET_SECONDS)
+        out = []
+        for name, s in self._senders.items():
+            counts = {index: count for index, count in s.recent}
+            out.append(ThreatState(
+                name, s.score.now(now, half), QUARANTINED if s.quarantined_at is not None else NORMAL,
+                s.quarantined_at, {k: v.now(now, half) for k, v in s.instances.items()}, tuple(s.last),
+                s.rejections, tuple(counts.get(i, 0) for i in range(current - BUCKETS + 1, current + 1))))
+        out.sort(key=lambda t: (t.state != QUARANTINED, -t.score, t.name))
+        return out if limit is None else out[:limit]
+
+    def __len__(self) -> int:
+        return len(self._senders)
