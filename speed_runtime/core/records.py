@@ -119,6 +119,11 @@ class ControlTrace(NamedTuple):
     detail: str = ""
 
     kind = "control"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
 class ThreatTrace(NamedTuple):
     """A sender's threat score changed at a receiver (extension `quota`): `raised` by a rejection
     (`reason`), `quarantined` (its files are removed unread from now on), `released` (the score

@@ -48,10 +48,10 @@ class Quota(Extension):
         self.settings = QuotaSettings.from_options(node.config.quota)
         self.gate = SendGate(node, self.settings)
         self.guard = Quarantine(node, ThreatPolicy.from_options(node.config.threat))
+        # in the counters from the node's first entry on (extensions start after it registered)
+        node.telemetry.sections["threat"] = self.guard.published
 
     # -------------------------------------------------------------- hooks
-    def start(self) -> None:
-        self.node.telemetry.sections["threat"] = self.guard.published
 
     def entry_fields(self) -> dict[str, Any]:
         return {"quota": self.settings.published()}

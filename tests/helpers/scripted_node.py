@@ -4,7 +4,7 @@ takes DELAY ms, a `slow` service that reports when it starts, node options as JS
 Usage: python -m tests.helpers.scripted_node ROOT KEYFILE NAME [--allow N]... [--delay-ms MS]
        [--options JSON]
 Prints `ready NAME id=ID pid=PID` once registered, then one JSON line per handled MESSAGE
-({"from", "seq", "data", "messageId"}; raw bytes as {"sha256", "size"}) and one per service start ({"started": service, "args": ...}); on
+({"from", "seq", "data"} and "messageId" when the message has one; raw bytes as {"sha256", "size"}) and one per service start ({"started": service, "args": ...}); on
 SIGTERM it closes gracefully and prints `closed`.
 """
 from __future__ import annotations
@@ -44,7 +44,10 @@ def main() -> int:
             time.sleep(args.delay_ms / 1000)
         data = msg.data if not isinstance(msg.data, bytes) else \
             {"sha256": hashlib.sha256(msg.data).hexdigest(), "size": len(msg.data)}  # bytes: by digest
-        say({"from": msg.sender, "seq": msg.seq, "data": data, "messageId": msg.message_id})
+        said = {"from": msg.sender, "seq": msg.seq, "data": data}
+        if msg.message_id is not None:  # a chunked or reliable message's id (extensions chunks, reliable)
+            said["messageId"] = msg.message_id
+        say(said)
 
     def slow(arguments: dict) -> dict:
         say({"started": "slow", "args": arguments})
