@@ -12,3 +12,5 @@ class Message:
     seq: int
     timestamp_ms: int  # when the sender sealed it
     size: int          # envelope file size in bytes
+    durable_id: int | None = None  # durable extension: the message's id in its sender's stream
+    redelivered: bool = False      # durable: a handler was entered for it before and did not return (a crash)

@@ -12,7 +12,8 @@ bit, registry fields and journal reasons.
 
 Hooks (all optional; see Extension): `start` after the node registered, `stop` when it closes,
 `entry_fields` merged into every registry entry it writes, `on_envelope` for an accepted envelope
-before the node dispatches it (return True when the extension took it over).
+before the node dispatches it (return True when the extension took it over), `rejudge` for a
+rejected envelope before it is removed.
 """
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ class Extension:
     def on_envelope(self, verdict: "Verdict", sender: str, data: bytes, name: str) -> bool:
         """An accepted envelope, before the node dispatches it; True when this extension handles it."""
         return False
+
+    def rejudge(self, verdict: "Verdict", sender: str, data: bytes, arrived_ms: int) -> "Verdict":
+        """A rejected envelope, before it is removed: the verdict to keep (this one, or an acceptance
+        under the extension's own rules for what it defines, e.g. durable copies bound to a name)."""
+        return verdict
 
 
 def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:

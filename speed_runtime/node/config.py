@@ -42,6 +42,12 @@ class NodeConfig:
     observe_registry: bool = True              # follow every entry (joins, expiries); off for one-shot CLI nodes
     temporary: bool = False                    # remove the node's home directory on close (CLI nodes)
     features: tuple[str, ...] = ()             # extensions of the contract (§9) this node enables
+    durable: bool = False                      # enable the `durable` extension (same as features=["durable"])
+    durable_on_tmpfs: bool = False             # durable on tmpfs anyway (a loud warning: lost at reboot)
+    durable_ttl: float = 86_400.0              # durable: default time-to-live of a message
+    durable_retry_seconds: float = 2.0         # durable: first retry of a copy without receipt (doubling, ≤ 60 s)
+    outbox_limit: int = 10_000                 # durable: messages waiting in this node's outbox, at most
+    outbox_max_bytes: int = 256 * 1024 * 1024  # durable: … and their payload bytes
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -53,6 +59,8 @@ class NodeConfig:
         for key in ("groups", "allow", "features"):
             if key in values:
                 values[key] = tuple(dict.fromkeys(values[key]))
+        if values.get("durable") and "durable" not in values.get("features", ()):
+            values["features"] = (*values.get("features", ()), "durable")
         if values.get("trusted_uids") is not None:
             values["trusted_uids"] = frozenset(values["trusted_uids"])
         config = cls(**values)
@@ -65,12 +73,13 @@ class NodeConfig:
         if not self.heartbeat_seconds < self.lease_seconds:
             raise ConfigError("the heartbeat interval must be shorter than the lease")
         for name in ("replay_window", "rescan_seconds", "registry_rescan_seconds", "orphan_seconds",
-                     "lock_timeout"):
+                     "lock_timeout", "durable_retry_seconds"):
             _positive(name, getattr(self, name), 86_400.0)
         for name in ("reap_grace_seconds", "linger_seconds", "drain_seconds", "stop_grace_seconds"):
             _non_negative(name, getattr(self, name))
+        _positive("durable_ttl", self.durable_ttl, 30 * 86_400.0)
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
-                     "read_ahead_total", "journal_max_bytes"):
+                     "read_ahead_total", "journal_max_bytes", "outbox_limit", "outbox_max_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

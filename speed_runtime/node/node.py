@@ -236,6 +236,14 @@ class Node:
     def peers(self) -> dict[str, RegistryEntry]:
         return self.monitor.entries()
 
+    def extension(self, name: str) -> Any:
+        """The enabled extension `name` (its API), or ConfigError naming how to enable it."""
+        found = self.extensions.get(name)
+        if found is None:
+            raise ConfigError(f"node {self.name} does not have the {name!r} extension enabled; "
+                              f"create it with features=[{name!r}] (speed node --feature {name})")
+        return found
+
     def threads(self) -> list[threading.Thread]:
         """The node's long-lived threads (protocol, registry, deadlines); worker threads come and go."""
         deadlines = getattr(self, "deadlines", None)
@@ -249,9 +257,14 @@ class Node:
         if self._state not in ("running", "closing"):
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
-    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0) -> int:
-        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran."""
+    def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0,
+             durable: bool = False, ttl: float | None = None) -> int:
+        """Send a MESSAGE; with confirm=True, return only after the receiver's handler ran.
+        durable=True (extension `durable`): return once it is on disk in this node's outbox, its
+        message id; it is delivered when `target` is online, until `ttl` seconds have passed."""
         self._check_running()
+        if durable:
+            return self.extension("durable").send(target, data, ttl=ttl, confirm=confirm, timeout=timeout)
         body = payloads.encode_payload(payloads.message(self.name, target, data))
         if not confirm:
             return self.sender.send(target, EnvelopeType.MESSAGE, body)
@@ -297,7 +310,8 @@ class Node:
         self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
         return False
 
-    def deliver_message(self, message: Message, header: Header) -> None:
+    def handle_message(self, message: Message) -> Exception | None:
+        """Run the application's handlers (or queue the message for receive()); what one raised."""
         try:
             if self._handlers:
                 for handler in list(self._handlers):
@@ -306,6 +320,12 @@ class Node:
                 self._received.put(message)
         except Exception as exc:
             self.telemetry.count("handlerErrors")
+            return exc
+        return None
+
+    def deliver_message(self, message: Message, header: Header) -> None:
+        exc = self.handle_message(message)
+        if exc is not None:
             if header.ack_requested:
                 self.reply(message.sender, EnvelopeType.ERROR,
                            {"from": self.name, "to": message.sender, "errorCode": "EXECUTION_FAILED",

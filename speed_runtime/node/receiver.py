@@ -24,7 +24,7 @@ import base64
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..core.envelope import EnvelopeType
 from ..core.errors import DeliveryError
@@ -259,6 +259,9 @@ class Receiver:
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
                 verdict = judge_envelope(sender, data, key, self.me, departed, self.replay, arrived_ms, cap)
+        if not verdict.accepted:  # §9: an extension may accept what it defines differently (durable)
+            for extension in self.node.extensions.values():
+                verdict = extension.rejudge(verdict, sender, data, arrived_ms)
         return verdict
 
     def _reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
@@ -287,14 +290,8 @@ class Receiver:
                 return
         etype = header.type
         if etype == _MESSAGE:
-            self._hold(sender, name)
             self._accepted(verdict, sender, data, name)
-            try:
-                self.lanes.submit(sender, lambda: self._run_message(verdict, sender, len(data), name))
-            except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
-                with self._lock:
-                    self._taken.pop(name, None)
-                self._release(sender)
+            self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, len(data), name))
             return
         if etype == _SPC_REQUEST:
             self._hold(sender, name)
@@ -342,13 +339,42 @@ class Receiver:
             settle(waiter, seq, error)
 
     def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
+        if not self._take(name):
+            self.node.telemetry.count("withdrawn")
+            return
+        self.node.deliver_message(message_of(verdict, sender, size), verdict.header)
+
+    def run_on_lane(self, sender: str, name: str, task: Callable[[], None]) -> None:
+        """Hold an accepted file (it counts against the read-ahead and is not judged again) and run
+        `task` on the sender's lane. The file stays in the inbox until the task removes it with
+        `take(name)`; a task that leaves it lets a later listing look at it again."""
+        self._hold(sender, name)
+
+        def run() -> None:
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._taken.pop(name, None)
+                self._release(sender)
         try:
-            if not self._take(name):
-                self.node.telemetry.count("withdrawn")
-                return
-            self.node.deliver_message(_message(verdict, sender, size), verdict.header)
-        finally:
+            self.lanes.submit(sender, run)
+        except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
+            with self._lock:
+                self._taken.pop(name, None)
             self._release(sender)
+
+    # the extensions' way to record and refuse what they take over (§9)
+    def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
+        self._accepted(verdict, sender, data, name, extra)
+
+    def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
+               data: bytes | None = None) -> None:
+        self._reject(name, sender, seq, reason, size, etype, data)
+
+    def take(self, name: str) -> bool:
+        """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""
+        return self._take(name)
 
     # ------------------------------------------------------------------ read-ahead accounting
     def _hold(self, sender: str, name: str) -> None:
@@ -384,7 +410,7 @@ class Receiver:
             self.watch.wake()
 
 
-def _message(verdict: Verdict, sender: str, size: int) -> Message:
+def message_of(verdict: Verdict, sender: str, size: int) -> Message:
     payload, header = verdict.payload, verdict.header
     data = payload["data"]
     if payload.get("encoding") == "base64" and isinstance(data, str):

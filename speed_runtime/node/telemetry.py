@@ -19,7 +19,10 @@ log.addHandler(logging.NullHandler())  # a library never prints on its own (logg
 
 COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponses", "handlerErrors",
             "undeliverable", "gaps", "retracted", "withdrawn", "observerErrors", "protocolErrors",
-            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries")
+            "inotifyOverflows", "registryWriteErrors", "servicesTimedOutUnstarted", "inboxRecoveries",
+            # the durable extension's (0 on nodes without it)
+            "durableStored", "durableDelivered", "durableHandled", "durableDuplicates", "durableReceipts",
+            "durableSendErrors", "fsyncs")
 
 
 class Telemetry:
