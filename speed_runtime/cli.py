@@ -1,4 +1,4 @@
-"""The `speed` command: keygen, node, call, send, registry, reap.
+"""The `speed` command: keygen, node, call, send, registry, reap, outbox, receipts.
 
 Exit codes (stable, for scripts): 0 success; 1 the remote side answered with an error (SPC error,
 message not confirmed); 2 usage or configuration error (bad key, directory, name, arguments);
@@ -24,7 +24,7 @@ from .core.errors import (AccessDeniedError, ConfigError, DeliveryTimeoutError, 
                           NodeUnavailableError, RegistryLockError, SpcError, SpeedError)
 from .core.liveness import judge
 from .demo import DEMO_SERVICES
-from .fsutil import local_facts
+from .fsutil import local_facts, prepare_root
 from .keyfile import generate_key_file, load_key
 from .registry import Registry
 
@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feature", action="append", default=[], metavar="NAME",
                    help="enable an extension of the contract (repeatable): chunks, reliable, quota, control, durable")
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
+    p.add_argument("--durable", action="store_true",
+                   help="enable durable delivery (feature `durable`): needs a persistent --dir, not tmpfs")
+    p.add_argument("--durable-on-tmpfs", action="store_true",
+                   help="with --durable: run on tmpfs anyway (stored messages are lost at a reboot)")
     p.add_argument("--lease", type=_seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=_seconds, default=5.0, metavar="SECONDS",
                    help="renewal interval (default 5)")
@@ -130,8 +134,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="JSON value")
     p.add_argument("--as", dest="name", default=None, help="sender node name (default: speed-cli-<random>)")
     p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
+    p.add_argument("--durable", action="store_true",
+                   help="store the message in the outbox of --as NAME first (it waits there until TARGET takes it)")
+    p.add_argument("--ttl", type=_seconds, default=None, metavar="SECONDS",
+                   help="with --durable: give up after this long (default a day)")
     p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("outbox", help="list the durable messages waiting in outboxes, and where")
+    _common(p, key=False)
+    p.add_argument("names", nargs="*", help="only these nodes' outboxes (default: every node)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_outbox)
+
+    p = sub.add_parser("receipts", help="verify the chains of durable receipts that NAME issued")
+    _common(p)
+    p.add_argument("name", help="the receiver whose receipts are verified")
+    p.add_argument("--sender", action="append", default=[], metavar="S", help="only the chains to S (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    p.set_defaults(func=cmd_receipts)
 
     p = sub.add_parser("registry", help="list registry entries with their lease state")
     _common(p, key=False)
@@ -171,7 +192,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     options = {"reap_stale": args.reap} if args.reap is not None else {}
     node = Node(args.dir, _key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
-                features=args.feature, **options)
+                features=args.feature, durable=args.durable, durable_on_tmpfs=args.durable_on_tmpfs, **options)
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send
@@ -180,9 +201,12 @@ def cmd_node(args: argparse.Namespace) -> int:
 
         def echo(msg) -> None:
             data = msg.data if not isinstance(msg.data, bytes) else {"base64": base64.b64encode(msg.data).decode()}
+            line = {"from": msg.sender, "seq": msg.seq, "data": data}
+            if msg.durable_id is not None:
+                line.update(durableId=msg.durable_id, redelivered=msg.redelivered)
             ready.wait()
             with lock:
-                print(json.dumps({"from": msg.sender, "seq": msg.seq, "data": data}), flush=True)
+                print(json.dumps(line), flush=True)
 
         node.on_message(echo)
     else:
@@ -247,10 +271,82 @@ def cmd_call(args: argparse.Namespace) -> int:
 
 def cmd_send(args: argparse.Namespace) -> int:
     data = _json_arg(args.data, "the message")
+    if args.durable:
+        return _send_durable(args, data)
     with _temporary(args) as node:
         seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
     print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
     return EXIT_OK
+
+
+def _send_durable(args: argparse.Namespace, data: Any) -> int:
+    """Durable: the message is stored in NAME's outbox (so --as NAME is needed: a one-shot name's
+    home goes with it), delivered now if TARGET is online, and otherwise the next time NAME runs."""
+    from .node import Node
+
+    if not args.name:
+        raise ConfigError("a durable send needs --as NAME: the message waits in NAME's outbox until it is taken")
+    with Node(args.dir, _key(args), args.name, allow=[args.target], durable=True, observe_registry=False,
+              linger_seconds=2.0, lock_timeout=args.lock_timeout) as node:
+        try:
+            msg_id = node.send(args.target, data, durable=True, ttl=args.ttl, confirm=True, timeout=args.timeout)
+        except DeliveryTimeoutError:
+            print(f"stored durable message in {args.name}'s outbox for {args.target}; not receipted within "
+                  f"{args.timeout:g} s: it is delivered when both run (`speed outbox` lists it)", file=sys.stderr)
+            return EXIT_OK
+    print(f"durable message {msg_id} to {args.target}: handled (receipted)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from .ext.durable_store import list_outboxes
+
+    prepare_root(args.dir, create=False)
+    items = list_outboxes(args.dir, args.names or None)
+    now, facts = time.time(), local_facts()
+    registry = Registry(args.dir, create=False)
+    states: dict[str, str] = {}
+    for item in items:
+        if item.target not in states:
+            try:
+                entry = registry.read(item.target)
+            except SpeedError:
+                entry = None
+            states[item.target] = "missing" if entry is None else judge(entry, now, facts).state
+    rows = [{"node": i.node, "target": i.target, "targetState": states[i.target], "stream": i.stream, "id": i.id,
+             "ageSeconds": round(now - i.created, 1), "expiresInSeconds": round(i.expires_at - now, 1),
+             "size": i.size} for i in items]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if not rows:
+        print(f"no durable messages wait in the outboxes of {args.dir}")
+        return EXIT_OK
+    table = [("NODE", "TARGET", "TARGET STATE", "ID", "WAITING", "EXPIRES IN", "BYTES")]
+    table += [(r["node"], r["target"], r["targetState"], str(r["id"]), f"{r['ageSeconds']:.1f}s",
+               f"{r['expiresInSeconds']:.0f}s", str(r["size"])) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def cmd_receipts(args: argparse.Namespace) -> int:
+    from .ext.durable_store import verify_receipts
+
+    prepare_root(args.dir, create=False)
+    reports = verify_receipts(args.dir, _key(args).raw, args.name, args.sender or None)
+    if args.json:
+        print(json.dumps([{"where": where, "receiver": r.receiver, "sender": r.sender, "stream": r.stream,
+                           "receipts": r.count, "handled": r.handled, "ok": r.ok, "firstBreak": r.first_break,
+                           "reason": r.reason} for where, r in reports], indent=1))
+    elif not reports:
+        print(f"no receipts issued by {args.name} were found in {args.dir}")
+    for where, r in ([] if args.json else reports):
+        verdict = "verified" if r.ok else f"BROKEN at receipt {r.first_break}: {r.reason}"
+        print(f"{r.sender} <- {r.receiver} (stream {r.stream[:8]}, {where}): {r.count} receipts, "
+              f"{r.handled} handled: {verdict}")
+    return EXIT_OK if all(r.ok for _, r in reports) else EXIT_REMOTE
 
 
 def cmd_registry(args: argparse.Namespace) -> int:

@@ -314,27 +314,29 @@ class DurableExtension(Extension):
         except EnvelopeError:
             receiver.reject(name, sender, header.sequence, "bad_payload", len(data), verdict.type, data)
             return True
-        receiver.accepted(verdict, sender, data, name)
-        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, len(data), name))
+        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name))
         return True
 
     # ------------------------------------------------------------------ handling (the sender's lane)
-    def _handle(self, verdict: Verdict, fields, sender: str, size: int, name: str) -> None:
+    def _handle(self, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
+        """On the sender's lane (one at a time per sender): judge against the ledger, claim, handle,
+        commit, remove, acknowledge."""
         node, receiver = self.node, self.node.receiver
         _, ledgers = self.ledgers.of(sender)
         ledger = ledgers.setdefault(fields.stream, StreamLedger(fields.stream))
         ledger.advance(fields.base)
         seen = ledger.seen(fields.id)
-        if seen:
-            if receiver.take(name):
-                node.telemetry.count("durableDuplicates")
-                node.telemetry.rejected("durable_duplicate")
-                node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "duplicate", fields.stream, fields.id,
-                                                 seen.status if isinstance(seen, Receipt) else None,
-                                                 seen.index if isinstance(seen, Receipt) else None))
-                if isinstance(seen, Receipt):
-                    self._send_receipt(sender, seen, verdict.header.sequence)
+        if seen:  # a copy of what was handled (or finished for the sender): removed, its receipt sent again
+            receiver.reject(name, sender, verdict.header.sequence, "durable_duplicate", len(data), verdict.type, data)
+            node.telemetry.count("durableDuplicates")
+            node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "duplicate", fields.stream, fields.id,
+                                             seen.status if isinstance(seen, Receipt) else None,
+                                             seen.index if isinstance(seen, Receipt) else None))
+            if isinstance(seen, Receipt):
+                self._send_receipt(sender, seen, verdict.header.sequence)
             return
+        receiver.accepted(verdict, sender, data, name)
+        size = len(data)
         if time.time() * 1000 > fields.expires_at_ms:
             status = "expired"  # no handler starts after the time-to-live (the sender may report it expired)
         else:

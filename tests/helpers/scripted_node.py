@@ -41,7 +41,10 @@ def main() -> int:
     def on_message(msg) -> None:
         if args.delay_ms:
             time.sleep(args.delay_ms / 1000)
-        say({"from": msg.sender, "seq": msg.seq, "data": msg.data})
+        line = {"from": msg.sender, "seq": msg.seq, "data": msg.data}
+        if msg.durable_id is not None:  # the durable extension's message id and redelivery mark
+            line.update(durableId=msg.durable_id, redelivered=msg.redelivered)
+        say(line)
 
     def slow(arguments: dict) -> dict:
         say({"started": "slow", "args": arguments})
