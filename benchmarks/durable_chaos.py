@@ -10,8 +10,8 @@ Processes: the receiver is `speed node --durable --echo-messages --service echo`
 message is one JSON line in its stdout file, written by the handler: the handler's effect); each
 sender is this script in `--worker` mode: a durable Node that, for n = 1, 2, 3…, appends `a n` to
 its log, sends {"s": NAME, "n": n} durably, and appends `c n` once send() returned (confirmed:
-on disk in its outbox), with a plain SPC echo call every 10 messages. A restarted worker goes on
-after the highest n it attempted.
+on disk in its outbox), with a plain SPC echo call every 10 messages, for as long as the kills go
+on. A restarted worker goes on after the highest n it attempted.
 
 Verdicts (printed as JSON, exit 1 if any fails):
 - lost: confirmed messages no handler ever completed (must be 0);
@@ -40,7 +40,7 @@ SPEED = [sys.executable, "-m", "speed_runtime"]
 
 
 # ============================================================================ the sender worker
-def worker(root: str, key: str, name: str, target: str, log_path: str, stop_path: str, limit: int) -> int:
+def worker(root: str, key: str, name: str, target: str, log_path: str, stop_path: str, quiet_path: str) -> int:
     from speed_runtime import Node
     from speed_runtime.core.errors import SpeedError
 
@@ -54,7 +54,7 @@ def worker(root: str, key: str, name: str, target: str, log_path: str, stop_path
     with Node(root, key, name, allow=[target], durable=True, durable_retry_seconds=1.0) as node:
         print(f"ready {name} id={node.id} pid={os.getpid()}", flush=True)
         n = attempted
-        while n < limit and not os.path.exists(stop_path):
+        while not os.path.exists(quiet_path):  # send for as long as the kills go on
             n += 1
             os.write(log, f"a {n}\n".encode())
             node.send(target, {"s": name, "n": n}, durable=True)
@@ -65,7 +65,7 @@ def worker(root: str, key: str, name: str, target: str, log_path: str, stop_path
                     os.write(log, f"spc ok {n}\n".encode())
                 except SpeedError:
                     os.write(log, f"spc err {n}\n".encode())
-            time.sleep(random.uniform(0, 0.004))
+            time.sleep(random.uniform(0, 0.01))
         print("done", flush=True)
         while not os.path.exists(stop_path):  # stay up so that receipts come home
             time.sleep(0.05)
@@ -133,7 +133,7 @@ def persistent_dir(requested: str | None) -> str:
     raise SystemExit("no persistent directory found: pass --dir on a disk file system")
 
 
-def run(kills: int, senders: int, messages: int, base: str | None = None, max_pause: float = 0.3,
+def run(kills: int, senders: int, base: str | None = None, max_pause: float = 0.3,
         seed: int | None = None, settle_timeout: float = 300.0, keep: bool = False) -> dict:
     from speed_runtime import generate_key_file, load_key
     from speed_runtime.ext.durable_store import list_outboxes, verify_receipts
@@ -142,14 +142,14 @@ def run(kills: int, senders: int, messages: int, base: str | None = None, max_pa
     base = persistent_dir(base)
     root, key = os.path.join(base, "env"), os.path.join(base, "speed.key")
     generate_key_file(key)
-    stop_path = os.path.join(base, "stop")
+    stop_path, quiet_path = os.path.join(base, "stop"), os.path.join(base, "quiet")
     names = [f"s{i}" for i in range(1, senders + 1)]
     common = ["--dir", root, "--key", key]
     rx = Proc("rx", SPEED + ["node", *common, "--name", "rx", "--durable", "--echo-messages", "--service", "echo",
                              "--lease", "10", "--heartbeat", "1", *sum((["--allow", n] for n in names), [])],
               os.path.join(base, "rx.out"))
     workers = {n: Proc(n, [sys.executable, os.path.abspath(__file__), "--worker", root, key, n, "rx",
-                           os.path.join(base, f"{n}.log"), stop_path, str(messages)], os.path.join(base, f"{n}.out"))
+                           os.path.join(base, f"{n}.log"), stop_path, quiet_path], os.path.join(base, f"{n}.out"))
                for n in names}
     everyone = [rx, *workers.values()]
     started = time.monotonic()
@@ -168,7 +168,7 @@ def run(kills: int, senders: int, messages: int, base: str | None = None, max_pa
             if not victim.ready():
                 raise RuntimeError(f"{victim.name} did not restart: {victim.lines()[-5:]}")
         chaos_seconds = time.monotonic() - started
-        # let the senders finish their quota, then wait until every outbox is empty
+        open(quiet_path, "w").close()  # the senders stop sending; wait until every outbox is empty
         deadline = time.monotonic() + settle_timeout
         while time.monotonic() < deadline:
             if all("done" in p.lines() for p in workers.values()) and not list_outboxes(root, names):
@@ -183,7 +183,7 @@ def run(kills: int, senders: int, messages: int, base: str | None = None, max_pa
         for p in everyone:
             p.stop()
         result = check(root, load_key(key).raw, rx, workers, base)
-        result.update(kills=kills, killed=victims, senders=senders, messagesPerSender=messages,
+        result.update(kills=kills, killed=victims, senders=senders,
                       chaosSeconds=round(chaos_seconds, 1), totalSeconds=round(time.monotonic() - started, 1),
                       pendingAtEnd=pending, dir=base)
         result["ok"] = (result["lost"] == 0 and result["handledTwice"] == 0 and result["chainsBroken"] == 0
@@ -249,21 +249,18 @@ def check(root: str, key: bytes, rx: Proc, workers: dict[str, Proc], base: str) 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        root, key, name, target, log, stop, limit = argv[1:8]
-        return worker(root, key, name, target, log, stop, int(limit))
+        return worker(*argv[1:8])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=1000)
     p.add_argument("--senders", type=int, default=4, choices=range(1, 5))
-    p.add_argument("--messages", type=int, default=None, help="messages per sender (default: 3 per kill)")
     p.add_argument("--quick", action="store_true", help="40 kills unless --kills is given")
     p.add_argument("--dir", default=None, help="a directory on a persistent file system")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     args = p.parse_args(argv)
     kills = 40 if args.quick and "--kills" not in argv else args.kills
-    messages = args.messages or max(50, 3 * kills)
     load = os.getloadavg()
-    result = run(kills, args.senders, messages, args.dir, seed=args.seed, keep=args.keep)
+    result = run(kills, args.senders, args.dir, seed=args.seed, keep=args.keep)
     result["load"] = [round(x, 2) for x in load] + [round(x, 2) for x in os.getloadavg()]
     result["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(json.dumps(result, indent=1))
