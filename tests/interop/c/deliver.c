@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "node.h"
 #include "registry.h"
+#include "ext_durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -157,7 +158,7 @@ deliver_result node_deliver(node_t *n, const char *target, int type, uint16_t fl
     env_header h = {0};
     h.version = ENV_VERSION;
     h.type = (uint8_t)type;
-    h.flags = flags & ENV_FLAG_ACK; /* every other bit 0 on send (section 5, 9) */
+    h.flags = flags & (ENV_FLAG_ACK | ENV_FLAG_DURABLE); /* every other bit 0 on send (section 5, 9) */
     h.header_length = ENV_HEADER_LEN;
     h.sequence = link->next_seq;
     memcpy(h.source_id, n->id_bytes, 16);

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "commands.h"
+#include "ext_durable.h"
 #include "json.h"
 #include "kat.h"
 #include "node.h"
@@ -43,6 +44,7 @@ typedef struct {
     const char *pos[MAX_ITEMS];
     int npos;
     int confirm;
+    int durable, durable_on_tmpfs; /* --durable, --durable-on-tmpfs (ext_durable.c) */
     node_settings cfg;
 } options;
 
@@ -57,6 +59,8 @@ static void usage(void)
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
             "[--confirm] [settings]\n"
             "  speed_c_node kat VECTORFILE\n"
+            "  speed_c_node kat-durable DURABLE_VECTORFILE\n"
+            "node: --durable [--durable-on-tmpfs] receives durable messages (ext_durable.c)\n"
             "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
             "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
             "--timeout-ms N\n");
@@ -139,6 +143,11 @@ static int parse_options(int argc, char **argv, options *o)
             o->confirm = 1;
             continue;
         }
+        if (strcmp(a, "--durable") == 0 || strcmp(a, "--durable-on-tmpfs") == 0) {
+            o->durable = 1;
+            o->durable_on_tmpfs |= strcmp(a, "--durable-on-tmpfs") == 0;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             if (o->npos == MAX_ITEMS)
                 return -1;
@@ -197,6 +206,8 @@ static int start_node(node_t *n, const options *o, FILE *events)
         }
         node_add_service(n, o->service[i]);
     }
+    if (o->durable && durable_init(n, o->durable_on_tmpfs) != 0)
+        return -1;
     return node_register(n);
 }
 
@@ -353,6 +364,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "kat-durable") == 0) {
+        if (argc != 3) {
+            usage();
+            return 2;
+        }
+        return durable_kat_run(argv[2]);
+    }
     if (strcmp(cmd, "kat") == 0) {
         if (argc != 3) {
             usage();

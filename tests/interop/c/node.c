@@ -4,6 +4,7 @@
 #include "keyfile.h"
 #include "node_parts.h"
 #include "registry.h"
+#include "ext_durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -184,6 +185,7 @@ void node_free(node_t *n)
     free(n->name);
     free(n->inbox_path);
     json_free(n->response);
+    durable_free(n);
     if (n->inotify_fd >= 0)
         close(n->inotify_fd);
     sodium_memzero(n->key, sizeof n->key);
@@ -199,7 +201,7 @@ static jval *str_array(char **list, size_t n)
     return a;
 }
 
-/* The entry of section 4. No "features": this node speaks no extension (section 9). */
+/* The entry of section 4; "features" lists the extensions this node speaks (section 9). */
 static jval *build_entry(const node_t *n)
 {
     jval *e = json_obj();
@@ -221,6 +223,11 @@ static jval *build_entry(const node_t *n)
         json_set(e, "bootId", json_str(host_boot_id()));
     json_set(e, "bootTimeHeartbeat", json_num(now_boottime()));
     json_set(e, "envelopesSealed", json_int((int64_t)n->sealed));
+    if (n->durable) {
+        jval *features = json_arr();
+        json_push(features, json_str("durable"));
+        json_set(e, "features", features);
+    }
     return e;
 }
 

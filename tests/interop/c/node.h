@@ -102,6 +102,9 @@ struct node {
     int oneshot_acked;
     jval *response; /* the SPC_RESPONSE of a one-shot call, or the ERROR about its MESSAGE */
 
+    /* the durable extension's state (ext_durable.c); NULL when it is off */
+    struct durable_state *durable;
+
     /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
     int extra_fd;
     void (*on_extra)(node_t *n);
