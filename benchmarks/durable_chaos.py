@@ -44,6 +44,10 @@ def worker(root: str, key: str, name: str, target: str, log_path: str, stop_path
     from speed_runtime import Node
     from speed_runtime.core.errors import SpeedError
 
+    if os.environ.get("DURABLE_CHAOS_NO_FSYNC") == "1":  # the power-loss run's negative control only
+        from speed_runtime.ext import durable_store
+        durable_store.Syncs.fsync = durable_store.Syncs.fdatasync = lambda self, fd: self.count(1)
+
     attempted = 0
     try:
         with open(log_path) as f:
