@@ -116,6 +116,7 @@ class DurableExtension(Extension):
         self._waiters: dict[tuple[str, int], Future] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self.closed = False
         self.thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -140,6 +141,7 @@ class DurableExtension(Extension):
         self.instances = frozenset(known) | {self.node.id_bytes}
 
     def stop(self) -> None:
+        self.closed = True  # what the protocol thread still hands over stays in the inbox for the next instance
         self._stopping.set()
         self._wake.set()
         if self.thread is not None:
@@ -241,10 +243,13 @@ class DurableExtension(Extension):
             live = entry is not None and judge(entry, now, local_facts()).state == "online"
             if live and not speaks(entry, "durable"):
                 reason = f"node {target} does not speak the durable extension"
-                expired += [(box, p.id, expiry_record(box.stream, p.id, reason, now)) for p in box.pending.values()]
+                with self.outbox.lock:
+                    expired += [(box, p.id, expiry_record(box.stream, p.id, reason, now)) for p in box.pending.values()]
                 continue
-            outstanding = sum(1 for p in box.pending.values() if live and p.delivered_to == entry.id)
-            for p in list(box.pending.values()):
+            with self.outbox.lock:  # send() adds entries from other threads
+                pending = list(box.pending.values())
+            outstanding = sum(1 for p in pending if live and p.delivered_to == entry.id)
+            for p in pending:
                 if now * 1000 > p.expires_ms and not (live and p.delivered_to == entry.id):
                     why = "its time-to-live ran out before " + (
                         f"{target} receipted it" if p.copies else f"{target} was online to take it")
@@ -322,6 +327,8 @@ class DurableExtension(Extension):
         """On the sender's lane (one at a time per sender): judge against the ledger, claim, handle,
         commit, remove, acknowledge."""
         node, receiver = self.node, self.node.receiver
+        if self.closed:
+            return
         _, ledgers = self.ledgers.of(sender)
         ledger = ledgers.setdefault(fields.stream, StreamLedger(fields.stream))
         ledger.advance(fields.base)

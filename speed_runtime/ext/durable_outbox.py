@@ -145,7 +145,9 @@ class Outbox:
 
     def payload(self, box: TargetOutbox, msg_id: int) -> tuple[bytes, DurableFields]:
         meta, body = open_outbox_entry(read_small(box.dir_fd, f"{msg_id:020d}.msg", 4 << 20), self.key)
-        return body, DurableFields(box.stream, msg_id, box.base or msg_id, meta["expiresAt"])
+        with self.lock:
+            base = min(box.base or msg_id, msg_id)
+        return body, DurableFields(box.stream, msg_id, base, meta["expiresAt"])
 
     # ------------------------------------------------------------------ finishing
     def finish(self, items: Iterable[tuple[TargetOutbox, int, dict]]) -> list[tuple[TargetOutbox, Pending, dict]]:
