@@ -229,19 +229,8 @@ def check(root: str, key: bytes, rx: Proc, workers: dict[str, Proc], base: str) 
     reruns = sum(len(flags) - 1 for flags in runs.values())
     reports = verify_receipts(root, key, "rx", list(workers))
     broken = [f"{where}: {r.sender}: {r.reason}" for where, r in reports if not r.ok]
-    handled_receipts = set()
-    for name in workers:  # the sender's stored receipts: which of its ids were handled
-        path = os.path.join(root, name, "durable", "receipts", "rx.log")
-        try:
-            with open(path) as f:
-                for line in f:
-                    rec = json.loads(line).get("receipt")
-                    if rec and rec["status"] == "handled":
-                        handled_receipts.add((name, rec["stream"], rec["id"]))
-        except (FileNotFoundError, ValueError):
-            pass
-    per_sender_receipts = {n: sum(1 for r in handled_receipts if r[0] == n) for n in workers}
-    unreceipted = sum(max(0, sum(1 for c in confirmed if c[0] == n) - per_sender_receipts[n]) for n in workers)
+    stored = {r.sender: r.handled for where, r in reports if where.startswith("stored by")}
+    unreceipted = sum(max(0, sum(1 for c in confirmed if c[0] == n) - stored.get(n, 0)) for n in workers)
     return {"confirmed": len(confirmed), "attemptedNotConfirmed": len(attempted - confirmed),
             "handled": len(runs), "lost": len(lost), "lostSample": lost[:5], "handledTwice": len(twice),
             "handledTwiceSample": twice[:5], "redeliveredReruns": reruns,

@@ -19,14 +19,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..core.durable import (DurableFields, OutboxFullError, Receipt, is_stream, open_outbox_entry, outbox_meta,
-                            seal_outbox_entry)
+from ..core.durable import (DurableFields, OutboxFullError, Receipt, compact_receipt_log, is_stream,
+                            open_outbox_entry, outbox_meta, seal_outbox_entry)
 from ..core.keys import Key
 from ..fsutil import close_quietly
 from .durable_store import AppendLog, Syncs, private_dir, read_small, write_durably
 
 WINDOW = 128            # copies delivered to a target and not yet receipted, at most
 MAX_RETRY_SECONDS = 60.0
+COMPACT_BYTES = 4 << 20  # a receipt log is compacted beyond this size (a checkpoint and what follows it)
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Outbox:
             try:
                 kind, obj = next(iter(json.loads(line).items()))
                 if obj.get("stream") == stream:
-                    highest = max(highest, int(obj["id"]))
+                    highest = max(highest, int(obj["maxId"] if kind == "checkpoint" else obj["id"]))
             except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
                 continue
         box.log.lines = []  # read once; the log is only appended to from now on
@@ -166,6 +167,8 @@ class Outbox:
                 self.bytes -= p.size
             for box in touched.values():
                 self.syncs.fdatasync(box.log.fd)
+                if box.log.size > COMPACT_BYTES:
+                    box.log.replace(compact_receipt_log(read_small(self.receipts_fd, box.log.name).splitlines()))
         for box, p, _ in done:  # after the records are on disk: a crash in between only repeats a copy
             try:
                 os.unlink(f"{p.id:020d}.msg", dir_fd=box.dir_fd)

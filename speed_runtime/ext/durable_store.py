@@ -239,9 +239,9 @@ def list_pending(root: str, names: Iterable[str] | None = None) -> list[PendingC
     return out
 
 
-def _log_receipts(path: str, receiver: str, sender: str) -> tuple[list[Receipt], dict[str, tuple[int, bytes]]]:
+def _log_receipts(path: str, receiver: str, sender: str) -> tuple[list[Receipt], dict[str, tuple[int, bytes, int]]]:
     """The receipts of one log (a sender's stored receipts or a receiver's ledger) and the
-    checkpoints a compacted ledger starts from."""
+    checkpoints a compacted log starts from: (position, MAC, handled before it)."""
     receipts, starts = [], {}
     try:
         with open(path, "rb") as f:
@@ -254,7 +254,7 @@ def _log_receipts(path: str, receiver: str, sender: str) -> tuple[list[Receipt],
             if kind == "receipt":
                 receipts.append(receipt_from_json(obj, receiver, sender))
             elif kind == "checkpoint" and is_stream(obj.get("stream")) and obj["stream"] not in starts:
-                starts[obj["stream"]] = (int(obj["index"]), bytes.fromhex(obj["mac"]))
+                starts[obj["stream"]] = (int(obj["index"]), bytes.fromhex(obj["mac"]), int(obj.get("handled", 0)))
         except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
             continue
     return receipts, starts
@@ -267,10 +267,15 @@ def verify_receipts(root: str, key: bytes, receiver: str, senders: Iterable[str]
     holds them. Returns (where, report) per chain; a report names its first break."""
     rkey = receipt_key(key)
     out = []
+
+    def check(where: str, path: str, sender: str) -> None:
+        receipts, starts = _log_receipts(path, receiver, sender)
+        for r in verify_chain(receipts, rkey, {k: v[:2] for k, v in starts.items()}):
+            index, _, handled = starts.get(r.stream, (0, b"", 0))  # what a checkpoint stands for
+            out.append((where, r._replace(count=r.count + index, handled=r.handled + handled)))
+
     for sender in _node_names(root, senders):
-        path = os.path.join(root, sender, "durable", "receipts", f"{receiver}.log")
-        receipts, _ = _log_receipts(path, receiver, sender)
-        out += [(f"stored by {sender}", r) for r in verify_chain(receipts, rkey)]
+        check(f"stored by {sender}", os.path.join(root, sender, "durable", "receipts", f"{receiver}.log"), sender)
     if ledger:
         base = os.path.join(root, receiver, "durable", "ledger")
         try:
@@ -281,6 +286,5 @@ def verify_receipts(root: str, key: bytes, receiver: str, senders: Iterable[str]
             sender = log[:-4]
             if senders and sender not in senders:
                 continue
-            receipts, starts = _log_receipts(os.path.join(base, log), receiver, sender)
-            out += [(f"ledger of {receiver}", r) for r in verify_chain(receipts, rkey, starts)]
+            check(f"ledger of {receiver}", os.path.join(base, log), sender)
     return out

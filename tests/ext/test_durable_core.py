@@ -175,3 +175,31 @@ def test_durable_records_round_trip_through_the_journal():
     assert event.to_record()["kind"] == "durable"
     handled = DurableTrace(2.0, "rx", "tx", "handled", STREAM, 7, "handled", 3)
     assert parse_line(encode_line(handled)) == handled
+
+
+def test_a_compacted_ledger_keeps_its_head_when_the_newest_receipt_is_below_the_floor():
+    ledger = d.StreamLedger(STREAM)
+    for msg_id in (5, 6, 2):                   # handled out of order: the head acknowledges id 2
+        ledger.record(ledger.issue(RKEY, "rx", "tx", msg_id, "handled", msg_id))
+    ledger.advance(4)                          # the sender finished 1-3: id 2's receipt is forgotten
+    [again] = d.replay_ledger(d.compacted({STREAM: ledger}).splitlines(), "rx", "tx").values()
+    assert (again.index, again.mac, again.handled) == (3, ledger.mac, 3)
+    follow = again.issue(RKEY, "rx", "tx", 7, "handled", 7)
+    assert follow.index == 4 and follow.prev == ledger.mac
+
+
+def test_a_compacted_receipt_log_verifies_as_the_whole_and_keeps_breaks_and_the_highest_id():
+    full = chain(6)
+    lines = [d.ledger_line("receipt", r.to_json()) for r in (full[0], full[1], full[2], full[1], full[4], full[5])]
+    lines.append(d.ledger_line("expired", {"stream": STREAM, "id": 99, "reason": "ttl", "time": 1}))
+    compact = d.compact_receipt_log(lines).splitlines()
+    kinds = [next(iter(json.loads(line))) for line in compact]
+    assert kinds == ["checkpoint", "receipt", "receipt"]          # 1-3 folded; 4 is missing, 5 and 6 kept
+    checkpoint = json.loads(compact[0])["checkpoint"]
+    assert (checkpoint["index"], checkpoint["handled"], checkpoint["maxId"]) == (3, 3, 99)
+    receipts = [d.receipt_from_json(json.loads(line)["receipt"], "rx", "tx") for line in compact[1:]]
+    [report] = d.verify_chain(receipts, RKEY, {STREAM: (3, bytes.fromhex(checkpoint["mac"]))})
+    assert report.first_break == 4 and "missing" in report.reason
+    again = d.compact_receipt_log(compact + [d.ledger_line("receipt", full[3].to_json())])
+    assert [next(iter(json.loads(line))) for line in again.splitlines()] == ["checkpoint"]
+    assert json.loads(again.splitlines()[0])["checkpoint"]["index"] == 6

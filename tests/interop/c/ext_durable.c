@@ -293,8 +293,10 @@ static void advance(dstream *st, uint64_t base)
 
 static void record(dstream *st, const dreceipt *r)
 {
-    st->index = r->index;
-    memcpy(st->mac, r->mac, 32);
+    if (r->index > st->index) { /* a checkpoint's head is never moved back by older lines */
+        st->index = r->index;
+        memcpy(st->mac, r->mac, 32);
+    }
     for (size_t i = 0; i < st->nclaims; i++)
         if (st->claims[i] == r->id)
             st->claims[i--] = st->claims[--st->nclaims];
