@@ -261,3 +261,17 @@ def test_tmpfs_is_refused_with_one_sentence_or_run_with_a_loud_warning(dkey, wor
                    "the warning")
     finally:
         procs.stop_all()
+
+
+def test_speed_send_durable_stores_for_an_offline_target_and_delivers_on_a_later_run(droot, dkey, dprocs):
+    refused = speed("send", "rx", "1", "--durable", "--dir", droot, "--key", dkey)
+    assert refused.returncode == 2 and "a durable send needs --as NAME" in refused.stderr
+    stored = speed("send", "rx", '{"first": 1}', "--durable", "--as", "tx", "--timeout", "1", "--dir", droot,
+                   "--key", dkey)
+    assert stored.returncode == 0 and "stored durable message in tx's outbox for rx" in stored.stderr
+    assert [(i.node, i.target, i.id) for i in list_outboxes(droot)] == [("tx", "rx", 1)]
+    rx = dprocs.start("rx", allow=["tx"], echo=True, extra=["--durable"])
+    done = speed("send", "rx", '{"second": 2}', "--durable", "--as", "tx", "--timeout", "30", "--dir", droot,
+                 "--key", dkey)
+    assert done.returncode == 0 and "durable message 2 to rx: handled (receipted)" in done.stderr
+    assert sorted(m["durableId"] for m in lines(rx, 2)) == [1, 2]
