@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..core import payloads
-from ..core.durable import (FLAG_DURABLE, add_fields, NotDurableError, Receipt, StreamLedger, compacted, durable_flag,
+from ..core.durable import (FLAG_DURABLE, NotDurableError, Receipt, add_fields, StreamLedger, compacted, durable_flag,
                             judge_carried, ledger_line, parse_fields, receipt_from_json, receipt_key, replay_ledger)
 from ..core.envelope import EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
@@ -37,7 +37,7 @@ from ..node.receiver import message_of
 from ..transport import remove_entry
 from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
-from .durable_store import AppendLog, Syncs, check_persistent, private_dir, read_small
+from .durable_store import AppendLog, Syncs, check_persistent, private_dir
 
 assert FLAG_DURABLE == _ALLOCATED
 log = logging.getLogger("speed_runtime")
