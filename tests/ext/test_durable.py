@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 
 import pytest
 
-from speed_runtime import DeliveryError, Node, generate_key_file
+from speed_runtime import DeliveryError, Node, generate_key_file, load_key
 from speed_runtime.core.durable import NotDurableError, OutboxFullError
 from speed_runtime.ext.durable_store import (RAMFS_MAGIC, TMPFS_MAGIC, filesystem_type, list_outboxes, list_pending,
                                              verify_receipts)
@@ -159,12 +161,11 @@ def test_a_handler_cut_by_kill_9_runs_again_marked_redelivered_and_is_receipted_
         records = [json.loads(line) for line in f]
     assert [next(iter(r)) for r in records] == ["claim", "claim", "receipt"]
     assert list_pending(droot, ["rx"]) == []
-    reports = verify_receipts(droot, open(dkey).read().splitlines() and _raw(dkey), "rx")
+    reports = verify_receipts(droot, _raw(dkey), "rx")
     assert reports and all(r.ok and r.count == 1 for _, r in reports)
 
 
 def _raw(key_path: str) -> bytes:
-    from speed_runtime import load_key
     return load_key(key_path).raw
 
 
@@ -275,3 +276,53 @@ def test_speed_send_durable_stores_for_an_offline_target_and_delivers_on_a_later
                  "--key", dkey)
     assert done.returncode == 0 and "durable message 2 to rx: handled (receipted)" in done.stderr
     assert sorted(m["durableId"] for m in lines(rx, 2)) == [1, 2]
+
+
+def test_a_forged_receipt_is_rejected_and_the_message_stays_until_the_real_one(droot, dkey, dprocs):
+    from speed_runtime.core import durable as d
+    from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
+    from speed_runtime.transport import inject
+
+    rx = dprocs.start("rx", allow=["tx"], extra=["--durable"])
+    os.kill(rx.proc.pid, signal.SIGSTOP)
+    try:
+        with Node(droot, dkey, "tx", allow=["rx"], durable=True, trace=True) as tx:
+            tx.send("rx", "real", durable=True)
+            wait_until(lambda: list_pending(droot, ["rx"]), 20, "the copy in rx's inbox")
+            [item] = tx.extension("durable").outbox_items()
+            with open(os.path.join(droot, "tx", "durable", "outbox", "rx", "stream")) as f:
+                stream = f.read().strip()
+            wrong = d.make_receipt(d.receipt_key(os.urandom(32)), "rx", "tx", stream, 1, item["id"], "handled", 1,
+                                   d.ZERO_MAC)                              # a MAC under another key
+            body = json.dumps({"from": "rx", "to": "tx", "ackSeq": 1, "receipt": wrong.to_json()}).encode()
+            nonce = os.urandom(12)
+            header = Header(EnvelopeType.ACK, 1, int(time.time() * 1000), len(body), uuid.UUID(rx.id).bytes,
+                            tx.id_bytes, d.FLAG_DURABLE)
+            inject(droot, "tx", envelope_filename("rx", header.source_id, 1, nonce),
+                   seal(header, body, load_key(dkey), nonce))
+            journal = os.path.join(droot, "speed_traces", "tx.jsonl")
+            wait_until(lambda: os.path.exists(journal) and b"durable_bad_receipt" in open(journal, "rb").read(), 10,
+                       "the rejection")
+            assert [i["id"] for i in tx.extension("durable").outbox_items()] == [item["id"]]
+            os.kill(rx.proc.pid, signal.SIGCONT)
+            wait_until(lambda: not tx.extension("durable").outbox_items(), 20, "the real receipt")
+    finally:
+        os.kill(rx.proc.pid, signal.SIGCONT)
+    assert all(r.ok and r.count == 1 for _, r in verify_receipts(droot, _raw(dkey), "rx"))
+
+
+def test_garbage_in_an_outbox_is_skipped_and_the_node_goes_on(droot, dkey):
+    with Node(droot, dkey, "tx", allow=["away"], durable=True) as tx:
+        tx.send("away", "kept", durable=True)
+    box = os.path.join(droot, "tx", "durable", "outbox", "away")
+    with open(os.path.join(box, "00000000000000000007.msg"), "wb") as f:
+        f.write(b"SPEED-OUTBOX-V1\n{not json\n" + os.urandom(64))
+    with open(os.path.join(box, ".00000000000000000008.msg.tmp"), "wb") as f:   # a write cut short
+        f.write(b"half")
+    os.mkfifo(os.path.join(box, "00000000000000000009.msg"))
+    with Node(droot, dkey, "tx", allow=["away"], durable=True) as tx:
+        assert [i["id"] for i in tx.extension("durable").outbox_items()] == [1]
+        assert tx.send("away", "next", durable=True) == 2
+    assert not os.path.exists(os.path.join(box, ".00000000000000000008.msg.tmp"))
+    listed = speed("outbox", "--dir", droot, "--json")
+    assert listed.returncode == 0 and [r["id"] for r in json.loads(listed.stdout)] == [1, 2]
