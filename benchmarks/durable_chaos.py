@@ -140,7 +140,7 @@ def persistent_dir(requested: str | None) -> str:
 def run(kills: int, senders: int, base: str | None = None, max_pause: float = 0.3,
         seed: int | None = None, settle_timeout: float = 300.0, keep: bool = False) -> dict:
     from speed_runtime import generate_key_file, load_key
-    from speed_runtime.ext.durable_store import list_outboxes, verify_receipts
+    from speed_runtime.ext.durable_store import list_outboxes
 
     rng = random.Random(seed)
     base = persistent_dir(base)
