@@ -128,7 +128,8 @@ class Proc:
 def persistent_dir(requested: str | None) -> str:
     from speed_runtime.ext.durable_store import RAMFS_MAGIC, TMPFS_MAGIC, filesystem_type
 
-    for candidate in ([requested] if requested else [tempfile.gettempdir(), os.path.join(REPO, ".durable-runs")]):
+    # the work tree first: shared temporary directories get cleaned by others during long runs
+    for candidate in ([requested] if requested else [os.path.join(REPO, ".durable-runs"), tempfile.gettempdir()]):
         os.makedirs(candidate, exist_ok=True)
         if filesystem_type(candidate) not in (TMPFS_MAGIC, RAMFS_MAGIC):
             base = tempfile.mkdtemp(prefix="speed-chaos-", dir=candidate)

@@ -208,7 +208,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=20)
     p.add_argument("--size-mb", type=int, default=64)
-    p.add_argument("--dir", default=tempfile.gettempdir(), help="where the images go (a disk file system)")
+    p.add_argument("--dir", default=os.path.join(REPO, ".durable-runs"),
+                   help="where the images go (a disk file system; default: .durable-runs in the work tree)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--control", action="store_true",
                    help="negative control: the sender skips every fsync (this run must find losses)")
@@ -216,6 +217,7 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit("the power-loss run needs root (loop devices, mount, FUSE)")
     rng = random.Random(args.seed)
+    os.makedirs(args.dir, exist_ok=True)
     base = tempfile.mkdtemp(prefix="speed-powerloss-", dir=args.dir)
     results = []
     load = os.getloadavg()

@@ -27,9 +27,9 @@ SPEED = [sys.executable, "-m", "speed_runtime"]
 
 
 def persistent_base() -> str:
-    """A private directory on a disk file system (durable refuses tmpfs): the system's temporary
-    directory where it is on disk, else one inside the work tree."""
-    for parent in (tempfile.gettempdir(), os.path.join(REPO, ".durable-tests")):
+    """A private directory on a disk file system (durable refuses tmpfs): inside the work tree
+    (git-ignored), else the system's temporary directory where that is on disk."""
+    for parent in (os.path.join(REPO, ".durable-tests"), tempfile.gettempdir()):
         os.makedirs(parent, exist_ok=True)
         if filesystem_type(parent) not in (TMPFS_MAGIC, RAMFS_MAGIC):
             path = tempfile.mkdtemp(prefix="speed-durable-", dir=parent)
