@@ -161,6 +161,18 @@ static int open_dir_in(int parent, const char *name)
     return openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Opens an append-only log in dir, creating it if needed; a new log's name is made durable
+ * with an fsync of the directory (its records are fdatasync'd as they are appended). */
+static int open_log_in(int dir, const char *name)
+{
+    int fd = openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        fsync(dir);
+        return fd;
+    }
+    return errno == EEXIST ? openat(dir, name, O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC) : -1;
+}
+
 int durable_init(node_t *n, int on_tmpfs)
 {
     struct statfs sf;
@@ -183,7 +195,7 @@ int durable_init(node_t *n, int on_tmpfs)
     free(home_path);
     int dur = home >= 0 ? open_dir_in(home, "durable") : -1;
     d->ledger_fd = dur >= 0 ? open_dir_in(dur, "ledger") : -1;
-    int fd = dur >= 0 ? openat(dur, "instances", O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    int fd = dur >= 0 ? open_log_in(dur, "instances") : -1;
     if (home >= 0)
         close(home);
     if (dur >= 0)
@@ -376,7 +388,7 @@ static dsender *sender_of(node_t *n, const char *name)
         if (strcmp(d->senders[i].name, name) == 0)
             return &d->senders[i];
     char *file = xasprintf("%s.log", name);
-    int fd = openat(d->ledger_fd, file, O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open_log_in(d->ledger_fd, file);
     free(file);
     if (fd < 0)
         return NULL;
