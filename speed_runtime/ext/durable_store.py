@@ -121,8 +121,12 @@ class AppendLog:
 
     def __init__(self, dir_fd: int, name: str, syncs: Syncs):
         self.dir_fd, self.name, self.syncs = dir_fd, name, syncs
-        self.fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                          dir_fd=dir_fd)
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
+            syncs.fsync(dir_fd)  # a new log's name survives a power loss (its records are synced as appended)
+        except FileExistsError:
+            self.fd = os.open(name, flags, dir_fd=dir_fd)
         self.lines = self._read_and_mend()
         self.size = os.fstat(self.fd).st_size
 
