@@ -1,4 +1,4 @@
-"""`speed keygen`, `call`, `send`, `registry`, `reap`: one-shot commands (a call or a message is
+"""`speed keygen`, `call`, `send`, `outbox`, `receipts`, `registry`, `reap`: one-shot commands (a call or a message is
 sent by a temporary node)."""
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import sys
 import time
 import uuid
 
-from ..core.errors import ConfigError
+from typing import Any
+
+from ..core.errors import ConfigError, DeliveryTimeoutError, SpeedError
 from ..core.liveness import judge
-from ..fsutil import local_facts
+from ..fsutil import local_facts, prepare_root
 from ..keyfile import generate_key_file
 from ..registry import Registry
-from .common import EXIT_OK, EXIT_UNAVAILABLE, add_common, add_lock_timeout, env_key, json_arg, seconds
+from .common import EXIT_OK, EXIT_REMOTE, EXIT_UNAVAILABLE, add_common, add_lock_timeout, env_key, json_arg, seconds
 
 
 def add_parsers(sub) -> None:
@@ -45,8 +47,25 @@ def add_parsers(sub) -> None:
     p.add_argument("--confirm", action="store_true", help="wait until the receiver's handler has run")
     p.add_argument("--reliable", action="store_true", help="wait for the acknowledgement, retransmitting meanwhile "
                                                            "(the reliable extension)")
+    p.add_argument("--durable", action="store_true",
+                   help="store the message in the outbox of --as NAME first (it waits there until TARGET takes it)")
+    p.add_argument("--ttl", type=seconds, default=None, metavar="SECONDS",
+                   help="with --durable: give up after this long (default a day)")
     p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
     p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("outbox", help="list the durable messages waiting in outboxes, and where")
+    add_common(p, key=False)
+    p.add_argument("names", nargs="*", help="only these nodes' outboxes (default: every node)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_outbox)
+
+    p = sub.add_parser("receipts", help="verify the chains of durable receipts that NAME issued")
+    add_common(p)
+    p.add_argument("name", help="the receiver whose receipts are verified")
+    p.add_argument("--sender", action="append", default=[], metavar="S", help="only the chains to S (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    p.set_defaults(func=cmd_receipts)
 
     p = sub.add_parser("registry", help="list registry entries with their lease state")
     add_common(p, key=False)
@@ -93,6 +112,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     if (args.file is None) == (args.data is None):
         raise ConfigError("give the message either as a JSON value or as --file PATH")
     data = read_message_file(args.file) if args.file is not None else json_arg(args.data, "the message")
+    if args.durable:
+        if args.reliable:
+            raise ConfigError("choose --durable or --reliable, not both")
+        return _send_durable(args, data)
     with _temporary(args) as node:
         if args.reliable:
             delivered = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout, reliable=True).result()
@@ -102,6 +125,76 @@ def cmd_send(args: argparse.Namespace) -> int:
         seq = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout)
     print(f"sent message {seq} to {args.target}{' (confirmed)' if args.confirm else ''}", file=sys.stderr)
     return EXIT_OK
+
+
+def _send_durable(args: argparse.Namespace, data: Any) -> int:
+    """Durable: the message is stored in NAME's outbox (so --as NAME is needed: a one-shot name's
+    home goes with it), delivered now if TARGET is online, and otherwise the next time NAME runs."""
+    from ..node import Node
+
+    if not args.name:
+        raise ConfigError("a durable send needs --as NAME: the message waits in NAME's outbox until it is taken")
+    with Node(args.dir, env_key(args), args.name, allow=[args.target], durable=True, observe_registry=False,
+              linger_seconds=2.0, lock_timeout=args.lock_timeout) as node:
+        try:
+            msg_id = node.send(args.target, data, durable=True, ttl=args.ttl, confirm=True, timeout=args.timeout)
+        except DeliveryTimeoutError:
+            print(f"stored durable message in {args.name}'s outbox for {args.target}; not receipted within "
+                  f"{args.timeout:g} s: it is delivered when both run (`speed outbox` lists it)", file=sys.stderr)
+            return EXIT_OK
+    print(f"durable message {msg_id} to {args.target}: handled (receipted)", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    from ..ext.durable_store import list_outboxes
+
+    prepare_root(args.dir, create=False)
+    items = list_outboxes(args.dir, args.names or None)
+    now, facts = time.time(), local_facts()
+    registry = Registry(args.dir, create=False)
+    states: dict[str, str] = {}
+    for item in items:
+        if item.target not in states:
+            try:
+                entry = registry.read(item.target)
+            except SpeedError:
+                entry = None
+            states[item.target] = "missing" if entry is None else judge(entry, now, facts).state
+    rows = [{"node": i.node, "target": i.target, "targetState": states[i.target], "stream": i.stream, "id": i.id,
+             "ageSeconds": round(now - i.created, 1), "expiresInSeconds": round(i.expires_at - now, 1),
+             "size": i.size} for i in items]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if not rows:
+        print(f"no durable messages wait in the outboxes of {args.dir}")
+        return EXIT_OK
+    table = [("NODE", "TARGET", "TARGET STATE", "ID", "WAITING", "EXPIRES IN", "BYTES")]
+    table += [(r["node"], r["target"], r["targetState"], str(r["id"]), f"{r['ageSeconds']:.1f}s",
+               f"{r['expiresInSeconds']:.0f}s", str(r["size"])) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def cmd_receipts(args: argparse.Namespace) -> int:
+    from ..ext.durable_store import verify_receipts
+
+    prepare_root(args.dir, create=False)
+    reports = verify_receipts(args.dir, env_key(args).raw, args.name, args.sender or None)
+    if args.json:
+        print(json.dumps([{"where": where, "receiver": r.receiver, "sender": r.sender, "stream": r.stream,
+                           "receipts": r.count, "handled": r.handled, "ok": r.ok, "firstBreak": r.first_break,
+                           "reason": r.reason} for where, r in reports], indent=1))
+    elif not reports:
+        print(f"no receipts issued by {args.name} were found in {args.dir}")
+    for where, r in ([] if args.json else reports):
+        verdict = "verified" if r.ok else f"BROKEN at receipt {r.first_break}: {r.reason}"
+        print(f"{r.sender} <- {r.receiver} (stream {r.stream[:8]}, {where}): {r.count} receipts, "
+              f"{r.handled} handled: {verdict}")
+    return EXIT_OK if all(r.ok for _, r in reports) else EXIT_REMOTE
 
 
 MAX_FILE_MESSAGE = 64 * 1024 * 1024

@@ -35,6 +35,10 @@ def add_parser(sub) -> None:
                    help="trust this operator's public key for control requests (repeatable; enables the "
                         "control extension; `speed operator keygen` prints it)")
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
+    p.add_argument("--durable", action="store_true",
+                   help="enable durable delivery (feature `durable`): needs a persistent --dir, not tmpfs")
+    p.add_argument("--durable-on-tmpfs", action="store_true",
+                   help="with --durable: run on tmpfs anyway (stored messages are lost at a reboot)")
     p.add_argument("--lease", type=seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=seconds, default=5.0, metavar="SECONDS",
                    help="renewal interval (default 5)")
@@ -60,7 +64,8 @@ def cmd_node(args: argparse.Namespace) -> int:
             options[name] = dict(getattr(args, name))
     node = Node(args.dir, env_key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
-                features=args.feature, operators=args.operator, **options)
+                features=args.feature, operators=args.operator, durable=args.durable,
+                durable_on_tmpfs=args.durable_on_tmpfs, **options)
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send
@@ -69,9 +74,12 @@ def cmd_node(args: argparse.Namespace) -> int:
 
         def echo(msg) -> None:
             data = msg.data if not isinstance(msg.data, bytes) else {"base64": base64.b64encode(msg.data).decode()}
+            line = {"from": msg.sender, "seq": msg.seq, "data": data}
+            if msg.durable_id is not None:
+                line.update(durableId=msg.durable_id, redelivered=msg.redelivered)
             ready.wait()
             with lock:
-                print(json.dumps({"from": msg.sender, "seq": msg.seq, "data": data}), flush=True)
+                print(json.dumps(line), flush=True)
 
         node.on_message(echo)
     else:

@@ -13,3 +13,5 @@ class Message:
     timestamp_ms: int  # when the sender sealed it
     size: int          # envelope file size in bytes (of all its chunks when it was chunked)
     message_id: str | None = None  # a chunked or reliable message's id (extensions chunks, reliable)
+    durable_id: int | None = None  # durable extension: the message's id in its sender's stream
+    redelivered: bool = False      # durable: a handler was entered for it before and did not return (a crash)

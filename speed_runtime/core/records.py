@@ -28,7 +28,7 @@ EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
     "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
                 "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
                 "control_refused"),
-    "durable": (),
+    "durable": ("durable_duplicate", "durable_bad_receipt"),
 }
 LEASE_EVENTS = (
     "registered", "reclaimed", "renewed_late", "lost", "deregistered", "observed_join",
@@ -41,7 +41,9 @@ HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "r
 MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
 # threat-score changes of a receiver's `quota` extension (kind "threat", §9; readers skip unknown kinds)
 THREAT_EVENTS = ("raised", "quarantined", "released", "lifted")
-RECORD_KINDS = ("envelope", "lease", "health", "control", "message", "threat")
+# what the durable extension journals (kind "durable"; docs/PROTOCOL.md, durable, "Journal")
+DURABLE_EVENTS = ("stored", "delivered", "handled", "duplicate", "receipt", "send_error")
+RECORD_KINDS = ("envelope", "lease", "health", "control", "message", "threat", "durable")
 CONTROL_OUTCOMES = ("applied", "rejected")  # of a control request (the `control` extension, §9)
 MAX_LINE_BYTES = 4 * 1024 * 1024   # a longer journal line is malformed, never read whole
 ENVELOPE_FIELD_LIMIT = 64 * 1024   # sealed envelopes up to this size are kept in the record
@@ -190,9 +192,30 @@ class MessageTrace(NamedTuple):
         return json.loads(encode_line(self))
 
 
-TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | SpcTrace | MessageTrace
-JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | MessageTrace
-JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, ThreatTrace, MessageTrace)
+class DurableTrace(NamedTuple):
+    """A step of a durable message (extension `durable`): stored in the sender's outbox, a copy
+    delivered, handled by the receiver (with the receipt's status), a copy suppressed as a
+    duplicate, a receipt stored by the sender, or a send error (expired, refused, failed)."""
+
+    ts: float
+    node: str
+    peer: str           # the other node: the target for a sender, the sender for a receiver
+    event: str          # one of DURABLE_EVENTS
+    stream: str
+    id: int
+    status: str | None = None   # handled | failed | expired (handled, receipt, send_error)
+    index: int | None = None    # the receipt's position in its chain
+    detail: str = ""
+
+    kind = "durable"
+
+    def to_record(self, **_: Any) -> dict[str, Any]:
+        return json.loads(encode_line(self))
+
+
+TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | SpcTrace | MessageTrace | DurableTrace
+JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | MessageTrace | DurableTrace
+JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, ThreatTrace, MessageTrace, DurableTrace)
 
 _dump = json.dumps
 _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12),
@@ -205,6 +228,14 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
     if isinstance(event, LeaseTrace):
         return (f'{{"kind":"lease","ts":{event.ts!r},"node":{_dump(event.node)},"subject":{_dump(event.subject)},'
                 f'"event":{_dump(event.event)}}}\n')
+    if isinstance(event, DurableTrace):
+        line = (f'{{"kind":"durable","ts":{event.ts!r},"node":{_dump(event.node)},"peer":{_dump(event.peer)},'
+                f'"event":{_dump(event.event)},"stream":{_dump(event.stream)},"id":{int(event.id)}')
+        if event.status is not None:
+            line += f',"status":{_dump(event.status)}'
+        if event.index is not None:
+            line += f',"index":{int(event.index)}'
+        return line + (f',"detail":{_dump(event.detail)}' if event.detail else "") + "}\n"
     if isinstance(event, HealthTrace):
         return (f'{{"kind":"health","ts":{event.ts!r},"node":{_dump(event.node)},"event":{_dump(event.event)},'
                 f'"detail":{_dump(event.detail)}}}\n')
@@ -293,6 +324,11 @@ def parse_record(rec: Any) -> JournalEvent | None:
         if kind == "threat":
             return ThreatTrace(ts, node, _name(rec["peer"]), _name(rec["event"]), _number(rec["score"]),
                                _opt_name(rec, "instance") or "", _opt_name(rec, "reason") or "")
+        if kind == "durable":
+            index = rec.get("index")
+            return DurableTrace(ts, node, _name(rec["peer"]), _name(rec["event"]), _name(rec["stream"]),
+                                int(_number(rec["id"])), _opt_name(rec, "status"),
+                                int(_number(index)) if index is not None else None, _opt(rec, "detail") or "")
         if kind != "envelope":
             return None
         envelope = rec.get("envelope")

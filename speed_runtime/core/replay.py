@@ -37,12 +37,7 @@ class ReplayGuard:
 
     def check(self, source_id: bytes, sender: str, seq: int, nonce: bytes, timestamp_ms: int, now_ms: int) -> int:
         """Accept the envelope or raise EnvelopeError; returns the gap (0 when in order)."""
-        if abs(now_ms - timestamp_ms) > self.window_ms:
-            raise EnvelopeError("stale_timestamp",
-                                f"timestamp is {(now_ms - timestamp_ms) / 1000:.1f} s from this node's clock")
-        self._prune(now_ms)
-        if nonce in self._nonces:
-            raise EnvelopeError("replayed_nonce", "this nonce was seen within the replay window")
+        self._check_time_and_nonce(nonce, timestamp_ms, now_ms)
         state = self.senders.get(source_id)
         last = state.last_seq if state else 0
         if seq <= last:
@@ -58,8 +53,25 @@ class ReplayGuard:
             state.missing += gap
         state.last_seq = seq
         state.accepted += 1
-        self._nonces[nonce] = max(timestamp_ms, now_ms) + self.window_ms
+        self._remember(nonce, timestamp_ms, now_ms)
         return gap
+
+    def check_window(self, nonce: bytes, timestamp_ms: int, now_ms: int) -> None:
+        """The timestamp and nonce checks alone, for an envelope numbered for another receiver
+        instance (the durable extension's carried-over copies): accept and remember, or raise."""
+        self._check_time_and_nonce(nonce, timestamp_ms, now_ms)
+        self._remember(nonce, timestamp_ms, now_ms)
+
+    def _check_time_and_nonce(self, nonce: bytes, timestamp_ms: int, now_ms: int) -> None:
+        if abs(now_ms - timestamp_ms) > self.window_ms:
+            raise EnvelopeError("stale_timestamp",
+                                f"timestamp is {(now_ms - timestamp_ms) / 1000:.1f} s from this node's clock")
+        self._prune(now_ms)
+        if nonce in self._nonces:
+            raise EnvelopeError("replayed_nonce", "this nonce was seen within the replay window")
+
+    def _remember(self, nonce: bytes, timestamp_ms: int, now_ms: int) -> None:
+        self._nonces[nonce] = max(timestamp_ms, now_ms) + self.window_ms
 
     def _prune(self, now_ms: int) -> None:
         if now_ms < self._next_prune_ms:

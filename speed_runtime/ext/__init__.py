@@ -18,8 +18,9 @@ and handled, in bounded steps, on the protocol thread; `decode` for a payload la
 the extension's flag bit (called by the receiver's judgement, through `decoder`); `outbound` for a
 payload the node is about to deliver (Node.deliver_payload: return the sequence number when the
 extension delivered it in its own layout); on the receiving side `admit` before an allowed
-sender's file is opened and `on_rejected` after a file was rejected; on the sending side
-`admit_send` before an envelope is sealed and `delivered` after it landed in the target's inbox.
+sender's file is opened, `rejudge` for a rejected envelope before it is removed and `on_rejected`
+after a file was rejected; on the sending side `admit_send` before an envelope is sealed and
+`delivered` after it landed in the target's inbox.
 """
 from __future__ import annotations
 
@@ -118,7 +119,6 @@ class Extension:
         to leave it to the next extension and finally to v1."""
         return None
 
-
     def admit(self, sender: str, name: str) -> str | None:
         """Before a file of an allowed sender is opened (§5.5 step 1, on its name alone): a journal
         reason to remove it unread, or None to judge it."""
@@ -137,6 +137,12 @@ class Extension:
 
     def delivered(self, target: str, entry: RegistryEntry, filename: str, size: int) -> None:
         """An envelope file of `size` bytes landed in `target`'s inbox (the link's lock held)."""
+
+
+    def rejudge(self, verdict: "Verdict", sender: str, data: bytes, arrived_ms: int) -> "Verdict":
+        """A rejected envelope, before it is removed: the verdict to keep (this one, or an acceptance
+        under the extension's own rules for what it defines, e.g. durable copies bound to a name)."""
+        return verdict
 
 
 def decoder(extensions: dict[str, Extension]) -> Decoder:

@@ -61,6 +61,12 @@ class NodeConfig:
     reliable_remember: int = 100_000           # reliable message ids a receiver remembers (duplicate suppression)
     quota: QuotaSettings | None = None         # `quota`: limits published, own pacing (core/quota.py)
     threat: ThreatPolicy | None = None         # `quota`: threat scores and quarantine (core/threat.py)
+    durable: bool = False                      # enable the `durable` extension (same as features=["durable"])
+    durable_on_tmpfs: bool = False             # durable on tmpfs anyway (a loud warning: lost at reboot)
+    durable_ttl: float = 86_400.0              # durable: default time-to-live of a message
+    durable_retry_seconds: float = 2.0         # durable: first retry of a copy without receipt (doubling, ≤ 60 s)
+    outbox_limit: int = 10_000                 # durable: messages waiting in this node's outbox, at most
+    outbox_max_bytes: int = 256 * 1024 * 1024  # durable: … and their payload bytes
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -74,6 +80,8 @@ class NodeConfig:
                 values[key] = tuple(dict.fromkeys(values[key]))
         if values.get("operators"):  # trusting an operator is the `control` extension
             values["features"] = tuple(dict.fromkeys((*values.get("features", ()), "control")))
+        if values.get("durable") and "durable" not in values.get("features", ()):
+            values["features"] = (*values.get("features", ()), "durable")
         if values.get("trusted_uids") is not None:
             values["trusted_uids"] = frozenset(values["trusted_uids"])
         if values.get("quota") is not None:
@@ -90,13 +98,16 @@ class NodeConfig:
         if not self.heartbeat_seconds < self.lease_seconds:
             raise ConfigError("the heartbeat interval must be shorter than the lease")
         for name in ("replay_window", "rescan_seconds", "registry_rescan_seconds", "orphan_seconds",
-                     "lock_timeout", "chunk_timeout", "ack_timeout", "max_retransmission_interval"):
+                     "lock_timeout", "chunk_timeout", "ack_timeout", "max_retransmission_interval",
+                     "durable_retry_seconds"):
             _positive(name, getattr(self, name), 86_400.0)
         for name in ("reap_grace_seconds", "linger_seconds", "drain_seconds", "stop_grace_seconds"):
             _non_negative(name, getattr(self, name))
+        _positive("durable_ttl", self.durable_ttl, 30 * 86_400.0)
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
                      "read_ahead_total", "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
-                     "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window"):
+                     "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window",
+                     "outbox_limit", "outbox_max_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

@@ -239,6 +239,14 @@ class Node:
     def peers(self) -> dict[str, RegistryEntry]:
         return self.monitor.entries()
 
+    def extension(self, name: str) -> Any:
+        """The enabled extension `name` (its API), or ConfigError naming how to enable it."""
+        found = self.extensions.get(name)
+        if found is None:
+            raise ConfigError(f"node {self.name} does not have the {name!r} extension enabled; "
+                              f"create it with features=[{name!r}] (speed node --feature {name})")
+        return found
+
     def threads(self) -> list[threading.Thread]:
         """The node's long-lived threads (protocol, registry, deadlines); worker threads come and go."""
         deadlines = getattr(self, "deadlines", None)
@@ -253,18 +261,23 @@ class Node:
             raise NodeClosedError(f"node {self.name} is not running; start it first")
 
     def send(self, target: str, data: Any, *, confirm: bool = False, timeout: float = 10.0,
-             reliable: bool = False, block: bool = True) -> Any:
+             reliable: bool = False, block: bool = True, durable: bool = False, ttl: float | None = None) -> Any:
         """Send a MESSAGE (a JSON value, or raw bytes); returns its sequence number. With
         confirm=True, return only after the receiver's handler ran. With reliable=True (the
         `reliable` extension), return a Future at once that resolves when the receiver acknowledged
-        it, retransmitting meanwhile (ext/reliable.py). Towards a node that publishes limits
-        (extension `quota`) the send waits for room at most `timeout` seconds, or not at all with
-        block=False; then it raises QuotaExceededError."""
+        it, retransmitting meanwhile (ext/reliable.py). durable=True (extension `durable`): return
+        once it is on disk in this node's outbox, its message id; it is delivered when `target` is
+        online, until `ttl` seconds have passed. Towards a node that publishes limits (extension
+        `quota`) the send waits for room at most `timeout` seconds, or not at all with block=False;
+        then it raises QuotaExceededError."""
         self._check_running()
+        if reliable + durable > 1 or (reliable and confirm):
+            raise ConfigError("choose one of confirm=True, reliable=True and durable=True "
+                              "(durable may be combined with confirm)")
         if reliable:
-            if confirm:
-                raise ConfigError("choose confirm=True or reliable=True, not both")
             return self.extension("reliable").send(target, data, timeout)
+        if durable:
+            return self.extension("durable").send(target, data, ttl=ttl, confirm=confirm, timeout=timeout)
         payload = {"from": self.name, "to": target, "data": data}
         deadline = time.monotonic() + timeout
         wait = timeout if block else 0.0
@@ -327,14 +340,6 @@ class Node:
                                 before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files,
                                 wait=out.wait)
 
-    def extension(self, feature: str) -> Any:
-        """The enabled extension `feature` (ext/<feature>.py), or ConfigError."""
-        found = self.extensions.get(feature)
-        if found is None:
-            raise ConfigError(f"the {feature!r} extension is not enabled on node {self.name}; "
-                              f"start it with features=[{feature!r}] (speed node --feature {feature})")
-        return found
-
     # ----------------------------------------------------------------- what the receiver calls
     def may_receive(self) -> bool:
         """Whether the protocol thread may take files now: running (or closing) and our lease is
@@ -346,8 +351,8 @@ class Node:
         self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
         return False
 
-    def deliver_message(self, message: Message, header: Header) -> Exception | None:
-        """Run the handlers (or queue for receive()); returns the handler's exception, if any."""
+    def handle_message(self, message: Message) -> Exception | None:
+        """Run the application's handlers (or queue the message for receive()); what one raised."""
         try:
             if self._handlers:
                 for handler in list(self._handlers):
@@ -356,6 +361,13 @@ class Node:
                 self._received.put(message)
         except Exception as exc:
             self.telemetry.count("handlerErrors")
+            return exc
+        return None
+
+    def deliver_message(self, message: Message, header: Header) -> Exception | None:
+        """Run the handlers, then answer an ACK or ERROR when the sender asked; what a handler raised."""
+        exc = self.handle_message(message)
+        if exc is not None:
             if header.ack_requested:
                 self.reply(message.sender, EnvelopeType.ERROR,
                            {"from": self.name, "to": message.sender, "errorCode": "EXECUTION_FAILED",

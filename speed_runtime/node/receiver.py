@@ -299,6 +299,9 @@ class Receiver:
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
                 verdict = judge(departed, arrived_ms)
+        if not verdict.accepted:  # §9: an extension may accept what it defines differently (durable)
+            for extension in self.node.extensions.values():
+                verdict = extension.rejudge(verdict, sender, data, arrived_ms)
         return verdict
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
@@ -341,16 +344,10 @@ class Receiver:
         finished = verdict.finished or _nothing
         etype = header.type
         if etype == _MESSAGE:
-            self._hold(sender, name)
             if not traced:
                 mid = payload.get("messageId")
                 self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
-            try:
-                self.lanes.submit(sender, lambda: self._run_message(verdict, sender, size, name))
-            except RuntimeError:  # the handlers' pool stopped with the node: the file stays for the next instance
-                with self._lock:
-                    self._taken.pop(name, None)
-                self._release(sender)
+            if not self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name)):
                 finished(False, None)
             return
         if etype == _SPC_REQUEST:
@@ -422,11 +419,37 @@ class Receiver:
                 self.node.telemetry.count("withdrawn")
                 return
             handled = True
-            error = self.node.deliver_message(_message(verdict, sender, size), verdict.header)
+            error = self.node.deliver_message(message_of(verdict, sender, size), verdict.header)
         finally:
-            self._release(sender)
             if verdict.finished is not None:
                 verdict.finished(handled, error)
+
+    def run_on_lane(self, sender: str, name: str, task: Callable[[], None]) -> bool:
+        """Hold an accepted file (it counts against the read-ahead and is not judged again) and run
+        `task` on the sender's lane. The file stays in the inbox until the task removes it with
+        `take(name)`; a task that leaves it lets a later listing look at it again. False when the
+        handlers' pool has stopped with the node (the file stays for the next instance)."""
+        self._hold(sender, name)
+
+        def run() -> None:
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._taken.pop(name, None)
+                self._release(sender)
+        try:
+            self.lanes.submit(sender, run)
+        except RuntimeError:
+            with self._lock:
+                self._taken.pop(name, None)
+            self._release(sender)
+            return False
+        return True
+
+    def take(self, name: str) -> bool:
+        """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""
+        return self._take(name)
 
     # ------------------------------------------------------------------ read-ahead accounting
     def _hold(self, sender: str, name: str) -> None:
@@ -462,7 +485,7 @@ class Receiver:
             self.watch.wake()
 
 
-def _message(verdict: Verdict, sender: str, size: int) -> Message:
+def message_of(verdict: Verdict, sender: str, size: int) -> Message:
     payload, header = verdict.payload, verdict.header
     data = payload["data"]
     if payload.get("encoding") == "base64" and isinstance(data, str):

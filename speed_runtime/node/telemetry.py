@@ -26,7 +26,10 @@ COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponse
             # reliable: messages sent, retransmissions, acknowledgements, give-ups, duplicates suppressed
             "reliableSent", "retransmissions", "acknowledged", "sendErrors", "duplicates",
             # quota: sends that waited for the target's budget, refusals, senders quarantined
-            "quotaWaits", "quotaRefusals", "quarantines")
+            "quotaWaits", "quotaRefusals", "quarantines",
+            # the durable extension's (0 on nodes without it)
+            "durableStored", "durableDelivered", "durableHandled", "durableDuplicates", "durableReceipts",
+            "durableSendErrors", "fsyncs")
 
 
 class Telemetry:

@@ -14,9 +14,8 @@ import threading
 import pytest
 
 from speed_runtime import Node, NodeUnavailableError, PayloadTooLargeError, SpcError
-from speed_runtime.core.chunks import FLAG_BINARY, FLAG_CHUNK
+from speed_runtime.core.chunks import FLAG_BINARY
 from speed_runtime.core.envelope import EnvelopeType
-from speed_runtime.core.reliable import FLAG_RELIABLE
 
 from ..helpers.wait import wait_until
 from .conftest import FEATURES, MiB, Forger, inbox, journal, read_inbox, stopped, wait_record

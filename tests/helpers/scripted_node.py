@@ -47,6 +47,8 @@ def main() -> int:
         said = {"from": msg.sender, "seq": msg.seq, "data": data}
         if msg.message_id is not None:  # a chunked or reliable message's id (extensions chunks, reliable)
             said["messageId"] = msg.message_id
+        if msg.durable_id is not None:  # the durable extension's message id and redelivery mark
+            said.update(durableId=msg.durable_id, redelivered=msg.redelivered)
         say(said)
 
     def slow(arguments: dict) -> dict:

@@ -4,6 +4,7 @@
 #include "node.h"
 #include "node_parts.h"
 #include "registry.h"
+#include "ext_durable.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -236,6 +237,8 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     if (reason)
         return reason;
     const env_header *h = &f->h;
+    int durable = 0;
+    uint64_t skipped = 0;
     jval *p = json_parse((const char *)pt, pt_len, NULL, 0);
     free(pt);
     const char *from = p ? json_get_str(p, "from") : NULL;
@@ -247,13 +250,14 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     /* 4. identities */
     else if (strcmp(from, f->sender) != 0)
         reason = "unknown_sender";
+    else if ((durable = durable_applies(n, h)) != 0) /* bound to our name: steps 4-5 there */
+        reason = durable_judge(n, h, nonce, to, p, &skipped);
     else if (strcmp(to, n->name) != 0 || memcmp(h->target_id, n->id_bytes, 16) != 0)
         reason = "wrong_target";
     else if (!node_sender_id_matches(n, from, h->source_id))
         reason = "unknown_sender";
     /* 5. replay protection */
-    uint64_t skipped = 0;
-    if (!reason)
+    if (!reason && !durable)
         reason = replay_check(&n->replay, from, h->source_id, h->sequence, h->timestamp_ms,
                               nonce, now_wall_ms(), &skipped);
     if (reason) {
@@ -368,6 +372,11 @@ static int handle_file(node_t *n, int dirfd, const char *name, char *deferred, s
             json_set(l, "file", json_str(name));
             node_emit(n->events, l);
         }
+        return 1;
+    }
+    if (!reason && durable_applies(n, &f.h)) { /* removed only once its receipt is on disk */
+        durable_handle(n, dirfd, name, &f.h, f.sender, payload, f.size);
+        json_free(payload);
         return 1;
     }
     /* 6. remove, then dispatch (rejected files are removed and reported) */

@@ -112,6 +112,21 @@ void replay_prune(replay_guard *g, uint64_t now_ms)
         drop_oldest(g);
 }
 
+const char *replay_check_window(replay_guard *g, uint64_t ts_ms, const uint8_t nonce[ENV_NONCE_LEN],
+                                uint64_t now_ms)
+{
+    uint64_t diff = now_ms > ts_ms ? now_ms - ts_ms : ts_ms - now_ms;
+    if (diff > g->window_ms)
+        return "stale_timestamp";
+    replay_prune(g, now_ms);
+    int found = 0;
+    size_t slot = find_slot(g, nonce, &found);
+    if (found && g->ring[g->index[slot] - 1].expire_ms >= now_ms)
+        return "replayed_nonce";
+    remember(g, nonce, (ts_ms > now_ms ? ts_ms : now_ms) + g->window_ms);
+    return NULL;
+}
+
 const char *replay_check(replay_guard *g, const char *name, const uint8_t id[16], uint64_t seq,
                          uint64_t ts_ms, const uint8_t nonce[ENV_NONCE_LEN], uint64_t now_ms,
                          uint64_t *skipped)

@@ -52,6 +52,11 @@ const char *replay_check(replay_guard *g, const char *name, const uint8_t id[16]
                          uint64_t ts_ms, const uint8_t nonce[ENV_NONCE_LEN], uint64_t now_ms,
                          uint64_t *skipped);
 
+/* The timestamp and nonce checks alone (and the nonce remembered when they pass), for a durable
+ * copy numbered for an earlier instance of this node (ext_durable.c). */
+const char *replay_check_window(replay_guard *g, uint64_t ts_ms, const uint8_t nonce[ENV_NONCE_LEN],
+                                uint64_t now_ms);
+
 /* Forgets the nonces whose window ended before now_ms (replay_check does it too). */
 void replay_prune(replay_guard *g, uint64_t now_ms);
 /* Nonces currently remembered (for the node's stats). */

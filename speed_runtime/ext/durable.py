@@ -1,0 +1,385 @@
+"""The `durable` extension (docs/PROTOCOL.md, "### durable"): messages stored before a send returns,
+forwarded when their target is online, handled once across crashes, acknowledged by chained receipts.
+
+Receiving: a durable MESSAGE is bound to the receiver's name (a copy sealed for an earlier instance
+of the name is still accepted, `core.durable.judge_carried`). On the sender's lane: the ledger says
+whether (stream, id) was handled; if not, a claim is appended, the handler runs, the receipt is
+appended and made durable (fdatasync), and only then is the file removed and the receipt sent back.
+A crash before the receipt is on disk leaves the file in the inbox: the next instance handles it
+again, marked `redelivered` (its handler was entered and did not return). A crash after it finds the
+ledger's receipt for the copy: a duplicate, removed, its receipt sent again.
+
+Sending: `send(target, data, durable=True)` stores the message in the outbox (durable_outbox.py) and
+returns its id; the durable thread delivers, retries and expires.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
+
+from ..core import payloads
+from ..core.durable import (FLAG_DURABLE, NotDurableError, Receipt, add_fields, StreamLedger, compacted, durable_flag,
+                            judge_carried, ledger_line, parse_fields, receipt_from_json, receipt_key, replay_ledger)
+from ..core.envelope import EnvelopeType
+from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
+                           NodeUnavailableError, PayloadTooLargeError)
+from ..core.liveness import judge
+from ..core.receiving import Verdict
+from ..core.records import DurableTrace
+from ..fsutil import close_quietly, local_facts
+from ..node.receiver import message_of
+from ..transport import remove_entry
+from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
+from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
+from .durable_store import AppendLog, Syncs, check_persistent, private_dir
+
+assert FLAG_DURABLE == _ALLOCATED
+log = logging.getLogger("speed_runtime")
+_MESSAGE, _ACK = int(EnvelopeType.MESSAGE), int(EnvelopeType.ACK)
+COMPACT_BYTES = 4 << 20      # a ledger log is compacted beyond this size
+MAX_INSTANCES = 1024         # earlier instances of this name whose durable copies are still accepted
+FIELDS_ROOM = 160            # bytes the durable fields add to a payload
+
+
+class Ledgers:
+    """The receiver's ledger logs, one per sender; used from that sender's lane only."""
+
+    def __init__(self, home_fd: int, home: str, name: str, rkey: bytes, syncs: Syncs):
+        self.name, self.rkey, self.syncs = name, rkey, syncs
+        self.dir_fd, _ = private_dir(home_fd, home, "ledger", syncs)
+        self._logs: dict[str, tuple[AppendLog, dict[str, StreamLedger]]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, sender: str) -> tuple[AppendLog, dict[str, StreamLedger]]:
+        with self._lock:
+            found = self._logs.get(sender)
+            if found is None:
+                log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs)
+                found = self._logs[sender] = (log_, replay_ledger(log_.lines, self.name, sender))
+                log_.lines = []
+            return found
+
+    def claim(self, sender: str, stream: str, msg_id: int) -> None:
+        """Before the handler: no fsync (a lost claim only loses the `redelivered` mark)."""
+        log_, ledgers = self.of(sender)
+        log_.append(ledger_line("claim", {"stream": stream, "id": msg_id}), sync=False)
+        ledgers[stream].claims.add(msg_id)
+
+    def commit(self, sender: str, receipt: Receipt, base: int) -> None:
+        """The receipt on disk (fdatasync) before the caller removes the envelope."""
+        log_, ledgers = self.of(sender)
+        log_.append(ledger_line("receipt", {**receipt.to_json(), "base": base}), sync=True)
+        ledgers[receipt.stream].record(receipt)
+        if log_.size > COMPACT_BYTES:
+            log_.replace(compacted(ledgers))
+
+    def snapshot(self) -> dict[str, list[dict]]:
+        with self._lock:
+            items = list(self._logs.items())
+        return {sender: [{"stream": l.stream, "receipts": l.index, "floor": l.floor, "claims": sorted(l.claims)}
+                         for l in ledgers.values()] for sender, (_, ledgers) in items}
+
+    def close(self) -> None:
+        with self._lock:
+            for log_, _ in self._logs.values():
+                log_.close()
+            self._logs.clear()
+        close_quietly(self.dir_fd)
+
+
+class DurableExtension(Extension):
+    name = "durable"
+
+    def __init__(self, node: Any):
+        super().__init__(node)
+        cfg = node.config
+        self.warning = check_persistent(node.root, cfg.durable_on_tmpfs)
+        self.syncs = Syncs(lambda n: node.telemetry.count("fsyncs", n))
+        home_fd = os.open(os.path.join(node.root), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            node_fd, node_home = private_dir(home_fd, node.root, node.name, self.syncs)
+            self.home_fd, self.home = private_dir(node_fd, node_home, "durable", self.syncs)
+            os.close(node_fd)
+        finally:
+            os.close(home_fd)
+        self.rkey = receipt_key(node.key.raw)
+        self.outbox = Outbox(self.home_fd, self.home, node.key, self.syncs, cfg.outbox_limit, cfg.outbox_max_bytes)
+        self.ledgers = Ledgers(self.home_fd, self.home, node.name, self.rkey, self.syncs)
+        self.instances: frozenset[bytes] = frozenset()
+        self._receipts: deque[tuple[str, Receipt]] = deque(maxlen=65_536)  # a dropped one comes again
+        self._waiters: dict[tuple[str, int], Future] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        if self.warning:
+            log.warning("node %s: %s", self.node.name, self.warning)
+        self._record_instance()
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-durable", daemon=True)
+        self.thread.start()
+
+    def _record_instance(self) -> None:
+        """Append this instance's ID to `instances` (fdatasync): copies sealed for it stay ours after a restart."""
+        log_ = AppendLog(self.home_fd, "instances", self.syncs)
+        try:
+            known = [bytes.fromhex(line.decode()) for line in log_.lines if len(line) == 32]
+            if len(known) >= MAX_INSTANCES:
+                log_.replace(b"".join(k.hex().encode() + b"\n" for k in known[-MAX_INSTANCES // 2:]))
+                known = known[-MAX_INSTANCES // 2:]
+            log_.append(self.node.id_bytes.hex().encode() + b"\n", sync=True)
+        finally:
+            log_.close()
+        self.instances = frozenset(known) | {self.node.id_bytes}
+
+    def stop(self) -> None:
+        self.closed = True  # what the protocol thread still hands over stays in the inbox for the next instance
+        self._stopping.set()
+        self._wake.set()
+        if self.thread is not None:
+            self.thread.join()
+        self._store_receipts()
+        for waiter in self._take_waiters():
+            waiter.set_exception(DeliveryTimeoutError(f"node {self.node.name} closed before the receipt came; "
+                                                      "the message stays in its outbox"))
+        self.outbox.close()
+        self.ledgers.close()
+        close_quietly(self.home_fd)
+
+    def _take_waiters(self) -> list[Future]:
+        waiters, self._waiters = [w for w in self._waiters.values() if not w.done()], {}
+        return waiters
+
+    # ------------------------------------------------------------------ sending (the application's thread)
+    def send(self, target: str, data: Any, *, ttl: float | None = None, confirm: bool = False,
+             timeout: float = 10.0) -> int:
+        """Store a MESSAGE durably for `target` and return its id (stream position). With confirm,
+        wait for the receipt (handled: return; failed or expired: DeliveryError)."""
+        node = self.node
+        entry = node.monitor.current(target)
+        if entry is not None and not judge(entry, time.time(), local_facts()).stale:
+            if not speaks(entry, "durable"):
+                raise NotDurableError(f"node {target} does not speak the durable extension (its entry does not "
+                                      "advertise it); nothing was stored: send without durable=True, or start "
+                                      f"{target} with --durable")
+            node.sender.check_grant(target, entry)
+        body = payloads.encode_payload(payloads.message(node.name, target, data))
+        if len(body) + FIELDS_ROOM > node.config.max_payload:
+            raise PayloadTooLargeError(f"a payload of {len(body)} bytes (with the durable fields) exceeds this "
+                                       f"node's limit of {node.config.max_payload} bytes; nothing was stored")
+        ttl = node.config.durable_ttl if ttl is None else ttl
+        if not 0 < ttl <= 30 * 86_400:
+            raise ConfigError(f"ttl must be above 0 and at most 30 days, not {ttl!r}")
+        now = time.time()
+        waiter: Future | None = Future() if confirm else None
+        stream, msg_id = self.outbox.store(target, body, ttl, now)
+        if waiter is not None:
+            self._waiters[(target, msg_id)] = waiter
+        node.telemetry.count("durableStored")
+        node.telemetry.emit(DurableTrace(now, node.name, target, "stored", stream, msg_id))
+        self._wake.set()
+        if waiter is not None:
+            try:
+                waiter.result(timeout)
+            except TimeoutError:
+                raise DeliveryTimeoutError(f"{target} did not receipt message {msg_id} within {timeout:g} s; it "
+                                           "stays in the outbox and is delivered when it can be") from None
+            finally:
+                self._waiters.pop((target, msg_id), None)
+        return msg_id
+
+    # ------------------------------------------------------------------ the durable thread
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(0.2)
+            self._wake.clear()
+            try:
+                self._store_receipts()
+                self._deliver_and_expire()
+            except Exception as exc:  # the thread outlives any one failure (a full disk, …)
+                self.node.telemetry.count("protocolErrors")
+                self.node.telemetry.problem("receiving_failed", f"durable outbox: {type(exc).__name__}: {exc}")
+                self._stopping.wait(0.5)
+
+    def _store_receipts(self) -> None:
+        items = []
+        while self._receipts:
+            target, r = self._receipts.popleft()
+            box = self.outbox.targets.get(target)
+            if box is not None and box.stream == r.stream:
+                items.append((box, r.id, receipt_record(r)))
+        for box, p, record in self.outbox.finish(items):
+            r = record["receipt"]
+            self.node.telemetry.count("durableReceipts")
+            self.node.telemetry.emit(DurableTrace(time.time(), self.node.name, box.target, "receipt", box.stream, p.id,
+                                                  r["status"], r["index"]))
+            self._settle(box.target, p.id, r["status"], "")
+
+    def _settle(self, target: str, msg_id: int, status: str, detail: str) -> None:
+        waiter = self._waiters.get((target, msg_id))
+        if waiter is None or waiter.done():
+            return
+        if status == "handled":
+            waiter.set_result(msg_id)
+        else:
+            waiter.set_exception(DeliveryError(f"message {msg_id} to {target} was not handled: {status}"
+                                               + (f" ({detail})" if detail else "")))
+
+    def _deliver_and_expire(self) -> None:
+        now, mono = time.time(), time.monotonic()
+        expired: list[tuple[TargetOutbox, int, dict]] = []
+        for target, box in list(self.outbox.targets.items()):
+            if not box.pending:
+                continue
+            entry = self.node.monitor.current(target)
+            live = entry is not None and judge(entry, now, local_facts()).state == "online"
+            if live and not speaks(entry, "durable"):
+                reason = f"node {target} does not speak the durable extension"
+                with self.outbox.lock:
+                    expired += [(box, p.id, expiry_record(box.stream, p.id, reason, now)) for p in box.pending.values()]
+                continue
+            with self.outbox.lock:  # send() adds entries from other threads
+                pending = list(box.pending.values())
+            outstanding = sum(1 for p in pending if live and p.delivered_to == entry.id)
+            for p in pending:
+                if now * 1000 > p.expires_ms and not (live and p.delivered_to == entry.id):
+                    why = "its time-to-live ran out before " + (
+                        f"{target} receipted it" if p.copies else f"{target} was online to take it")
+                    expired.append((box, p.id, expiry_record(box.stream, p.id, why, now)))
+                elif live and (p.delivered_to != entry.id or mono >= p.next_try):
+                    if p.delivered_to != entry.id and outstanding >= WINDOW:
+                        continue
+                    if not self._deliver(box, p, entry, mono):
+                        break
+                    outstanding += p.copies == 1 or 0
+        for box, p, record in self.outbox.finish(expired):
+            why = record["expired"]["reason"]
+            self.node.telemetry.count("durableSendErrors")
+            self.node.telemetry.emit(DurableTrace(now, self.node.name, box.target, "send_error", box.stream, p.id,
+                                                  "expired", None, why))
+            self._settle(box.target, p.id, "expired", why)
+
+    def _deliver(self, box: TargetOutbox, p, entry, mono: float) -> bool:
+        """One copy, sealed for the target's current instance; False when the target refused (try later)."""
+        try:
+            body, fields = self.outbox.payload(box, p.id)
+        except (OSError, ValueError) as exc:
+            self.node.telemetry.problem("receiving_failed", f"durable outbox entry {box.target}/{p.id}: {exc}")
+            p.next_try = mono + MAX_RETRY_SECONDS
+            return True
+        try:
+            self.node.sender.send(box.target, _MESSAGE, add_fields(body, fields), flags=FLAG_DURABLE, entry=entry)
+        except (NodeUnavailableError, AccessDeniedError, DeliveryError):
+            return False
+        first = p.delivered_to != entry.id
+        p.delivered_to, p.copies = entry.id, p.copies + 1
+        p.next_try = mono + next_retry(self.node.config.durable_retry_seconds, p.copies)
+        self.node.telemetry.count("durableDelivered")
+        self.node.telemetry.emit(DurableTrace(time.time(), self.node.name, box.target, "delivered", box.stream, p.id,
+                                              detail="" if first and p.copies == 1 else f"copy {p.copies}"))
+        return True
+
+    # ------------------------------------------------------------------ receiving (the protocol thread)
+    def rejudge(self, verdict: Verdict, sender: str, data: bytes, arrived_ms: int) -> Verdict:
+        if verdict.reason not in ("wrong_target", "unknown_sender") or not durable_flag(data):
+            return verdict
+        node = self.node
+        again = judge_carried(sender, data, node.key, node.name, node.id_bytes, self.instances,
+                              node.receiver.replay, arrived_ms, node.config.max_payload)
+        return again if again.accepted else verdict
+
+    def on_envelope(self, verdict: Verdict, sender: str, data: bytes, name: str) -> bool:
+        header = verdict.header
+        if not header.flags & FLAG_DURABLE or header.type not in (_MESSAGE, _ACK):
+            return False
+        receiver = self.node.receiver
+        if header.type == _ACK:
+            try:
+                receipt = receipt_from_json(verdict.payload.get("receipt"), sender, self.node.name)
+            except ValueError:
+                receipt = None
+            if receipt is None or not receipt.valid(self.rkey):
+                receiver.reject(name, sender, header.sequence, "durable_bad_receipt", len(data), verdict.type, data)
+                return True
+            if remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
+                receiver.accepted(verdict, sender, data, name)
+                self._receipts.append((sender, receipt))
+                self._wake.set()
+            return True
+        try:
+            fields = parse_fields(verdict.payload)
+        except EnvelopeError:
+            receiver.reject(name, sender, header.sequence, "bad_payload", len(data), verdict.type, data)
+            return True
+        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name))
+        return True
+
+    # ------------------------------------------------------------------ handling (the sender's lane)
+    def _handle(self, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
+        """On the sender's lane (one at a time per sender): judge against the ledger, claim, handle,
+        commit, remove, acknowledge."""
+        node, receiver = self.node, self.node.receiver
+        if self.closed:
+            return
+        _, ledgers = self.ledgers.of(sender)
+        ledger = ledgers.setdefault(fields.stream, StreamLedger(fields.stream))
+        ledger.advance(fields.base)
+        seen = ledger.seen(fields.id)
+        if seen:  # a copy of what was handled (or finished for the sender): removed, its receipt sent again
+            receiver.reject(name, sender, verdict.header.sequence, "durable_duplicate", len(data), verdict.type, data)
+            node.telemetry.count("durableDuplicates")
+            node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "duplicate", fields.stream, fields.id,
+                                             seen.status if isinstance(seen, Receipt) else None,
+                                             seen.index if isinstance(seen, Receipt) else None))
+            if isinstance(seen, Receipt):
+                self._send_receipt(sender, seen, verdict.header.sequence)
+            return
+        receiver.accepted(verdict, sender, data, name)
+        size = len(data)
+        if time.time() * 1000 > fields.expires_at_ms:
+            status = "expired"  # no handler starts after the time-to-live (the sender may report it expired)
+        else:
+            redelivered = fields.id in ledger.claims
+            self.ledgers.claim(sender, fields.stream, fields.id)
+            message = dataclasses.replace(message_of(verdict, sender, size), durable_id=fields.id,
+                                          redelivered=redelivered)
+            status = "failed" if node.handle_message(message) is not None else "handled"
+        receipt = ledger.issue(self.rkey, node.name, sender, fields.id, status, int(time.time() * 1000))
+        self.ledgers.commit(sender, receipt, fields.base)
+        receiver.take(name)  # after the receipt is on disk: the ledger and the inbox never disagree
+        node.telemetry.count("durableHandled")
+        node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "handled", fields.stream, fields.id, status,
+                                         receipt.index))
+        self._send_receipt(sender, receipt, verdict.header.sequence)
+
+    def _send_receipt(self, sender: str, receipt: Receipt, seq: int) -> None:
+        """Back to the sender, if its current entry still speaks durable (a v1 node never gets one)."""
+        node = self.node
+        entry = node.monitor.current(sender)
+        if entry is None or not speaks(entry, "durable"):
+            return
+        body = payloads.encode_payload({"from": node.name, "to": sender, "ackSeq": seq, "receipt": receipt.to_json()})
+        try:
+            node.sender.send(sender, _ACK, body, flags=FLAG_DURABLE, entry=entry)
+        except Exception:  # the sender will deliver another copy and get it again
+            node.telemetry.count("undeliverable")
+
+    # ------------------------------------------------------------------ state (CLI, console)
+    def outbox_items(self) -> list[dict[str, Any]]:
+        """What waits in this node's outbox: target, id, created, expires, copies delivered, to which instance."""
+        return [{"target": t, "id": p.id, "created": p.created, "expiresAt": p.expires_ms / 1000, "size": p.size,
+                 "copies": p.copies, "deliveredTo": p.delivered_to} for t, p in self.outbox.items()]
+
+    def ledger_state(self) -> dict[str, list[dict]]:
+        return self.ledgers.snapshot()
+
+
+EXTENSION = DurableExtension

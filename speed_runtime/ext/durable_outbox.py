@@ -1,0 +1,206 @@
+"""The sender's half of the durable extension: the persistent outbox, one stream per target.
+
+A durable send assigns the next id of the target's stream and writes the sealed payload to
+`outbox/<target>/<id>.msg` (fsync, rename, fsync of the directory) before it returns. The durable
+thread delivers what waits to targets that are online and speak `durable`, as ordinary envelopes
+sealed for the target's current instance, again after a growing delay while no receipt came. A
+receipt is appended to `receipts/<target>.log` and made durable (fdatasync) before the entry is
+removed; an entry whose time-to-live ran out while no live instance of the target holds a copy is
+recorded as expired the same way and removed (a send error).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..core.durable import (DurableFields, OutboxFullError, Receipt, compact_receipt_log, is_stream,
+                            open_outbox_entry, outbox_meta, seal_outbox_entry)
+from ..core.keys import Key
+from ..fsutil import close_quietly
+from .durable_store import AppendLog, Syncs, private_dir, read_small, write_durably
+
+WINDOW = 128            # copies delivered to a target and not yet receipted, at most
+MAX_RETRY_SECONDS = 60.0
+COMPACT_BYTES = 4 << 20  # a receipt log is compacted beyond this size (a checkpoint and what follows it)
+
+
+@dataclass
+class Pending:
+    id: int
+    created: float
+    expires_ms: int
+    size: int
+    delivered_to: str | None = None  # the target instance holding our latest copy
+    next_try: float = 0.0             # monotonic: when to deliver another copy
+    copies: int = 0
+
+
+@dataclass
+class TargetOutbox:
+    target: str
+    stream: str
+    dir_fd: int
+    pending: "OrderedDict[int, Pending]" = field(default_factory=OrderedDict)
+    log: AppendLog | None = None
+
+    @property
+    def base(self) -> int:
+        """The lowest id still pending: every id below it is finished for us."""
+        return next(iter(self.pending), 0)
+
+
+class Outbox:
+    """All of a node's outbox directories, loaded at start. Thread-safe."""
+
+    def __init__(self, home_fd: int, home: str, key: Key, syncs: Syncs, limit: int, max_bytes: int):
+        self.key, self.syncs = key, syncs
+        self.limit, self.max_bytes = limit, max_bytes
+        self.lock = threading.Lock()
+        self.dir_fd, self.path = private_dir(home_fd, home, "outbox", syncs)
+        self.receipts_fd, self.receipts_path = private_dir(home_fd, home, "receipts", syncs)
+        self.targets: dict[str, TargetOutbox] = {}
+        self.next_id: dict[str, int] = {}
+        self.bytes = 0
+        for target in sorted(os.listdir(self.dir_fd)):
+            if not target.startswith("."):
+                self._load(target)
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, target: str) -> None:
+        try:
+            stream = read_small(self.dir_fd, os.path.join(target, "stream"), 64).decode().strip()
+        except (OSError, UnicodeDecodeError):
+            return  # created but its stream never written: nothing was ever stored there
+        if not is_stream(stream):
+            return
+        box = self._open(target, stream)
+        highest = 0
+        for name in sorted(os.listdir(box.dir_fd)):
+            if name.startswith("."):  # a write cut short by a crash: never confirmed to anyone
+                os.unlink(name, dir_fd=box.dir_fd)
+                continue
+            if not name.endswith(".msg"):
+                continue
+            try:
+                meta = outbox_meta(read_small(box.dir_fd, name, 4 << 20))
+            except (OSError, ValueError):
+                continue
+            if meta["stream"] == stream:
+                box.pending[meta["id"]] = Pending(meta["id"], meta.get("created", 0.0), meta["expiresAt"],
+                                                  meta.get("size", 0))
+                self.bytes += meta.get("size", 0)
+                highest = max(highest, meta["id"])
+        box.pending = OrderedDict(sorted(box.pending.items()))
+        for line in box.log.lines:  # ids already receipted or expired are never given again
+            try:
+                kind, obj = next(iter(json.loads(line).items()))
+                if obj.get("stream") == stream:
+                    highest = max(highest, int(obj["maxId"] if kind == "checkpoint" else obj["id"]))
+            except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+                continue
+        box.log.lines = []  # read once; the log is only appended to from now on
+        self.next_id[target] = highest + 1
+
+    def _open(self, target: str, stream: str) -> TargetOutbox:
+        dir_fd, _ = private_dir(self.dir_fd, self.path, target, self.syncs)
+        box = TargetOutbox(target, stream, dir_fd)
+        box.log = AppendLog(self.receipts_fd, f"{target}.log", self.syncs)
+        self.targets[target] = box
+        return box
+
+    def _create(self, target: str) -> TargetOutbox:
+        stream = uuid.uuid4().hex
+        dir_fd, _ = private_dir(self.dir_fd, self.path, target, self.syncs)
+        write_durably(dir_fd, "stream", (stream + "\n").encode(), self.syncs)
+        os.close(dir_fd)
+        self.next_id[target] = 1
+        return self._open(target, stream)
+
+    # ------------------------------------------------------------------ storing
+    def store(self, target: str, body: bytes, ttl: float, now: float) -> tuple[str, int]:
+        """Write one message durably; returns (stream, id). Raises OutboxFullError."""
+        with self.lock:
+            waiting = sum(len(b.pending) for b in self.targets.values())
+            if waiting >= self.limit or self.bytes + len(body) > self.max_bytes:
+                raise OutboxFullError(
+                    f"the outbox holds {waiting} messages ({self.bytes} bytes), its limit is {self.limit} "
+                    f"messages and {self.max_bytes} bytes; nothing was stored: wait until targets come "
+                    "online and take what waits, or raise outbox_limit / outbox_max_bytes")
+            box = self.targets.get(target) or self._create(target)
+            msg_id = self.next_id[target]
+            expires_ms = int((now + ttl) * 1000)
+            meta = {"target": target, "stream": box.stream, "id": msg_id, "created": now, "expiresAt": expires_ms,
+                    "size": len(body), "type": "MESSAGE"}
+            write_durably(box.dir_fd, f"{msg_id:020d}.msg", seal_outbox_entry(meta, body, self.key, os.urandom(12)),
+                          self.syncs)
+            self.next_id[target] = msg_id + 1
+            box.pending[msg_id] = Pending(msg_id, now, expires_ms, len(body))
+            self.bytes += len(body)
+            return box.stream, msg_id
+
+    def payload(self, box: TargetOutbox, msg_id: int) -> tuple[bytes, DurableFields]:
+        meta, body = open_outbox_entry(read_small(box.dir_fd, f"{msg_id:020d}.msg", 4 << 20), self.key)
+        with self.lock:
+            base = min(box.base or msg_id, msg_id)
+        return body, DurableFields(box.stream, msg_id, base, meta["expiresAt"])
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, items: Iterable[tuple[TargetOutbox, int, dict]]) -> list[tuple[TargetOutbox, Pending, dict]]:
+        """Record receipts and expiries (one fdatasync per log touched), then remove their entries.
+        Each item is (box, id, log record); items whose id no longer waits are skipped."""
+        done, touched = [], {}
+        with self.lock:
+            for box, msg_id, record in items:
+                p = box.pending.get(msg_id)
+                if p is None:
+                    continue
+                box.log.append((json.dumps(record, separators=(",", ":")) + "\n").encode(), sync=False)
+                touched[box.target] = box
+                done.append((box, p, record))
+                del box.pending[msg_id]
+                self.bytes -= p.size
+            for box in touched.values():
+                self.syncs.fdatasync(box.log.fd)
+                if box.log.size > COMPACT_BYTES:
+                    box.log.replace(compact_receipt_log(read_small(self.receipts_fd, box.log.name).splitlines()))
+        for box, p, _ in done:  # after the records are on disk: a crash in between only repeats a copy
+            try:
+                os.unlink(f"{p.id:020d}.msg", dir_fd=box.dir_fd)
+            except FileNotFoundError:
+                pass
+        return done
+
+    def items(self) -> list[tuple[str, Pending]]:
+        with self.lock:
+            return [(t, p) for t, box in self.targets.items() for p in box.pending.values()]
+
+    def close(self) -> None:
+        with self.lock:
+            for box in self.targets.values():
+                close_quietly(box.dir_fd)
+                if box.log is not None:
+                    box.log.close()
+            self.targets.clear()
+            close_quietly(self.dir_fd, self.receipts_fd)
+
+
+def receipt_record(receipt: Receipt) -> dict:
+    return {"receipt": receipt.to_json()}
+
+
+def expiry_record(stream: str, msg_id: int, reason: str, now: float) -> dict:
+    return {"expired": {"stream": stream, "id": msg_id, "reason": reason, "time": int(now * 1000)}}
+
+
+def next_retry(retry_seconds: float, copies: int) -> float:
+    return min(MAX_RETRY_SECONDS, retry_seconds * 2 ** max(0, copies - 1))
+
+
+def now_mono() -> float:
+    return time.monotonic()

@@ -1,0 +1,87 @@
+"""The durable extension's known-answer vectors (tests/vectors/durable_vectors.json, written by an
+independent generator from docs/PROTOCOL.md) against the runtime's code, and the vectors printed in
+docs/PROTOCOL.md against the file."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from speed_runtime.core import durable as d
+from speed_runtime.core.envelope import Header, envelope_filename, open_envelope, seal
+from speed_runtime.core.errors import EnvelopeError
+from speed_runtime.core.keys import Key
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GENERATOR = os.path.join(REPO, "tests", "vectors", "generate_durable_vectors.py")
+VECTORS = json.load(open(os.path.join(REPO, "tests", "vectors", "durable_vectors.json"), encoding="utf-8"))
+KEY = Key(bytes.fromhex(VECTORS["key_hex"]))
+
+
+def test_the_vector_file_is_what_the_generator_writes():
+    assert subprocess.run([sys.executable, GENERATOR, "--check"]).returncode == 0
+
+
+def test_the_receipt_key_is_derived_as_specified():
+    assert d.receipt_key(KEY.raw).hex() == VECTORS["receipt_key_hex"]
+
+
+@pytest.mark.parametrize("r", VECTORS["receipts"], ids=lambda r: f"receipt{r['index']}")
+def test_each_receipts_input_and_mac(r):
+    rkey = d.receipt_key(KEY.raw)
+    data = d.receipt_input(r["receiver"], r["sender"], r["stream"], r["index"], r["id"], r["status"], r["time"],
+                           bytes.fromhex(r["prev"]))
+    assert data.hex() == r["input_hex"]
+    receipt = d.receipt_from_json(r, r["receiver"], r["sender"])
+    assert receipt.mac.hex() == r["mac"] and receipt.valid(rkey)
+
+
+def test_the_vector_chain_verifies_and_breaks_where_it_is_cut():
+    rkey = d.receipt_key(KEY.raw)
+    receipts = [d.receipt_from_json(r, r["receiver"], r["sender"]) for r in VECTORS["receipts"]]
+    [report] = d.verify_chain(receipts, rkey)
+    assert report.ok and report.count == 3 and report.handled == 1
+    assert d.verify_chain([receipts[0], receipts[2]], rkey)[0].first_break == 2
+
+
+@pytest.mark.parametrize("v", VECTORS["envelopes"], ids=lambda v: v["name"])
+def test_durable_envelopes_seal_and_open_byte_for_byte(v):
+    payload = v["payload_utf8"].encode()
+    header = Header(v["type"], v["sequence"], v["timestamp_ms"], len(payload), uuid.UUID(v["source_id"]).bytes,
+                    uuid.UUID(v["target_id"]).bytes, v["flags"])
+    nonce = bytes.fromhex(v["nonce_hex"])
+    assert seal(header, payload, KEY, nonce).hex() == v["envelope_hex"]
+    assert open_envelope(bytes.fromhex(v["envelope_hex"]), KEY).payload == payload
+    obj = json.loads(payload)
+    assert envelope_filename(obj["from"], header.source_id, header.sequence, nonce) == v["filename"]
+    if "durable" in v:
+        assert d.parse_fields(obj) == d.DurableFields(*(v["durable"][k] for k in ("stream", "id", "base", "expiresAt")))
+        body = json.dumps({k: obj[k] for k in ("from", "to", "data")}, separators=(",", ":")).encode()
+        assert d.add_fields(body, d.parse_fields(obj)) == payload
+    else:
+        receipt = d.receipt_from_json(obj["receipt"], obj["from"], obj["to"])
+        assert receipt.valid(d.receipt_key(KEY.raw))
+
+
+@pytest.mark.parametrize("case", VECTORS["invalid_durable_fields"], ids=lambda c: c["name"])
+def test_invalid_durable_fields_are_refused(case):
+    with pytest.raises(EnvelopeError) as info:
+        d.parse_fields(case["payload"])
+    assert info.value.reason == case["reason"]
+
+
+def test_the_protocol_page_prints_the_vectors_of_the_file():
+    doc = open(os.path.join(REPO, "docs", "PROTOCOL.md"), encoding="utf-8").read()
+    section = doc[doc.index("### durable"):]
+    blocks = dict(re.findall(r"```durable-vector (\S+)\n(.*?)```", section, re.S))
+    assert blocks["receipt-key"].split() == [VECTORS["receipt_key_hex"]]
+    for r in VECTORS["receipts"]:
+        assert r["input_hex"] in blocks[f"receipt-{r['index']}"].replace("\n", "")
+        assert r["mac"] in blocks[f"receipt-{r['index']}"]
+    for v in VECTORS["envelopes"]:
+        assert "".join(blocks[v["name"]].split()).endswith(v["envelope_hex"])

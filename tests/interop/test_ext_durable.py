@@ -1,0 +1,124 @@
+"""The durable extension between the Python runtime (sending) and the C node (receiving, written
+from docs/PROTOCOL.md alone): known-answer vectors, messages and receipts, a receiver killed with
+copies in its inbox and in the middle of a stream, v1-only peers, tmpfs refused."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import tempfile
+
+import pytest
+
+from speed_runtime import Node
+from speed_runtime.core.durable import NotDurableError
+from speed_runtime.ext.durable_store import list_pending, verify_receipts
+
+from ..ext.test_durable import persistent_base
+from .harness import C_DIR, Env, Procs, c_node_bin, gen, stopped, wait_for  # noqa: F401
+
+VECTORS = C_DIR.parent.parent / "vectors" / "durable_vectors.json"
+
+
+@pytest.fixture
+def denv():
+    base = persistent_base()
+    root = os.path.join(base, "root")
+    os.mkdir(root, 0o700)
+    key = os.urandom(32)
+    key_path = os.path.join(base, "speed.key")
+    with os.fdopen(os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write("SPEED-KEY-V1\n" + gen.base64.b64encode(key).decode() + "\n")
+    yield Env(root, key_path, key)
+    subprocess.run(["rm", "-rf", base])
+
+
+@pytest.fixture
+def dprocs(denv, c_node_bin):
+    group = Procs(denv, c_node_bin)
+    yield group
+    group.stop_all()
+
+
+def messages(*procs) -> list[dict]:
+    return [e for p in procs for e in p.find(event="message")]
+
+
+def test_the_c_node_passes_the_durable_vectors(c_node_bin):
+    r = subprocess.run([c_node_bin, "kat-durable", str(VECTORS)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "17 passed, 0 failed"
+
+
+def test_python_durable_messages_to_the_c_node_are_handled_once_and_receipted(dprocs, denv):
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+    assert denv.entry("crx")["features"] == ["durable"]
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        ids = [py.send("crx", {"n": n}, durable=True) for n in range(5)]
+        assert py.send("crx", "confirmed", durable=True, confirm=True, timeout=20) == 6
+        wait_for(lambda: not py.extension("durable").outbox_items(), 20, "the receipts")
+    got = messages(c)
+    assert [(m["data"], m["durableId"], m["redelivered"]) for m in got] == \
+        [({"n": n}, i, False) for n, i in zip(range(5), ids)] + [("confirmed", 6, False)]
+    assert [e["index"] for e in c.find(event="durable_receipt")] == [1, 2, 3, 4, 5, 6]
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert sorted(where for where, _ in reports) == ["ledger of crx", "stored by py"]
+    assert all(r.ok and r.count == 6 and r.handled == 6 for _, r in reports)
+
+
+def test_a_c_receiver_killed_with_copies_in_its_inbox_and_mid_stream_loses_and_repeats_nothing(dprocs, denv):
+    c1 = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True, durable_retry_seconds=0.5) as py:
+        with stopped(c1):
+            for n in range(1, 11):
+                py.send("crx", n, durable=True)
+            wait_for(lambda: len(list_pending(denv.root, ["crx"])) == 10, 20, "ten copies in the inbox")
+            c1.proc.kill()                                   # killed with everything still in its inbox
+        c1.proc.wait()
+        incarnations = [c1]
+        for n in range(11, 61):                               # then killed again in the middle of a stream
+            py.send("crx", n, durable=True)
+            if n % 15 == 0:
+                live = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+                incarnations.append(live)
+                target = random.randint(n - 14, n - 5)               # a random moment of its handling
+                wait_for(lambda: len(messages(*incarnations)) >= target, 30, "some handling")
+                live.proc.kill()
+                live.proc.wait()
+        last = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+        incarnations.append(last)
+        wait_for(lambda: not py.extension("durable").outbox_items(), 60, "every receipt")
+    runs: dict[int, list[bool]] = {}
+    for m in messages(*incarnations):
+        runs.setdefault(m["data"], []).append(m["redelivered"])
+    assert sorted(runs) == list(range(1, 61))                                     # none lost
+    assert all(len(flags) == 1 or all(flags[1:]) for flags in runs.values()), runs  # a rerun only marked
+    assert any(r == "durable_duplicate" for p in incarnations for r in (e.get("reason") for e in p.find(event="rejected")))
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert len(reports) == 2 and all(r.ok and r.count == 60 for _, r in reports), reports
+
+
+def test_a_c_node_without_durable_never_receives_a_durable_envelope(dprocs, denv):
+    c = dprocs.c_node("cplain", allow=["py"])
+    assert "features" not in denv.entry("cplain")
+    with Node(denv.root, denv.key_path, "py", allow=["cplain"], durable=True) as py:
+        with pytest.raises(NotDurableError):
+            py.send("cplain", "x", durable=True)
+        assert py.counters()["sealed"] == 0
+        py.send("cplain", "plain")
+    m = c.wait_event(event="message")
+    assert m["data"] == "plain" and "durableId" not in m
+
+
+def test_the_c_node_refuses_durable_on_tmpfs(c_node_bin):
+    base = tempfile.mkdtemp(prefix="speed-durable-", dir="/dev/shm")
+    try:
+        os.chmod(base, 0o700)
+        key = os.path.join(base, "k.key")
+        with os.fdopen(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("SPEED-KEY-V1\n" + gen.base64.b64encode(os.urandom(32)).decode() + "\n")
+        r = subprocess.run([c_node_bin, "node", "--dir", os.path.join(base, "root"), "--key", key, "--name", "c",
+                            "--durable"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and "is on tmpfs (memory)" in r.stderr and "--durable-on-tmpfs" in r.stderr
+    finally:
+        subprocess.run(["rm", "-rf", base])
