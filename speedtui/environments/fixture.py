@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+from speed_runtime.fsutil import REGISTRY_DIR, TRACES_DIR
+
 from ..services import runtime as rt
 
 FIXED_NOW = 1767225600.0  # 2026-01-01 00:00:00 UTC
@@ -123,13 +125,13 @@ def build(root: Path, now: float = FIXED_NOW) -> tuple[Path, Path]:
     root = Path(root)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    reg = root / "speed_registry"
+    reg = root / REGISTRY_DIR
     reg.mkdir(mode=0o700, exist_ok=True)
     for spec in NODES:
         e = entry(*spec, now=now)
         (reg / f"{spec[0]}.node").write_text(json.dumps(e, indent=1))
     (reg / "broken.node").write_text("{not json")
-    tr = root / "speed_traces"
+    tr = root / TRACES_DIR
     tr.mkdir(mode=0o700, exist_ok=True)
     for name, recs in journal_records(now).items():
         with open(tr / f"{name}.jsonl", "w") as fh:
@@ -150,8 +152,8 @@ def sample_summary(now: float = FIXED_NOW) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         root, _ = build(Path(tmp) / "root", now)
-        summary = analyze([str(root / "speed_traces")])["summary"]
-    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=["speed_traces"],
+        summary = analyze([str(root / TRACES_DIR)])["summary"]
+    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=[TRACES_DIR],
                    out_dir="speed-report", elapsed_seconds=1.0)
     return summary
 

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from speed_runtime.fsutil import TRACES_DIR
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -19,7 +20,7 @@ from textual.widgets import Button, Input, Static, TabbedContent, TabPane
 from ..models.access import AccessGraph
 from ..models.history import AuditEntry
 from ..models.keycheck import KeyCheck
-from ..models.registry import RegistryModel
+from ..models.registry import RegistryModel, lock_banner
 from ..models.replays import ReplayTracker
 from ..models.traces import TraceRecord, TraceStore
 from ..paths import Paths
@@ -116,6 +117,7 @@ class SpeedApp(App):
         self._reg_dirty = True
         self._stopped = False
         self._banner = ""
+        self._health_version = 0
         self.gc_pacer = CollectorPacer() if pace_gc else None
         self.ops = Operations(self)
 
@@ -230,14 +232,23 @@ class SpeedApp(App):
         d = self.bridge.drain()
         now = self.clock.time()
         replays = self.state.replays
-        if d.registry is not None:
-            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
-            self._reg_dirty = True
         if d.records:
             self.traces.add(d.records)
             self._tell(replays.match_records(d.records))
             self.state.keycheck.observe(d.records)
             self._dirty = True
+        if self.traces.health_version != self._health_version:  # a node reported (or cleared) a problem
+            self._health_version = self.traces.health_version
+            self.registry.health = self.traces.health_marks()
+            if d.registry is None:
+                self.registry.refresh(now, host_facts(self.clock.boottime()))
+                self._reg_dirty = True
+        if d.registry is not None:
+            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
+            self._reg_dirty = True
+        if d.lock is not None:
+            self.state.lock_text = lock_banner(d.lock.pid, d.lock.seconds, d.lock.problem)
+        self._note_problems(d.problems)
         self.traces.bad_lines += d.bad_lines
         self.traces.dropped += d.dropped
         for note in d.notes:
@@ -246,7 +257,7 @@ class SpeedApp(App):
         if d.registry is not None:
             self._tell(replays.match_counters(self.registry.by_name(), self.traces.journaling))
         self._tell(replays.expire(now))
-        self._show_banner(self.state.keycheck.banner())
+        self._show_banner("\n".join(t for t in (self.state.lock_text, self.state.keycheck.banner()) if t))
         if self._reg_dirty or self._dirty:
             self.refresh_active(registry=self._reg_dirty)
             self._reg_dirty = self._dirty = False
@@ -255,16 +266,28 @@ class SpeedApp(App):
         for n in notes:
             self.notify(n.text, title="replay", severity="error" if n.alarming else "information")
 
+    def _note_problems(self, problems: dict[str, str | None]) -> None:
+        """Files a reader skips: listed in the traces status line, and told once."""
+        for where, text in problems.items():
+            if text is None:
+                self.state.reader_problems.pop(where, None)
+                continue
+            if self.state.reader_problems.get(where) != text:
+                self.notify(text, title=f"{where} skipped", severity="warning", timeout=8)
+            self.state.reader_problems[where] = text
+            self._dirty = True
+
     def _show_banner(self, text: str) -> None:
         if text != self._banner:
             self._banner = text
             banner = self.query_one("#banner", Static)
-            banner.update(f"⚠ {text}")
+            banner.update("\n".join(f"⚠ {line}" for line in text.splitlines()))
             banner.display = bool(text)
 
     def tick(self) -> None:
         """Once a second: lease countdowns and heartbeat ages move even without file events."""
-        self.registry.refresh(self.clock.time(), host_facts(self.clock.boottime()))
+        now = self.clock.time()
+        self.registry.refresh(now, host_facts(self.clock.boottime()))
         self._reg_dirty = True
 
     def active_view(self) -> str:
@@ -470,7 +493,7 @@ class SpeedApp(App):
             return
         out = self.paths.analytics_dir
         try:
-            summary = run_pipeline([str(self.root / "speed_traces")], str(out),
+            summary = run_pipeline([str(self.root / TRACES_DIR)], str(out),
                                    progress=lambda f, t: self.post_message(msg.PipelineProgress(float(f), str(t))))
         except Exception as exc:  # noqa: BLE001
             self.post_message(msg.PipelineFinished(False, None, str(exc).splitlines()[0] if str(exc) else repr(exc)))
@@ -486,8 +509,8 @@ class SpeedApp(App):
             return
         self.view_widget("analytics").finished(m.ok, m.summary, m.error)
         self.audit.record(AuditEntry(
-            ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
-            command=f"speedtui analyze {self.root / 'speed_traces'} --out {self.paths.analytics_dir}",
+            ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / TRACES_DIR}",
+            command=f"speedtui analyze {self.root / TRACES_DIR} --out {self.paths.analytics_dir}",
             ok=m.ok, result="" if m.ok else m.error))
 
     # ------------------------------------------------------------------ command palette

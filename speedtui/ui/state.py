@@ -36,6 +36,8 @@ class ConsoleState:
     own_replay_state: Callable[[str], dict[str, Any] | None] = field(default=_no_replay_state)
     own_nodes: Callable[[], list[str]] = list  # the console's running nodes (grants, calls)
     now: Callable[[], float] = float  # the app's injected clock
+    lock_text: str = ""  # who holds the registry lock, when another process keeps it
+    reader_problems: dict[str, str] = field(default_factory=dict)  # files the readers skip, and why
 
     def graph(self) -> AccessGraph:
         return AccessGraph(self.registry.rows)
