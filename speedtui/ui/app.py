@@ -22,6 +22,7 @@ from ..models.history import AuditEntry
 from ..models.keycheck import KeyCheck
 from ..models.registry import RegistryModel, lock_banner
 from ..models.replays import ReplayTracker
+from ..models.timetravel import RegistryHistory
 from ..models.traces import TraceRecord, TraceStore
 from ..paths import Paths
 from ..services import runtime as rt
@@ -30,6 +31,7 @@ from ..services.bridge import Bridge
 from ..services.clock import Clock, SystemClock
 from ..services.config import Config
 from ..services.history import AuditLog, CallHistory
+from ..services.journal_history import JournalHistory
 from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
@@ -39,6 +41,7 @@ from .palette import help_rows, palette_commands
 from .screens.calls import CallScreen
 from .screens.help import HelpScreen
 from .screens.jump import JumpScreen, JumpTarget, jump_targets
+from .screens.timetravel import TimeTravelScreen
 from .state import ConsoleState
 from .themes import load_themes, resolve_theme_name
 from .views.access import AccessView
@@ -64,6 +67,7 @@ class SpeedApp(App):
         *[Binding(str(i + 1), f"show('{vid}')", label, id=f"app.{vid}", show=False) for i, (vid, label) in enumerate(VIEWS)],
         Binding("question_mark,f1", "help", "Help", id="app.help"),
         Binding("colon", "jump", "Jump", id="app.jump", show=False),
+        Binding("at", "time_travel", "Time travel", id="app.past", show=False),
         Binding("n", "launch", "Launch node", id="app.launch"),
         Binding("d", "stop_node", "Stop node", id="app.stop"),
         Binding("g", "grant", "Grant", id="app.grant"),
@@ -107,7 +111,8 @@ class SpeedApp(App):
             key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,
             audit_entries=self.audit.entries, call_entries=self.calls.entries,
             own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
-            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time)
+            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time,
+            history=RegistryHistory())
         self.registry = self.state.registry
         self.traces = self.state.traces
         self.sources: list = []
@@ -119,6 +124,7 @@ class SpeedApp(App):
         self._banner = ""
         self._health_version = 0
         self.gc_pacer = CollectorPacer() if pace_gc else None
+        self.journal_history: JournalHistory | None = None  # time travel's reader, kept between trips
         self.ops = Operations(self)
 
     @property
@@ -239,12 +245,13 @@ class SpeedApp(App):
             self._dirty = True
         if self.traces.health_version != self._health_version:  # a node reported (or cleared) a problem
             self._health_version = self.traces.health_version
-            self.registry.health = self.traces.health_marks()
+            self.registry.health = self.traces.health_marks(now)
             if d.registry is None:
                 self.registry.refresh(now, host_facts(self.clock.boottime()))
                 self._reg_dirty = True
         if d.registry is not None:
             self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
+            self.state.history.observe(now, self.registry.rows)
             self._reg_dirty = True
         if d.lock is not None:
             self.state.lock_text = lock_banner(d.lock.pid, d.lock.seconds, d.lock.problem)
@@ -287,7 +294,9 @@ class SpeedApp(App):
     def tick(self) -> None:
         """Once a second: lease countdowns and heartbeat ages move even without file events."""
         now = self.clock.time()
+        self.registry.health = self.traces.health_marks(now)  # a passing problem's mark goes after a minute
         self.registry.refresh(now, host_facts(self.clock.boottime()))
+        self.state.history.observe(now, self.registry.rows)  # a lease that ran out is a change to remember
         self._reg_dirty = True
 
     def active_view(self) -> str:
@@ -431,6 +440,22 @@ class SpeedApp(App):
         # after the dialog has gone and given focus back (which would switch back to its tab)
         self.push_screen(JumpScreen(self.jump_targets()),
                          lambda t: self.call_after_refresh(self.jump_to, t) if t else None)
+
+    def action_time_travel(self, at: float | None = None) -> None:
+        """The registry and traffic at a past moment: the selected trace's time in Traces, else a
+        minute ago."""
+        if at is None:
+            rec = self.view_widget("traces").selected() if self.active_view() == "traces" else None
+            at = rec.ts if rec is not None else self.clock.time() - 60.0
+        if self.journal_history is None:
+            self.journal_history = JournalHistory(self.root)
+        self.push_screen(TimeTravelScreen(at, self.journal_history, self.state.history, self.own_records,
+                                          self.clock.time, self.steady))
+
+    def own_records(self, start: float, end: float) -> list[TraceRecord]:
+        """Records of the console's own nodes that no journal holds (observer events), in [start, end]."""
+        return [r for src in (self.traces.ring, self.traces.leases) for r in src
+                if r.source == "observer" and start <= r.ts <= end]
 
     def jump_to(self, target: JumpTarget) -> None:
         if target.kind == "view":

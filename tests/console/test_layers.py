@@ -6,9 +6,10 @@ import json
 import subprocess
 import sys
 
-MODELS = ["access", "commands", "errors", "fabrics", "history", "keycheck", "liveness", "query", "registry",
+MODELS = ["access", "commands", "errors", "fabrics", "history", "keycheck", "liveness", "query", "registry", "timetravel",
           "replays", "traces"]
-SERVICES = ["actions", "bridge", "clock", "config", "exports", "history", "registry", "runtime", "sources"]
+SERVICES = ["actions", "bridge", "clock", "config", "exports", "history", "journal_history", "registry", "runtime",
+            "sources"]
 
 
 def loaded_after(imports: list[str], watch: tuple[str, ...]) -> list[str]:
