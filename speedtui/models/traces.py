@@ -172,6 +172,8 @@ class CallLink:
 
 
 RECOVERED = "receiving_recovered"  # the one health event that ends a problem (PROTOCOL.md reading 28)
+LASTING = frozenset({"receiving_failed", "stopped_renewing"})  # problems that last until the node recovers
+TRANSIENT_SECONDS = 60.0  # the others (a lock held, a renewal failed, the inbox replaced…) mark a row this long
 MAX_HEALTH_NODES = 10_000
 
 
@@ -249,9 +251,11 @@ class TraceStore:
             return
         self.health_version += 1
 
-    def health_marks(self) -> dict[str, str]:
-        """node → what its latest unresolved health record says, for its row."""
-        return {n: f"{r.event}: {r.detail}" if r.detail else r.event for n, r in self.problems.items()}
+    def health_marks(self, now: float) -> dict[str, str]:
+        """node → what its latest unresolved health record says, for its row: a lasting problem
+        until the node recovers or registers again, any other for a minute."""
+        return {n: f"{r.event}: {r.detail}" if r.detail else r.event for n, r in self.problems.items()
+                if r.event in LASTING or now - r.ts <= TRANSIENT_SECONDS}
 
     def _unlink_request(self, old: TraceRecord) -> None:
         had = self.by_request.get(old.request_id)
