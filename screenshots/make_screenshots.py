@@ -32,6 +32,7 @@ from speedtui.services.history import AuditLog, CallHistory  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
 from speedtui.ui.screens.calls import CallScreen  # noqa: E402
 from speedtui.ui.screens.forms import GrantScreen, LaunchScreen  # noqa: E402
+from speedtui.services.registry import LockState  # noqa: E402
 
 SIZE = (120, 36)
 
@@ -52,6 +53,8 @@ SHOTS = [
     ("launch-dialog.svg", [], "launch"),
     ("call-without-node.svg", [], "call0"),
     ("jump.svg", ["colon", "b", "i", "l"], None),
+    ("time-travel.svg", ["down"], "past"),
+    ("lock-holder.svg", [], "lock"),
     ("theme-light.svg", ["4"], "light"),
     ("theme-high-contrast.svg", [], "high-contrast"),
 ]
@@ -92,6 +95,13 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
         if extra == "explain":
             await pilot.press("3")
             app.view_widget("access").set_pair("reports", "gateway", "echo")
+        elif extra == "past":  # half a minute back, the moment batch's lease was seen to expire
+            app.action_time_travel(FIXED_NOW - 30.0)
+            while getattr(app.screen, "moment", None) is None:
+                await pilot.pause(0.05)
+        elif extra == "lock":  # another process stopped while holding the registry lock
+            app.bridge.push_lock(LockState(4242, 12.0))
+            app.drain()
         for k in keys:
             await pilot.press(k)
         g = app.graph()

@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+from speed_runtime.fsutil import REGISTRY_DIR, TRACES_DIR
+
 from ..services import runtime as rt
 
 FIXED_NOW = 1767225600.0  # 2026-01-01 00:00:00 UTC
@@ -60,7 +62,7 @@ def _seal(etype: int, seq: int, ts: float, src: str, dst: str, payload: dict, no
                             json.dumps(payload, separators=(",", ":")).encode(), nonce=bytes([nonce_byte]) * 12)
 
 
-def journal_records(now: float = FIXED_NOW) -> dict[str, list[dict]]:
+def journal_records(now: float = FIXED_NOW, health: bool = True) -> dict[str, list[dict]]:
     gw, bl = [], []
     t = now - 50.0
     for i in range(1, 9):
@@ -113,25 +115,34 @@ def journal_records(now: float = FIXED_NOW) -> dict[str, list[dict]]:
     for ts, node, subject, event in leases:
         (gw if node == "gateway" else bl).append({"kind": "lease", "ts": ts, "node": node, "subject": subject,
                                                   "event": event})
+    # health records (PROTOCOL.md reading 28): billing lost its inbox and recovered; gateway met a
+    # registry lock held for a long time a moment ago
+    bl += [] if not health else [{"kind": "health", "ts": now - 40.0, "node": "billing", "event": "receiving_failed",
+            "detail": "inbox: No such file or directory"},
+           {"kind": "health", "ts": now - 39.9, "node": "billing", "event": "inbox_replaced", "detail": ""},
+           {"kind": "health", "ts": now - 39.5, "node": "billing", "event": "receiving_recovered", "detail": ""}]
+    gw += [] if not health else [{"kind": "health", "ts": now - 12.0, "node": "gateway",
+                                  "event": "registry_lock_held", "detail": "pid 4242 held the registry lock for 10 s"}]
     gw.sort(key=lambda r: r["ts"])
     bl.sort(key=lambda r: r["ts"])
     return {"gateway": gw, "billing": bl}
 
 
-def build(root: Path, now: float = FIXED_NOW) -> tuple[Path, Path]:
-    """Create ROOT (0700) with registry entries and journals; return (root, key path)."""
+def build(root: Path, now: float = FIXED_NOW, health: bool = True) -> tuple[Path, Path]:
+    """Create ROOT (0700) with registry entries and journals (with ``health`` records, which the
+    pipeline does not read); return (root, key path)."""
     root = Path(root)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    reg = root / "speed_registry"
+    reg = root / REGISTRY_DIR
     reg.mkdir(mode=0o700, exist_ok=True)
     for spec in NODES:
         e = entry(*spec, now=now)
         (reg / f"{spec[0]}.node").write_text(json.dumps(e, indent=1))
     (reg / "broken.node").write_text("{not json")
-    tr = root / "speed_traces"
+    tr = root / TRACES_DIR
     tr.mkdir(mode=0o700, exist_ok=True)
-    for name, recs in journal_records(now).items():
+    for name, recs in journal_records(now, health).items():
         with open(tr / f"{name}.jsonl", "w") as fh:
             for r in recs:
                 fh.write(json.dumps(r, separators=(",", ":")) + "\n")
@@ -149,9 +160,9 @@ def sample_summary(now: float = FIXED_NOW) -> dict:
     from ..pipeline.reference import analyze
 
     with tempfile.TemporaryDirectory() as tmp:
-        root, _ = build(Path(tmp) / "root", now)
-        summary = analyze([str(root / "speed_traces")])["summary"]
-    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=["speed_traces"],
+        root, _ = build(Path(tmp) / "root", now, health=False)
+        summary = analyze([str(root / TRACES_DIR)])["summary"]
+    summary.update(engine="reference", generated_at="2026-01-01T00:00:00Z", inputs=[TRACES_DIR],
                    out_dir="speed-report", elapsed_seconds=1.0)
     return summary
 

@@ -1,10 +1,15 @@
-"""Access graph (who may write to whom) and the call explainer (SPEED-WIRE-V1 §5.4, §5.6)."""
+"""Access graph (who may write to whom) and the call explainer (SPEED-WIRE-V1 §5.4, §5.6): the
+runtime's ``core.access.explain`` checks, in the console's words."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
 
+from speed_runtime.core.access import Check, Explanation
+from speed_runtime.core.access import explain as explain_checks
+
+from .liveness import LEAVING, ONLINE, STALE
 from .registry import NodeRow
 
 MUTUAL, ONE_WAY, NONE = "mutual", "one-way", "none"
@@ -81,51 +86,68 @@ class Verdict:
     ok: bool
     lines: tuple[str, ...]  # first line: the conclusion; then each check ✓/✗
     missing: tuple[str, ...]  # exactly what to fix, one item each
+    checks: tuple[Check, ...] = ()  # the runtime's checks this renders
+
+
+def checks_for(graph: AccessGraph, caller: str, target: str, service: str | None = None) -> Explanation:
+    """The runtime's explanation (``speed_runtime.core.access.explain``) of a call from ``caller``
+    to ``target`` as the registry shows them: a node's grants count only while it is online (a
+    stale one is not; a leaving target refuses new deliveries, contract 1.1). Without a service
+    it explains a call to any service (both grants; no service to look for)."""
+    c, t = graph.nodes.get(caller), graph.nodes.get(target)
+    caller_allow = c.allow if c is not None and c.status != STALE else None
+    target_allow = t.allow if t is not None and t.status == ONLINE else None
+    services = t.services if service and target_allow is not None else None
+    return explain_checks(caller, caller_allow, target, target_allow, services, service or "")
+
+
+def _state(row: NodeRow | None) -> str:
+    return row.status if row is not None else "not in the registry"
+
+
+def _render(check: Check, graph: AccessGraph, caller: str, target: str) -> tuple[str, str]:
+    """One check in the console's words: (the line, what to do when it fails)."""
+    row = graph.nodes.get(check.node)
+    if check.kind == "online":
+        if check.ok:
+            return f"{check.node} is registered and {row.status if row else 'online'}", ""
+        line = f"{check.node} is registered and online"
+        if check.node != target:
+            return line, f"start node {check.node} (it is {_state(row)})"
+        if row is not None and row.status == LEAVING:
+            return line, (f"wait for node {target} to start again (it is leaving): the call fails with "
+                          f"'node {target} is leaving'")
+        return line, (f"start node {target} (it is {_state(row)}): the call fails with "
+                      f"'node {target} is not available'")
+    if check.kind == "grant" and check.node == target:  # the request
+        return (f"{target} allows {caller} (request {caller} → {target})",
+                f"grant on {target}: allow {caller}  (else ACCESS_DENIED, nothing is sent)")
+    if check.kind == "grant":  # the response
+        return (f"{caller} allows {target} (response {target} → {caller})",
+                f"grant on {caller}: allow {target}  (the response needs it; the caller fails at once with "
+                f"ACCESS_DENIED naming this grant)")
+    line = f"{target} advertises service {check.peer}"
+    if check.ok:
+        return line, ""
+    return (f"{line} (it offers: {', '.join(row.services) if row and row.services else 'none'})",
+            f"register service {check.peer} on {target}  (else SERVICE_NOT_FOUND)")
 
 
 def explain(graph: AccessGraph, caller: str, target: str, service: str | None = None) -> Verdict:
-    """Can ``caller`` call ``service`` on ``target``? If not, exactly what is missing."""
-    checks: list[tuple[bool, str]] = []
-    missing: list[str] = []
-    c = graph.nodes.get(caller)
-    t = graph.nodes.get(target)
-    if c is None or c.status == "stale":
-        checks.append((False, f"{caller} is registered and online"))
-        missing.append(f"start node {caller} (it is {'stale' if c else 'not in the registry'})")
-    else:
-        checks.append((True, f"{caller} is registered and {c.status}"))
-    if t is None or t.status == "stale":
-        checks.append((False, f"{target} is registered and online"))
-        missing.append(f"start node {target} (it is {'stale' if t else 'not in the registry'}): "
-                       f"the call fails with 'node {target} is not available'")
-    else:
-        checks.append((True, f"{target} is registered and {t.status}"))
-    if t is not None:
-        if caller in t.allow:
-            checks.append((True, f"{target} allows {caller} (request {caller} → {target})"))
-        else:
-            checks.append((False, f"{target} allows {caller} (request {caller} → {target})"))
-            missing.append(f"grant on {target}: allow {caller}  (else ACCESS_DENIED, nothing is sent)")
-    if c is not None:
-        if target in c.allow:
-            checks.append((True, f"{caller} allows {target} (response {target} → {caller})"))
-        else:
-            checks.append((False, f"{caller} allows {target} (response {target} → {caller})"))
-            missing.append(f"grant on {caller}: allow {target}  (the response needs it; the caller "
-                           f"fails at once with ACCESS_DENIED naming this grant)")
-    if service:
-        if t is not None and service in t.services:
-            checks.append((True, f"{target} advertises service {service}"))
-        elif t is not None:
-            adv = ", ".join(t.services) or "none"
-            checks.append((False, f"{target} advertises service {service} (it offers: {adv})"))
-            missing.append(f"register service {service} on {target}  (else SERVICE_NOT_FOUND)")
-    ok = not missing
-    head = (f"✓ {caller} can call {service or 'a service'} on {target}" if ok
-            else f"✗ {caller} cannot call {service or 'a service'} on {target}: "
-                 f"{len(missing)} thing{'s' if len(missing) != 1 else ''} missing")
-    lines = [head] + [("  ✓ " if good else "  ✗ ") + text for good, text in checks]
-    return Verdict(ok, tuple(lines), tuple(missing))
+    """Can ``caller`` call ``service`` on ``target``? If not, exactly what is missing: the
+    runtime's checks, rendered in the console's words."""
+    x = checks_for(graph, caller, target, service)
+    lines, missing = [], []
+    for check in x.checks:
+        line, fix = _render(check, graph, caller, target)
+        lines.append(("  ✓ " if check.ok else "  ✗ ") + line)
+        if not check.ok:
+            missing.append(fix)
+    what = service or "a service"
+    head = (f"✓ {caller} can call {what} on {target}" if x.ok
+            else f"✗ {caller} cannot call {what} on {target}: {len(missing)} thing{'s' if len(missing) != 1 else ''} "
+                 "missing")
+    return Verdict(x.ok, (head, *lines), tuple(missing), x.checks)
 
 
 def grant_preview(graph: AccessGraph, node: str, peer: str, grant: bool) -> list[str]:
@@ -153,15 +175,10 @@ def grant_preview(graph: AccessGraph, node: str, peer: str, grant: bool) -> list
     return lines
 
 
-def grants_needed(graph: AccessGraph, caller: str, target: str) -> list[tuple[str, str]]:
+def grants_needed(graph: AccessGraph, caller: str, target: str, service: str | None = None) -> list[tuple[str, str]]:
     """The allow entries a call ``caller`` → ``target`` still needs, as (node that grants, peer):
-    the target must allow the caller (the request), the caller the target (the response).
-    Never a node granting itself."""
-    needed = []
-    t, c = graph.nodes.get(target), graph.nodes.get(caller)
-    if caller != target:
-        if t is not None and caller not in t.allow:
-            needed.append((target, caller))
-        if c is not None and target not in c.allow:
-            needed.append((caller, target))
-    return needed
+    the failed grant checks of the runtime's explanation (the target allowing the caller for the
+    request, the caller allowing the target for the response). Never a node granting itself."""
+    if caller == target:
+        return []
+    return [(c.node, c.peer) for c in checks_for(graph, caller, target, service).missing if c.kind == "grant"]

@@ -1,72 +1,50 @@
-"""Whether a registry entry's node is alive, and why not (SPEED-WIRE-V1 §4.1), as one pure
-judgement of (entry facts, now, host facts).
+"""The console's words for the runtime's liveness verdict (SPEED-WIRE-V1 §4.1).
 
-Every console view takes its verdict from ``judge``; the follow-up replaces it with the
-runtime's own judgement (issue 14 item 1), so it is the only place that decides."""
+The judgement itself is the runtime's one pure function, ``speed_runtime.core.liveness.judge``
+(entry, now, host facts) → state, reason, lease left, heartbeat age: the same one `speed
+registry`, `speed reap`, registration and every node's registry monitor use, so the console and
+the CLI never disagree about a node. What stays here is how the console says it: the reason as a
+sentence, and the uptime (which stops at the last heartbeat once the node is judged stale)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.liveness import (EXPIRED, FUTURE, LEAVING, ONLINE, PROCESS_GONE, STALE, HostFacts, Liveness,
+                                         judge, lease_seconds)
 
-ONLINE, LEAVING, STALE = "online", "leaving", "stale"
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """What this host says about the node: its name, boot, boot-time clock and whether a pid runs.
-    ``host=None`` judges no pid (tests, or a console that does not know its host)."""
-
-    host: str | None = None
-    boot_id: str | None = None
-    boottime: float | None = None
-    pid_alive: Callable[[int], bool | None] | None = None
+__all__ = ["ONLINE", "LEAVING", "STALE", "HostFacts", "Liveness", "judge", "lease_seconds", "reason_text", "uptime",
+           "pid_alive"]
 
 
-@dataclass(frozen=True)
-class EntryFacts:
-    """The parts of an entry the judgement reads (numbers already checked finite)."""
-
-    lease: float
-    last_heartbeat: float | None
-    boottime_heartbeat: float | None
-    boot_id: object
-    pid: int | None
-    host: str
-    leaving: bool
-    startup: float | None
+def reason_text(v: Liveness, entry: RegistryEntry) -> str:
+    """Why the runtime judged the entry stale, as the console says it ("" when it is not)."""
+    if v.reason == PROCESS_GONE:
+        return f"its process (pid {entry.pid}) is gone"
+    if v.reason == EXPIRED:
+        return f"its lease ran out {-v.remaining:.0f}s ago"
+    if v.reason == FUTURE:
+        return f"its heartbeat lies {-v.age:.0f}s in the future (milliseconds, or a wrong clock)"
+    return v.reason
 
 
-@dataclass(frozen=True)
-class Verdict:
-    status: str  # online | leaving | stale
-    remaining: float  # lease seconds left (negative once expired, -1 without a heartbeat)
-    hb_age: float | None
-    pid_alive: bool | None  # None: another host, or not judged
-    reason: str  # why stale ("" otherwise), one phrase
-    uptime: float | None  # stops at the last heartbeat once the node is judged dead
+def uptime(v: Liveness, entry: RegistryEntry, now: float) -> float | None:
+    """Seconds since the node started; a stale node's stops at its last heartbeat."""
+    if entry.startup_timestamp <= 0:
+        return None
+    if v.state != STALE:
+        return now - entry.startup_timestamp
+    if v.reason == FUTURE:
+        return None  # its heartbeat is garbage: so is an uptime measured to it
+    return entry.last_heartbeat - entry.startup_timestamp
 
 
-def judge(e: EntryFacts, now: float, facts: HostFacts, error: str | None = None) -> Verdict:
-    age: float | None = None
-    if e.last_heartbeat is not None:
-        age = now - e.last_heartbeat
-        # on the same boot, the boot-time clock is immune to wall-clock jumps
-        if facts.boot_id and e.boot_id == facts.boot_id and e.boottime_heartbeat is not None \
-                and facts.boottime is not None:
-            age = facts.boottime - e.boottime_heartbeat
-    alive: bool | None = None
-    if e.pid is not None and facts.host is not None and e.host == facts.host and facts.pid_alive is not None:
-        alive = facts.pid_alive(e.pid)
-    uptime = (now - e.startup) if e.startup is not None else None
-    if error is not None:
-        return Verdict(STALE, -1.0, age, alive, f"unreadable entry: {error}", None)
-    if age is None:
-        return Verdict(STALE, -1.0, None, alive, "the entry has no heartbeat", uptime)
-    remaining = e.lease - age
-    dead_uptime = (e.last_heartbeat - e.startup) if e.startup is not None and e.last_heartbeat is not None else None
-    if alive is False:
-        return Verdict(STALE, remaining, age, alive, f"its process (pid {e.pid}) is gone", dead_uptime)
-    if age > e.lease:
-        return Verdict(STALE, remaining, age, alive, f"its lease ran out {age - e.lease:.0f}s ago", dead_uptime)
-    return Verdict(LEAVING if e.leaving else ONLINE, remaining, age, alive, "", uptime)
+def pid_alive(v: Liveness, entry: RegistryEntry, facts: HostFacts | None) -> bool | None:
+    """Whether the entry's pid runs, for the ✓/✗ beside it: None on another host (or without
+    facts). The verdict already asked the host for every entry it did not find expired."""
+    if facts is None or entry.host != facts.host:
+        return None
+    if v.reason == PROCESS_GONE:
+        return False
+    if v.state != STALE:
+        return True
+    return bool(facts.pid_alive(entry.pid))

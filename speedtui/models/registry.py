@@ -1,39 +1,20 @@
-"""Registry table model: entries as rows (liveness from ``liveness.judge``), sort, filter.
-Pure: the files are read by ``services/registry.py``."""
+"""Registry table model: entries as rows (liveness is the runtime's verdict, ``liveness.py``
+words it), sort, filter. Pure: the files are read by ``services/registry.py`` with the runtime's
+reader, whose records (``speed_runtime.registry.RegistryRecord``: name, entry or error) come here."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from .liveness import STALE, EntryFacts, HostFacts, judge
+from speed_runtime.core.entry import RegistryEntry
 
-REGISTRY_DIR = "speed_registry"
+from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
+
+if TYPE_CHECKING:  # the I/O module is not imported by a pure model; its records are read by shape
+    from speed_runtime.registry import RegistryRecord
+
 EXPIRING = "expiring"
-
-
-@dataclass(frozen=True)
-class RawEntry:
-    """One file of speed_registry/ as read: the JSON object, or an error."""
-
-    name: str  # from the file name
-    data: dict[str, Any] | None
-    error: str | None = None
-
-
-def _num(v: Any, default: float | None = None) -> float | None:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return default
-    try:
-        f = float(v)
-    except OverflowError:  # an integer beyond any float (a hostile or broken entry)
-        return default
-    return f if math.isfinite(f) else default
-
-
-def _strs(v: Any) -> tuple[str, ...]:
-    return tuple(str(x) for x in v) if isinstance(v, list) else ()
 
 
 @dataclass(frozen=True)
@@ -55,42 +36,41 @@ class NodeRow:
     lease_seconds: float
     raw: dict[str, Any] | None
     error: str | None = None
-    reason: str = ""  # why the node is judged stale ("" when it is not)
+    reason: str = ""  # why the node is judged stale ("" when it is not), in the console's words
+    verdict: Liveness | None = None  # the runtime's verdict the row shows (None: unreadable entry)
+    health: str = ""  # the node's latest report of a problem with itself (a health record), if any
 
     @property
     def expiring_soon(self) -> bool:
         return self.status != STALE and self.remaining < min(10.0, self.lease_seconds / 3)
 
 
-def _static(raw: RawEntry) -> dict[str, Any]:
-    """The parts of a row that depend on the entry only (cached per RawEntry)."""
-    d = raw.data or {}
-    pid = d.get("pid") if isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool) else None
-    host = str(d.get("host", ""))
-    facts = EntryFacts(lease=_num(d.get("leaseSeconds"), 30.0) or 30.0, last_heartbeat=_num(d.get("lastHeartbeat")),
-                       boottime_heartbeat=_num(d.get("bootTimeHeartbeat")), boot_id=d.get("bootId"), pid=pid,
-                       host=host, leaving=d.get("status") == "leaving", startup=_num(d.get("startupTimestamp")))
-    return dict(
-        facts=facts, pid=pid, host=host,
-        name=str(d.get("name", raw.name)) if raw.error is None else raw.name, runtime=str(d.get("runtime", "")),
-        groups=_strs(d.get("groups")), services=_strs(d.get("services")), allow=_strs(d.get("allow")),
-        counters=d.get("counters") if isinstance(d.get("counters"), dict) else {}, node_id=str(d.get("id", "")),
-    )
+def _static(rec: "RegistryRecord") -> dict[str, Any]:
+    """The parts of a row that depend on the entry only (cached per record object)."""
+    e: RegistryEntry | None = rec.entry
+    if e is None:
+        return dict(raw=None, counters={})
+    counters = e.extra.get("counters")
+    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {})
 
 
-def build_row(raw: RawEntry, now: float, boot_id: str | None = None, boottime_now: float | None = None,
-              host: str | None = None, check_pid: Callable[[int], bool | None] | None = None,
-              static: dict[str, Any] | None = None, facts: HostFacts | None = None) -> NodeRow:
-    """One row; the host facts come as ``facts`` or as the separate arguments (no host: no pid judged)."""
-    st = static if static is not None else _static(raw)
-    if facts is None:
-        facts = HostFacts(host=host, boot_id=boot_id, boottime=boottime_now, pid_alive=check_pid)
-    v = judge(st["facts"], now, facts, raw.error)
+def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
+              static: dict[str, Any] | None = None, health: str = "") -> NodeRow:
+    """One row: the runtime's verdict on the record's entry, now, with this host's facts
+    (without facts only the wall-clock rules apply: no pid is judged)."""
+    st = static if static is not None else _static(rec)
+    e = rec.entry
+    if e is None:
+        return NodeRow(name=rec.name, status=STALE, remaining=-1.0, hb_age=None, pid=None, pid_alive=None, host="",
+                       runtime="", uptime=None, groups=(), services=(), allow=(), counters={}, node_id="",
+                       lease_seconds=0.0, raw=None, error=rec.error or "unreadable",
+                       reason=f"unreadable entry: {rec.error or 'unreadable'}", health=health)
+    v = judge(e, now, facts)
     return NodeRow(
-        name=st["name"], status=v.status, remaining=v.remaining, hb_age=v.hb_age, pid=st["pid"],
-        pid_alive=v.pid_alive, host=st["host"], runtime=st["runtime"], uptime=v.uptime,
-        groups=st["groups"], services=st["services"], allow=st["allow"], counters=st["counters"],
-        node_id=st["node_id"], lease_seconds=st["facts"].lease, raw=raw.data, error=raw.error, reason=v.reason,
+        name=e.name, status=v.state, remaining=v.remaining, hb_age=v.age, pid=e.pid,
+        pid_alive=pid_alive(v, e, facts), host=e.host, runtime=e.runtime, uptime=uptime(v, e, now),
+        groups=e.groups, services=e.services, allow=e.allow, counters=st["counters"], node_id=e.id,
+        lease_seconds=lease_seconds(e), raw=st["raw"], reason=reason_text(v, e), verdict=v, health=health,
     )
 
 
@@ -174,7 +154,7 @@ def row_matches(row: NodeRow, text: str) -> bool:
         return True
     t = text.lower()
     hay = " ".join([row.name, row.status, row.host, row.runtime, " ".join(row.groups),
-                    " ".join(row.services), str(row.pid or ""), row.reason]).lower()
+                    " ".join(row.services), str(row.pid or ""), row.reason, row.health]).lower()
     return all(part in hay for part in t.split())
 
 
@@ -182,29 +162,30 @@ def row_matches(row: NodeRow, text: str) -> bool:
 class RegistryModel:
     """The current registry as the console sees it."""
 
-    raw: list[RawEntry] = field(default_factory=list)
+    records: list = field(default_factory=list)  # RegistryRecord, as the runtime's reader returned them
     rows: list[NodeRow] = field(default_factory=list)
     sort_column: str = "name"
     sort_reverse: bool = False
     filter_text: str = ""
     fabric: str | None = None  # fabric filter (None: all, "" : ungrouped)
+    health: Mapping[str, str] = field(default_factory=dict)  # node → its latest unresolved health problem
     _static_cache: dict = field(default_factory=dict, repr=False)
     _by_name: dict | None = field(default=None, repr=False)
 
-    def update(self, raw: Iterable[RawEntry], now: float, facts: HostFacts | None = None) -> None:
-        self.raw = list(raw)
+    def update(self, records: Iterable["RegistryRecord"], now: float, facts: HostFacts | None = None) -> None:
+        self.records = list(records)
         self.refresh(now, facts)
 
     def refresh(self, now: float, facts: HostFacts | None = None) -> None:
-        facts = facts if facts is not None else HostFacts()
         cache = self._static_cache
-        fresh: dict[int, tuple[RawEntry, dict]] = {}
+        fresh: dict[int, tuple[Any, dict]] = {}
         rows = []
-        for r in self.raw:
+        health = self.health
+        for r in self.records:
             hit = cache.get(id(r))
             st = hit[1] if hit is not None and hit[0] is r else _static(r)
             fresh[id(r)] = (r, st)
-            rows.append(build_row(r, now, static=st, facts=facts))
+            rows.append(build_row(r, now, facts, static=st, health=health.get(r.name, "")))
         self._static_cache = fresh
         self.rows = rows
         self._by_name = None
@@ -238,3 +219,13 @@ class RegistryModel:
         else:
             self.sort_column = column
             self.sort_reverse = False
+
+
+def lock_banner(pid: int | None, seconds: float, problem: str = "") -> str:
+    """What the console says about the registry lock ("" when there is nothing to say)."""
+    if problem:
+        return f"{problem}: nodes cannot register or renew"
+    if pid is None:
+        return ""
+    return (f"registry lock held by pid {pid} for {seconds:.0f} s: nodes cannot register or renew "
+            f"(is it stopped? `kill -CONT {pid}`)")

@@ -1,23 +1,30 @@
-"""Trace records (SPEED-WIRE-V1 §8): normalised records, a bounded ring buffer with
-incremental filtering, SPC call linking, lease history and a per-second rate."""
+"""Trace records (SPEED-WIRE-V1 §8): the runtime's parsed records in the console's view model, a
+bounded ring buffer with incremental filtering, SPC call linking, lease and health history, the
+nodes' unresolved health problems and a per-second rate."""
 
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from speed_runtime.core.records import ENVELOPE_FIELD_LIMIT, EnvelopeTrace, HealthTrace, LeaseTrace
+from speed_runtime.core.records import parse_record as parse_event
 
 _ids = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
 class TraceRecord:
+    """The console's view of one journal record (the runtime's ``EnvelopeTrace``, ``LeaseTrace``
+    or ``HealthTrace``): absent fields are "" so that filters and cells need no None checks, and
+    an id orders records of the same time."""
+
     id: int
     ts: float
     node: str
-    kind: str  # envelope | lease
+    kind: str  # envelope | lease | health
     dir: str = ""
     peer: str = ""
     type: str = ""
@@ -30,9 +37,10 @@ class TraceRecord:
     status: str = ""
     error_code: str = ""
     latency_ms: float | None = None
-    envelope: str | None = None  # base64 of the sealed bytes
-    subject: str = ""
-    event: str = ""
+    envelope: bytes | None = None  # the sealed bytes, when the record carries them
+    subject: str = ""  # lease: the node the event is about; health: the node itself
+    event: str = ""  # lease and health records
+    detail: str = ""  # health records
     source: str = "journal"  # journal | observer
 
     @property
@@ -55,52 +63,30 @@ class TraceRecord:
                                          self.seq if self.seq is not None else "")).lower()
 
 
-def _s(d: dict, k: str) -> str:
-    v = d.get(k)
-    return v if isinstance(v, str) else ""
-
-
-def _name(d: dict, k: str) -> str:
-    """Node names, types, outcomes and reasons repeat in every record: one shared string each,
-    not one per record held for the ring's lifetime (fewer objects for the collector to walk
-    and less scattered small memory)."""
-    v = _s(d, k)
-    return sys.intern(v) if len(v) <= 64 else v
-
-
-def _i(d: dict, k: str) -> int | None:
-    v = d.get(k)
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _f(d: dict, k: str) -> float | None:
-    v = d.get(k)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def record_of(event: Any, source: str = "journal", keep_envelope: bool = True) -> TraceRecord | None:
+    """The runtime's trace event (``core.records``: parsed from a journal line, or handed to an
+    observer) in the console's view model; None for anything else (an ``SpcTrace``, None)."""
+    if isinstance(event, EnvelopeTrace):
+        env = event.envelope if keep_envelope and event.envelope is not None \
+            and len(event.envelope) <= ENVELOPE_FIELD_LIMIT else None  # what a journal would keep
+        return TraceRecord(
+            id=next(_ids), ts=event.ts, node=event.node, kind="envelope", dir=event.dir, peer=event.peer,
+            type=event.type, seq=event.seq, size=event.size, outcome=event.outcome, reason=event.reason or "",
+            request_id=event.request_id or "", service=event.service or "", status=event.status or "",
+            error_code=event.error_code or "", latency_ms=event.latency_ms, envelope=env, source=source)
+    if isinstance(event, LeaseTrace):
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="lease", subject=event.subject,
+                           event=event.event, source=source)
+    if isinstance(event, HealthTrace):
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="health", subject=event.node,
+                           event=event.event, detail=event.detail, source=source)
+    return None
 
 
 def parse_record(d: Any, source: str = "journal") -> TraceRecord | None:
-    """A journal line (already JSON-decoded) to a record, or None if it is not a valid record."""
-    if not isinstance(d, dict):
-        return None
-    ts = _f(d, "ts")
-    node = _name(d, "node")
-    if ts is None or not node:
-        return None
-    kind = _s(d, "kind") or "envelope"
-    if kind == "lease":
-        if not _s(d, "event"):
-            return None
-        return TraceRecord(id=next(_ids), ts=ts, node=node, kind="lease",
-                           subject=_name(d, "subject") or node, event=_name(d, "event"), source=source)
-    if kind != "envelope":
-        return None
-    return TraceRecord(
-        id=next(_ids), ts=ts, node=node, kind="envelope", dir=_name(d, "dir"), peer=_name(d, "peer"),
-        type=_name(d, "type"), seq=_i(d, "seq"), size=_i(d, "size"), outcome=_name(d, "outcome"),
-        reason=_name(d, "reason"), request_id=_s(d, "requestId"), service=_name(d, "service"),
-        status=_name(d, "status"), error_code=_name(d, "errorCode"), latency_ms=_f(d, "latencyMs"),
-        envelope=_s(d, "envelope") or None, source=source,
-    )
+    """A journal record (already JSON-decoded) through the runtime's parser, or None if it is not
+    a valid record."""
+    return record_of(parse_event(d), source)
 
 
 @dataclass(frozen=True)
@@ -185,15 +171,24 @@ class CallLink:
     rtt_ms: float | None
 
 
+RECOVERED = "receiving_recovered"  # the one health event that ends a problem (PROTOCOL.md reading 28)
+LASTING = frozenset({"receiving_failed", "stopped_renewing"})  # problems that last until the node recovers
+TRANSIENT_SECONDS = 60.0  # the others (a lock held, a renewal failed, the inbox replaced…) mark a row this long
+MAX_HEALTH_NODES = 10_000
+
+
 class TraceStore:
-    """Ring buffer of envelope records with an incrementally maintained filtered view."""
+    """Ring buffer of envelope records with an incrementally maintained filtered view; lease and
+    health records (a node's life, and its reports about itself) in their own bounded ring."""
 
     def __init__(self, capacity: int = 20000, lease_capacity: int = 5000) -> None:
         self.capacity = capacity
         self.ring: deque[TraceRecord] = deque(maxlen=capacity)
         self.filter = TraceFilter()
         self.view: deque[TraceRecord] = deque()
-        self.leases: deque[TraceRecord] = deque(maxlen=lease_capacity)
+        self.leases: deque[TraceRecord] = deque(maxlen=lease_capacity)  # lease and health records
+        self.problems: dict[str, TraceRecord] = {}  # node → its latest health problem not yet resolved
+        self.health_version = 0  # bumped when ``problems`` changes (rows show it)
         self.total = 0
         self.bad_lines = 0
         self.dropped = 0  # records the app could not take in time (bridge overflow)
@@ -209,8 +204,9 @@ class TraceStore:
         for r in records:
             if r.source == "journal":
                 self.journaling.add(r.node)
-            if r.kind == "lease":
+            if r.kind != "envelope":
                 self.leases.append(r)
+                self._note_health(r)
                 continue
             n += 1
             self.total += 1
@@ -237,6 +233,29 @@ class TraceStore:
             for k in sorted(self.buckets)[:-300]:
                 del self.buckets[k]
         return n
+
+    def _note_health(self, r: TraceRecord) -> None:
+        """A health record other than a recovery is a problem until the node recovers or a new
+        instance of it registers."""
+        had = self.problems.get(r.node)
+        if had is not None and r.ts < had.ts:
+            return  # an older record read late: the newer one stands
+        if r.kind == "health" and r.event != RECOVERED:
+            if had is None and len(self.problems) >= MAX_HEALTH_NODES:
+                return
+            self.problems[r.node] = r
+        elif had is not None and (r.kind == "health" or (r.subject == r.node and r.event in ("registered",
+                                                                                             "reclaimed"))):
+            del self.problems[r.node]
+        else:
+            return
+        self.health_version += 1
+
+    def health_marks(self, now: float) -> dict[str, str]:
+        """node → what its latest unresolved health record says, for its row: a lasting problem
+        until the node recovers or registers again, any other for a minute."""
+        return {n: f"{r.event}: {r.detail}" if r.detail else r.event for n, r in self.problems.items()
+                if r.event in LASTING or now - r.ts <= TRANSIENT_SECONDS}
 
     def _unlink_request(self, old: TraceRecord) -> None:
         had = self.by_request.get(old.request_id)
@@ -269,8 +288,9 @@ class TraceStore:
         return out[-limit:]
 
     def lease_history_split(self, subject: str, limit: int = 12) -> tuple[list[TraceRecord], list[TraceRecord]]:
-        """The node's own lease events (registered, renewed late, lost, deregistered…) and what its
-        peers observed of it (join, expiry, leave), each the newest ``limit``, oldest first."""
+        """The node's own lease events (registered, renewed late, lost, deregistered…) and health
+        reports, and what its peers observed of it (join, expiry, leave), each the newest
+        ``limit``, oldest first."""
         hist = self.lease_history(subject, limit=10 * limit)
         own = [r for r in hist if r.node == subject]
         seen = [r for r in hist if r.node != subject]

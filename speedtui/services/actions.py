@@ -7,7 +7,6 @@ command.  Observer events of the console's own nodes go to the Bridge.
 
 from __future__ import annotations
 
-import base64
 import shlex
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ from typing import Any
 from ..models.errors import describe_call_error, describe_failure
 from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
 from ..models.history import AuditEntry, CallRecord
-from ..models.traces import TraceRecord, parse_record
+from ..models.traces import TraceRecord, record_of
 from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
@@ -91,11 +90,8 @@ class ActionService:
         bridge = self.bridge
 
         def observe(event: Any) -> None:
-            to_record = getattr(event, "to_record", None)
-            if to_record is None:
-                return
             try:
-                rec = parse_record(to_record(), source="observer")
+                rec = record_of(event, source="observer")
             except Exception:  # noqa: BLE001 - never break the runtime's thread
                 return
             if rec is not None:
@@ -329,7 +325,7 @@ class ActionService:
         self._check_writable()
         if not rec.envelope:
             raise ActionError("this record carries no sealed envelope (the node journals without envelopes)")
-        data = base64.b64decode(rec.envelope)
+        data = rec.envelope
         dec = rt.decode_envelope(data, None)
         if dec.header is None:
             raise ActionError(f"the traced envelope is unreadable: {dec.problem}")

@@ -1,105 +1,110 @@
-"""Reading ``ROOT/speed_registry/`` for the console, and what this host knows (its name, boot id,
-boot-time clock, which pids run).  The runtime's entry parser validates every file."""
+"""Reading ``ROOT/speed_registry/`` for the console with the runtime's one reader
+(``speed_runtime.registry.Registry.scan``: one stat per entry, only changed files read, FIFOs,
+symlinks and directories reported and never opened for reading), who holds the registry lock,
+and what this host knows (its name, boot id, which pids run) for the runtime's liveness verdict."""
 
 from __future__ import annotations
 
-import os
-import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from speed_runtime.core.entry import MAX_ENTRY_BYTES, RegistryEntry
-from speed_runtime.core.errors import BadEntryError
-
-from ..models.liveness import HostFacts
-from ..models.registry import REGISTRY_DIR, RawEntry
-
-
-def local_boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-LOCAL_HOST = socket.gethostname()
-
-
-def pid_alive(pid: int) -> bool | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
+from speed_runtime.core.errors import SpeedError
+from speed_runtime.core.liveness import HostFacts
+from speed_runtime.fsutil import BOOT_ID, HOSTNAME, pid_exists
+from speed_runtime.registry import Registry, RegistryRecord
 
 
 def host_facts(boottime: float | None = None) -> HostFacts:
-    """This host, now: ``boottime`` from the app's clock (a frozen clock gives None)."""
-    return HostFacts(host=LOCAL_HOST, boot_id=_BOOT_ID, boottime=boottime, pid_alive=pid_alive)
+    """This host, now, for ``core.liveness.judge``: ``boottime`` comes from the app's clock (a
+    frozen clock gives None, and the wall clock judges alone)."""
+    return HostFacts(HOSTNAME, BOOT_ID, boottime, pid_exists)
 
 
-_BOOT_ID = local_boot_id()
+class RegistryReader:
+    """The runtime's ``Registry`` of ROOT, opened once its directory exists and passes the checks
+    every reader makes (§1); each scan reads only the files that changed since the last one."""
 
+    def __init__(self, root: Path | str) -> None:
+        self.root = str(root)
+        self.problem: str | None = None  # why the registry cannot be read (yet)
+        self._registry: Registry | None = None
+        self._previous: dict[str, RegistryRecord] = {}
 
-def read_registry(root: Path, cache: dict | None = None) -> list[RawEntry]:
-    """Read every ``*.node`` file; never raises for a bad entry.
-
-    With ``cache`` (a dict kept by the caller), a file whose (inode, size, mtime) did not change
-    is not read again and keeps its RawEntry object (so models can cache per entry)."""
-    reg = Path(root) / REGISTRY_DIR
-    out: list[RawEntry] = []
-    try:
-        names = sorted(os.listdir(reg))
-    except OSError:
-        return out
-    seen = set()
-    for fn in names:
-        if not fn.endswith(".node") or fn.startswith("."):
-            continue
-        name = fn[:-5]
-        if cache is not None:
+    def registry(self) -> Registry | None:
+        if self._registry is None:
             try:
-                st = os.stat(reg / fn, follow_symlinks=False)
-            except OSError:
-                continue
-            sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-            seen.add(fn)
-            hit = cache.get(fn)
-            if hit is not None and hit[0] == sig:
-                out.append(hit[1])
-                continue
-            entry = _read_one(reg, fn, name)
-            if entry is not None:
-                cache[fn] = (sig, entry)
-                out.append(entry)
-            continue
-        entry = _read_one(reg, fn, name)
-        if entry is not None:
-            out.append(entry)
-    if cache is not None:
-        for fn in [k for k in cache if k not in seen]:
-            del cache[fn]
-    return out
+                self._registry = Registry(self.root, create=False)
+            except (SpeedError, OSError) as exc:
+                self.problem = str(exc)
+                return None
+            self.problem = None
+        return self._registry
+
+    def scan(self) -> list[RegistryRecord]:
+        reg = self.registry()
+        if reg is None:
+            return []
+        records = reg.scan(self._previous)
+        self._previous = {r.name: r for r in records}
+        return records
 
 
-def _read_one(reg: Path, fn: str, name: str) -> RawEntry | None:
-    try:
-        fd = os.open(reg / fn, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_ENTRY_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return RawEntry(name, None, f"unreadable: {exc.strerror}")
-    try:  # the runtime's reader: the same validation as every node (huge numbers, bad ids, names)
-        entry = RegistryEntry.from_json(raw)
-    except BadEntryError as exc:
-        return RawEntry(name, None, str(exc))
-    if entry.name != name:
-        return RawEntry(name, None, f"the file holds an entry named {entry.name!r}")
-    return RawEntry(name, entry.to_dict())
+def read_registry(root: Path | str) -> list[RegistryRecord]:
+    """One scan of ROOT's registry (every entry, or the reason it is unreadable)."""
+    return RegistryReader(root).scan()
 
 
+@dataclass(frozen=True)
+class LockState:
+    """The registry lock as the console last saw it: held by another process (``pid``) for
+    ``seconds``, or unusable (``problem``); both None/"" when it is free."""
+
+    pid: int | None = None
+    seconds: float = 0.0
+    problem: str = ""
+
+
+FREE = LockState()
+
+
+class LockWatch:
+    """Asks who holds the registry lock (F_GETLK) at most once per ``interval``. A holder is
+    reported once the same pid has held it for ``report_after`` seconds: nodes hold it for
+    milliseconds, so a poll that meets one of them is no news."""
+
+    def __init__(self, reader: RegistryReader, interval: float = 1.0, report_after: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.reader = reader
+        self.interval = interval
+        self.report_after = report_after
+        self.clock = clock
+        self.state = FREE
+        self._asked = float("-inf")
+        self._holder: tuple[int, float] | None = None  # pid, when first seen holding it
+
+    def poll(self) -> LockState:
+        now = self.clock()
+        if now - self._asked < self.interval:
+            return self.state
+        self._asked = now
+        reg = self.reader.registry()
+        if reg is None:
+            self.state = FREE
+            return self.state
+        try:
+            pid = reg.lock_holder()
+        except (SpeedError, OSError) as exc:  # `.lock` is a directory, a symlink, a FIFO…
+            self._holder = None
+            self.state = LockState(problem=str(exc))
+            return self.state
+        if pid is None:
+            self._holder = None
+            self.state = FREE
+            return self.state
+        if self._holder is None or self._holder[0] != pid:
+            self._holder = (pid, now)
+        held = now - self._holder[1]
+        self.state = LockState(pid, held) if held >= self.report_after else FREE
+        return self.state

@@ -1,4 +1,5 @@
-"""Background readers: the registry directory and the trace journals.
+"""Background readers: the registry directory and the trace journals, each with the runtime's
+reader (``Registry.scan``, ``JournalTail``).
 
 Each is a daemon thread woken by watchdog events (hints) and by a periodic timeout (the
 backstop); results go to the Bridge.  Nothing here touches widgets.
@@ -6,17 +7,17 @@ backstop); results go to the Bridge.  Nothing here touches widgets.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from pathlib import Path
 
-from .bridge import Bridge
-from ..models.registry import REGISTRY_DIR
-from .registry import read_registry
-from ..models.traces import TraceRecord, parse_record
+from speed_runtime.core.errors import SpeedError
+from speed_runtime.fsutil import REGISTRY_DIR, TRACES_DIR
+from speed_runtime.journal import JournalTail, open_regular
 
-TRACES_DIR = "speed_traces"
+from ..models.traces import TraceRecord, record_of
+from .bridge import Bridge
+from .registry import LockWatch, RegistryReader
 
 try:
     from watchdog.events import FileSystemEventHandler
@@ -101,91 +102,118 @@ class _Loop:
 
 
 class RegistrySource(_Loop):
-    """Re-reads speed_registry/ on every watchdog event and at least once per interval."""
+    """Scans speed_registry/ on every watchdog event and at least once per interval, and asks
+    who holds the registry lock at most once a second."""
 
     min_gap = 0.2  # at most ~5 scans a second, however busy the directory is
 
     def __init__(self, bridge: Bridge, root: Path, interval: float = 1.0) -> None:
         super().__init__(bridge, Path(root) / REGISTRY_DIR, interval)
         self.root = Path(root)
-        self.cache: dict = {}
+        self.reader = RegistryReader(self.root)
+        self.lock = LockWatch(self.reader)
         self._last: list | None = None
+        self._lock_state = self.lock.state
+        self._problem: str | None = None
 
     def step(self) -> None:
-        entries = read_registry(self.root, self.cache)
-        if self._last is None or len(entries) != len(self._last) or any(
-                a is not b for a, b in zip(entries, self._last)):
-            self._last = entries
-            self.bridge.push_registry(entries)
+        records = self.reader.scan()
+        if self._last is None or len(records) != len(self._last) or any(
+                a is not b for a, b in zip(records, self._last)):
+            self._last = records
+            self.bridge.push_registry(records)
+        if self.reader.problem != self._problem:
+            self._problem = self.reader.problem
+            self.bridge.push_problem("registry", self._problem)
+        lock = self.lock.poll()
+        if lock != self._lock_state:
+            self._lock_state = lock
+            self.bridge.push_lock(lock)
 
 
 class JournalTailer(_Loop):
-    """Follows every ``*.jsonl`` in speed_traces/ (rotation aware), new bytes only."""
+    """Follows every ``*.jsonl`` in speed_traces/ with the runtime's ``JournalTail`` (appends,
+    rotation, truncation, torn last lines; lines bounded, an over-long one is one malformed
+    line). A path that is not a regular file (a FIFO, a symlink) is reported, never read."""
+
+    per_pass = 5_000  # records per journal per pass: a large backlog is read over several passes
 
     def __init__(self, bridge: Bridge, root: Path, interval: float = 0.5,
                  start_at_end_bytes: int = 4 << 20) -> None:
         super().__init__(bridge, Path(root) / TRACES_DIR, interval)
-        self.offsets: dict[str, tuple[int, int]] = {}  # name -> (inode, offset)
-        self.partial: dict[str, bytes] = {}
-        self.start_at_end_bytes = start_at_end_bytes  # history read at start: last N bytes per file
+        self.tails: dict[str, JournalTail] = {}
+        self.start_at_end_bytes = start_at_end_bytes  # history read at start: the last N bytes per file
+        self.problems: dict[str, str] = {}
+
+    def _tail(self, name: str) -> JournalTail:
+        tail = self.tails.get(name)
+        if tail is None:
+            tail = self.tails[name] = JournalTail(str(self.watch_dir / name))
+            start_near_end(tail, self.start_at_end_bytes)
+        return tail
 
     def step(self) -> None:
         try:
             names = sorted(n for n in os.listdir(self.watch_dir) if n.endswith(".jsonl"))
         except OSError:
             return
+        for gone in set(self.tails) - set(names):
+            del self.tails[gone]
         batch: list[TraceRecord] = []
         bad = 0
+        more = False
         for name in names:
-            recs, b = self._read(name)
-            batch.extend(recs)
-            bad += b
+            tail = self._tail(name)
+            before = tail.bad_lines
+            events = tail.read(self.per_pass)
+            more = more or len(events) >= self.per_pass
+            bad += tail.bad_lines - before
+            for e in events:
+                r = record_of(e)
+                if r is not None:
+                    batch.append(r)
+            self._report(name, tail.error)
+        for gone in set(self.problems) - set(names):
+            self._report(gone, None)
         if batch or bad:
             batch.sort(key=lambda r: r.ts)  # interleave the journals of one pass by time
             self.bridge.push_records(batch, bad)
+        if more:
+            self.poke()  # the rest of a backlog at the next pass, not after the interval
 
-    def _read(self, name: str) -> tuple[list[TraceRecord], int]:
-        path = self.watch_dir / name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return [], 0
-        records: list[TraceRecord] = []
-        bad = 0
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            inode, off = self.offsets.get(name, (st.st_ino, -1))
-            if inode != st.st_ino or (off >= 0 and st.st_size < off):
-                off = 0  # rotated or truncated
-                self.partial.pop(name, None)
-            if off < 0:  # first sight: read the tail only
-                off = max(0, st.st_size - self.start_at_end_bytes)
-                skip_first = off > 0
-            else:
-                skip_first = False
-            if st.st_size == off:
-                self.offsets[name] = (st.st_ino, off)
-                return [], 0
-            fh.seek(off)
-            chunk = fh.read(min(st.st_size - off, 16 << 20))
-            off += len(chunk)
-            self.offsets[name] = (st.st_ino, off)
-        data = self.partial.pop(name, b"") + chunk
-        lines = data.split(b"\n")
-        tail = lines.pop()
-        if tail:
-            self.partial[name] = tail
-        if skip_first and lines:
-            lines.pop(0)
-        for ln in lines:
-            if not ln.strip():
-                continue
-            try:
-                rec = parse_record(json.loads(ln))
-            except ValueError:
-                rec = None
-            if rec is None:
-                bad += 1
-            else:
-                records.append(rec)
-        return records, bad
+    def _report(self, name: str, error: str | None) -> None:
+        if self.problems.get(name) == error:
+            return
+        if error is None:
+            self.problems.pop(name, None)
+        else:
+            self.problems[name] = error
+        self.bridge.push_problem(f"journal {name}", error)
+
+
+def start_near_end(tail: JournalTail, keep_bytes: int) -> None:
+    """Point a new tail at the first line that starts in the journal's last ``keep_bytes`` (the
+    console shows recent history at start, not a 256 MB backlog). ``JournalTail`` always starts
+    at the beginning, so this positions it as its own reads would have left it."""
+    try:
+        fd = open_regular(tail.path, os.O_RDONLY)
+    except (SpeedError, OSError):
+        return  # the tail's own read reports it
+    try:
+        st = os.fstat(fd)
+        if st.st_size <= keep_bytes:
+            return
+        pos = st.st_size - keep_bytes
+        while pos < st.st_size:
+            chunk = os.pread(fd, 64 * 1024, pos)
+            if not chunk:
+                break
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                tail.inode, tail.offset = (st.st_dev, st.st_ino), pos + nl + 1
+                return
+            pos += len(chunk)
+        # no line starts there: the tail is inside one over-long line, which ends as one bad line
+        tail.inode, tail.offset, tail.skipping = (st.st_dev, st.st_ino), st.st_size, True
+    finally:
+        os.close(fd)

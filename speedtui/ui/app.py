@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from speed_runtime.fsutil import TRACES_DIR
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -19,8 +20,9 @@ from textual.widgets import Button, Input, Static, TabbedContent, TabPane
 from ..models.access import AccessGraph
 from ..models.history import AuditEntry
 from ..models.keycheck import KeyCheck
-from ..models.registry import RegistryModel
+from ..models.registry import RegistryModel, lock_banner
 from ..models.replays import ReplayTracker
+from ..models.timetravel import RegistryHistory
 from ..models.traces import TraceRecord, TraceStore
 from ..paths import Paths
 from ..services import runtime as rt
@@ -29,6 +31,7 @@ from ..services.bridge import Bridge
 from ..services.clock import Clock, SystemClock
 from ..services.config import Config
 from ..services.history import AuditLog, CallHistory
+from ..services.journal_history import JournalHistory
 from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
@@ -38,6 +41,7 @@ from .palette import help_rows, palette_commands
 from .screens.calls import CallScreen
 from .screens.help import HelpScreen
 from .screens.jump import JumpScreen, JumpTarget, jump_targets
+from .screens.timetravel import TimeTravelScreen
 from .state import ConsoleState
 from .themes import load_themes, resolve_theme_name
 from .views.access import AccessView
@@ -63,6 +67,7 @@ class SpeedApp(App):
         *[Binding(str(i + 1), f"show('{vid}')", label, id=f"app.{vid}", show=False) for i, (vid, label) in enumerate(VIEWS)],
         Binding("question_mark,f1", "help", "Help", id="app.help"),
         Binding("colon", "jump", "Jump", id="app.jump", show=False),
+        Binding("at", "time_travel", "Time travel", id="app.past", show=False),
         Binding("n", "launch", "Launch node", id="app.launch"),
         Binding("d", "stop_node", "Stop node", id="app.stop"),
         Binding("g", "grant", "Grant", id="app.grant"),
@@ -106,7 +111,8 @@ class SpeedApp(App):
             key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,
             audit_entries=self.audit.entries, call_entries=self.calls.entries,
             own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
-            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time)
+            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time,
+            history=RegistryHistory())
         self.registry = self.state.registry
         self.traces = self.state.traces
         self.sources: list = []
@@ -116,7 +122,9 @@ class SpeedApp(App):
         self._reg_dirty = True
         self._stopped = False
         self._banner = ""
+        self._health_version = 0
         self.gc_pacer = CollectorPacer() if pace_gc else None
+        self.journal_history: JournalHistory | None = None  # time travel's reader, kept between trips
         self.ops = Operations(self)
 
     @property
@@ -230,14 +238,24 @@ class SpeedApp(App):
         d = self.bridge.drain()
         now = self.clock.time()
         replays = self.state.replays
-        if d.registry is not None:
-            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
-            self._reg_dirty = True
         if d.records:
             self.traces.add(d.records)
             self._tell(replays.match_records(d.records))
             self.state.keycheck.observe(d.records)
             self._dirty = True
+        if self.traces.health_version != self._health_version:  # a node reported (or cleared) a problem
+            self._health_version = self.traces.health_version
+            self.registry.health = self.traces.health_marks(now)
+            if d.registry is None:
+                self.registry.refresh(now, host_facts(self.clock.boottime()))
+                self._reg_dirty = True
+        if d.registry is not None:
+            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
+            self.state.history.observe(now, self.registry.rows)
+            self._reg_dirty = True
+        if d.lock is not None:
+            self.state.lock_text = lock_banner(d.lock.pid, d.lock.seconds, d.lock.problem)
+        self._note_problems(d.problems)
         self.traces.bad_lines += d.bad_lines
         self.traces.dropped += d.dropped
         for note in d.notes:
@@ -246,7 +264,7 @@ class SpeedApp(App):
         if d.registry is not None:
             self._tell(replays.match_counters(self.registry.by_name(), self.traces.journaling))
         self._tell(replays.expire(now))
-        self._show_banner(self.state.keycheck.banner())
+        self._show_banner("\n".join(t for t in (self.state.lock_text, self.state.keycheck.banner()) if t))
         if self._reg_dirty or self._dirty:
             self.refresh_active(registry=self._reg_dirty)
             self._reg_dirty = self._dirty = False
@@ -255,16 +273,30 @@ class SpeedApp(App):
         for n in notes:
             self.notify(n.text, title="replay", severity="error" if n.alarming else "information")
 
+    def _note_problems(self, problems: dict[str, str | None]) -> None:
+        """Files a reader skips: listed in the traces status line, and told once."""
+        for where, text in problems.items():
+            if text is None:
+                self.state.reader_problems.pop(where, None)
+                continue
+            if self.state.reader_problems.get(where) != text:
+                self.notify(text, title=f"{where} skipped", severity="warning", timeout=8)
+            self.state.reader_problems[where] = text
+            self._dirty = True
+
     def _show_banner(self, text: str) -> None:
         if text != self._banner:
             self._banner = text
             banner = self.query_one("#banner", Static)
-            banner.update(f"⚠ {text}")
+            banner.update("\n".join(f"⚠ {line}" for line in text.splitlines()))
             banner.display = bool(text)
 
     def tick(self) -> None:
         """Once a second: lease countdowns and heartbeat ages move even without file events."""
-        self.registry.refresh(self.clock.time(), host_facts(self.clock.boottime()))
+        now = self.clock.time()
+        self.registry.health = self.traces.health_marks(now)  # a passing problem's mark goes after a minute
+        self.registry.refresh(now, host_facts(self.clock.boottime()))
+        self.state.history.observe(now, self.registry.rows)  # a lease that ran out is a change to remember
         self._reg_dirty = True
 
     def active_view(self) -> str:
@@ -408,6 +440,22 @@ class SpeedApp(App):
         # after the dialog has gone and given focus back (which would switch back to its tab)
         self.push_screen(JumpScreen(self.jump_targets()),
                          lambda t: self.call_after_refresh(self.jump_to, t) if t else None)
+
+    def action_time_travel(self, at: float | None = None) -> None:
+        """The registry and traffic at a past moment: the selected trace's time in Traces, else a
+        minute ago."""
+        if at is None:
+            rec = self.view_widget("traces").selected() if self.active_view() == "traces" else None
+            at = rec.ts if rec is not None else self.clock.time() - 60.0
+        if self.journal_history is None:
+            self.journal_history = JournalHistory(self.root)
+        self.push_screen(TimeTravelScreen(at, self.journal_history, self.state.history, self.own_records,
+                                          self.clock.time, self.steady))
+
+    def own_records(self, start: float, end: float) -> list[TraceRecord]:
+        """Records of the console's own nodes that no journal holds (observer events), in [start, end]."""
+        return [r for src in (self.traces.ring, self.traces.leases) for r in src
+                if r.source == "observer" and start <= r.ts <= end]
 
     def jump_to(self, target: JumpTarget) -> None:
         if target.kind == "view":

@@ -9,6 +9,7 @@ from typing import Any
 from textual.message import Message
 
 from ..models.history import CallRecord
+from ..models.timetravel import Moment
 from ..models.traces import TraceRecord
 from ..services.actions import ReplayResult
 
@@ -143,3 +144,11 @@ class ExplainPair(Message):
 @dataclass
 class TracesPaused(Message):
     paused: bool  # the header says TRACES PAUSED
+
+
+@dataclass
+class PastReady(Message):
+    """A past moment, reconstructed by a worker (time travel)."""
+
+    moment: Moment
+    event_times: list[float]

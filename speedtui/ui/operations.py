@@ -4,7 +4,6 @@ thread worker.  The app routes requests here; results come back to it as typed m
 
 from __future__ import annotations
 
-import base64
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -175,7 +174,7 @@ class Operations:
         req = next((r for r in (link.records if link else (rec,)) if r.type == "SPC_REQUEST" and r.envelope), None)
         key = self.app.key
         if req is not None and key is not None:
-            dec = rt.decode_envelope(base64.b64decode(req.envelope), key.secret)
+            dec = rt.decode_envelope(req.envelope, key.secret)
             if isinstance(dec.payload, dict) and isinstance(dec.payload.get("arguments"), dict):
                 args = dec.payload["arguments"]
         service = link.service if link else rec.service

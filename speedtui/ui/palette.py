@@ -30,6 +30,8 @@ def palette_commands(app: "SpeedApp", views: list[tuple[str, str]]) -> Iterable[
     for vid, label in views:
         yield SystemCommand(f"View: {label}", keyed(f"Show the {label} view", f"app.{vid}"), partial(app.action_show, vid))
     yield SystemCommand("Jump", keyed("To a node, a service or a view, with completion", "app.jump"), app.action_jump)
+    yield SystemCommand("Time travel", keyed("The registry and traffic at a past moment, from the journals",
+                                             "app.past"), app.action_time_travel)
     for name in app.theme_names():
         yield SystemCommand(f"Theme: {name}", "Switch theme (remembered across runs)", partial(setattr, app, "theme", name))
     yield SystemCommand("Help", keyed("Views, keys and the config file", "app.help"), app.action_help)

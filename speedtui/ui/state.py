@@ -12,6 +12,7 @@ from ..models.history import AuditEntry, CallRecord
 from ..models.keycheck import KeyCheck
 from ..models.registry import RegistryModel
 from ..models.replays import ReplayTracker
+from ..models.timetravel import RegistryHistory
 from ..models.traces import TraceStore
 
 
@@ -36,6 +37,9 @@ class ConsoleState:
     own_replay_state: Callable[[str], dict[str, Any] | None] = field(default=_no_replay_state)
     own_nodes: Callable[[], list[str]] = list  # the console's running nodes (grants, calls)
     now: Callable[[], float] = float  # the app's injected clock
+    lock_text: str = ""  # who holds the registry lock, when another process keeps it
+    reader_problems: dict[str, str] = field(default_factory=dict)  # files the readers skip, and why
+    history: RegistryHistory = field(default_factory=RegistryHistory)  # the registry as this console saw it
 
     def graph(self) -> AccessGraph:
         return AccessGraph(self.registry.rows)

@@ -68,3 +68,24 @@ def live_env(tmp_path):
     key_path = tmp_path / "speed.key"
     rt.generate_key_file(key_path)
     return root, rt.load_key(key_path), Paths(tmp_path / "config", tmp_path / "data")
+
+
+def node_id(name: str) -> str:
+    """A fixed, valid instance id for a hand-written registry entry."""
+    import uuid
+
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"speed:{name}"))
+
+
+def entry_record(name: str, data: dict | None, error: str | None = None):
+    """A registry record as the runtime's reader returns it, from an entry's JSON object."""
+    from speed_runtime.core.entry import RegistryEntry
+    from speed_runtime.core.errors import BadEntryError
+    from speed_runtime.registry import RegistryRecord
+
+    if data is None:
+        return RegistryRecord(name, None, error)
+    try:
+        return RegistryRecord(name, RegistryEntry.from_dict(data))
+    except BadEntryError as exc:
+        return RegistryRecord(name, None, str(exc))

@@ -3,15 +3,17 @@
 from rich.cells import cell_len
 
 from speedtui.models.access import AccessGraph
-from speedtui.models.registry import RawEntry, build_row
+from speedtui.models.registry import build_row
 from speedtui.ui.views.access_picture import access_picture
+
+from .conftest import entry_record, node_id
 
 
 def entry(name, groups=(), allow=()):
-    d = {"name": name, "id": f"id-{name}", "pid": 1, "host": "elsewhere", "status": "online",
+    d = {"name": name, "id": node_id(name), "pid": 1, "host": "elsewhere", "status": "online",
          "startupTimestamp": 1000.0, "lastHeartbeat": 1999.0, "leaseSeconds": 30,
          "groups": list(groups), "allow": list(allow), "services": []}
-    return RawEntry(name, d)
+    return entry_record(name, d)
 
 
 def graph(*entries):

@@ -9,7 +9,7 @@ import sys
 from speedtui.environments.fixture import FIXED_NOW, build
 from speedtui.models.history import CallRecord
 from speedtui.models.liveness import HostFacts
-from speedtui.models.registry import RawEntry, build_row
+from speedtui.models.registry import build_row
 from speedtui.paths import Paths
 from speedtui.services import runtime as rt
 from speedtui.services.clock import FrozenClock
@@ -18,7 +18,7 @@ from speedtui.ui.app import make_app
 from speedtui.ui.screens.confirm import ConfirmScreen
 from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
-from .conftest import SIZE, run_async, wait_for
+from .conftest import SIZE, entry_record, node_id, run_async, wait_for
 
 
 def fixture_app(tmp_path, name="root", paths=None, **kw):
@@ -164,10 +164,10 @@ async def test_fabrics_tree_keys(tmp_path):
 
 # 11: a node whose pid is gone: the reason is shown, its lease time left too, its uptime stops
 def test_dead_pid_reason_and_uptime():
-    e = RawEntry("a", {"name": "a", "id": "x", "pid": 7, "host": "h", "status": "online", "startupTimestamp": 1000.0,
-                       "lastHeartbeat": 1990.0, "leaseSeconds": 30})
-    row = build_row(e, 2000.0, facts=HostFacts(host="h", pid_alive=lambda pid: False))
-    later = build_row(e, 2010.0, facts=HostFacts(host="h", pid_alive=lambda pid: False))
+    e = entry_record("a", {"name": "a", "id": node_id("a"), "pid": 7, "host": "h", "status": "online",
+                           "startupTimestamp": 1000.0, "lastHeartbeat": 1990.0, "leaseSeconds": 30})
+    row = build_row(e, 2000.0, facts=HostFacts("h", None, None, lambda pid: False))
+    later = build_row(e, 2010.0, facts=HostFacts("h", None, None, lambda pid: False))
     assert row.status == "stale" and "pid 7" in row.reason and "gone" in row.reason
     assert row.remaining > 0 and row.uptime == later.uptime == 990.0
 
@@ -176,9 +176,9 @@ def test_dead_pid_reason_and_uptime():
 async def test_dead_node_row_and_detail(tmp_path):
     from speedtui.ui.views.leases import lease_cell
 
-    e = RawEntry("a", {"name": "a", "id": "x", "pid": 7, "host": "h", "status": "online", "startupTimestamp": 1000.0,
-                       "lastHeartbeat": 1990.0, "leaseSeconds": 30})
-    row = build_row(e, 2000.0, facts=HostFacts(host="h", pid_alive=lambda pid: False))
+    e = entry_record("a", {"name": "a", "id": node_id("a"), "pid": 7, "host": "h", "status": "online",
+                           "startupTimestamp": 1000.0, "lastHeartbeat": 1990.0, "leaseSeconds": 30})
+    row = build_row(e, 2000.0, facts=HostFacts("h", None, None, lambda pid: False))
     assert lease_cell(row).plain != "expired"
 
 

@@ -9,17 +9,20 @@ from speedtui.models.commands import speed_call_command
 from speedtui.models.history import AuditEntry, CallRecord
 from speedtui.services.history import AuditLog, CallHistory
 from speedtui.models.query import parse_query
-from speedtui.models.registry import EXPIRING, RawEntry, RegistryModel, build_row, fmt_counters, fmt_duration
+from speedtui.models.liveness import HostFacts
+from speedtui.models.registry import EXPIRING, RegistryModel, build_row, fmt_counters, fmt_duration
 from speedtui.services.registry import read_registry
 from speedtui.models.traces import TraceFilter, TraceStore, parse_record
 
+from .conftest import entry_record, node_id
+
 
 def entry(name, age=1.0, lease=30, status="online", groups=(), allow=(), services=(), **kw):
-    d = {"name": name, "id": f"id-{name}", "pid": 1, "host": "elsewhere", "status": status,
+    d = {"name": name, "id": node_id(name), "pid": 1, "host": "elsewhere", "status": status,
          "startupTimestamp": 1000.0, "lastHeartbeat": 2000.0 - age, "leaseSeconds": lease,
          "groups": list(groups), "allow": list(allow), "services": list(services)}
     d.update(kw)
-    return RawEntry(name, d)
+    return entry_record(name, d)
 
 
 def test_status_online_leaving_stale():
@@ -30,21 +33,21 @@ def test_status_online_leaving_stale():
 
 
 def test_bad_entry_is_stale_and_reported():
-    r = build_row(RawEntry("x", None, "not valid JSON"), 2000.0)
+    r = build_row(entry_record("x", None, "not valid JSON"), 2000.0)
     assert r.status == "stale" and r.error == "not valid JSON"
 
 
 def test_boottime_judges_staleness_on_same_boot():
     e = entry("a", age=100, bootId="B", bootTimeHeartbeat=50.0)
-    assert build_row(e, 2000.0, boot_id="B", boottime_now=55.0).status == "online"
-    assert build_row(e, 2000.0, boot_id="C", boottime_now=55.0).status == "stale"
+    assert build_row(e, 2000.0, HostFacts("", "B", 55.0, lambda p: True)).status == "online"
+    assert build_row(e, 2000.0, HostFacts("", "C", 55.0, lambda p: True)).status == "stale"
 
 
 def test_dead_pid_on_this_host_is_stale():
     e = entry("a", host="h")
-    assert build_row(e, 2000.0, host="h", check_pid=lambda p: False).status == "stale"
-    assert build_row(e, 2000.0, host="h", check_pid=lambda p: True).pid_alive is True
-    assert build_row(e, 2000.0, host="other").pid_alive is None
+    assert build_row(e, 2000.0, HostFacts("h", None, None, lambda p: False)).status == "stale"
+    assert build_row(e, 2000.0, HostFacts("h", None, None, lambda p: True)).pid_alive is True
+    assert build_row(e, 2000.0, HostFacts("other", None, None, lambda p: True)).pid_alive is None
 
 
 def test_sort_filter_expiring():
@@ -71,7 +74,7 @@ def test_read_registry_tolerates_garbage(fixture_env):
     raw = read_registry(root)
     names = {r.name: r for r in raw}
     assert "broken" in names and names["broken"].error
-    assert names["gateway"].data["name"] == "gateway"
+    assert names["gateway"].entry.name == "gateway"
 
 
 def test_format_helpers():

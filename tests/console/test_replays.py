@@ -2,13 +2,15 @@
 verdict; published counters are it for a receiver that keeps no journal, and stand in for one
 whose journal line never comes."""
 
-from speedtui.models.registry import RawEntry, build_row
+from speedtui.models.registry import build_row
 from speedtui.models.replays import ReplayTracker
 from speedtui.models.traces import parse_record
 
+from .conftest import entry_record, node_id
+
 
 def row(name, rejected):
-    return build_row(RawEntry(name, {"name": name, "id": "x", "lastHeartbeat": 100.0, "leaseSeconds": 30,
+    return build_row(entry_record(name, {"name": name, "id": node_id(name), "lastHeartbeat": 100.0, "leaseSeconds": 30,
                                      "heartbeatSeconds": 1, "counters": {"rejected": rejected}}), 101.0)
 
 

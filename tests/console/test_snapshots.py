@@ -238,3 +238,37 @@ def test_wrong_key_banner(size, snap_compare, fixture_env, tmp_path):
     app = make_app(root, rt.load_key(other), clock=FrozenClock(FIXED_NOW), steady=True, dir_label="/fixture/speed",
                    paths=Paths(tmp_path / "c2", tmp_path / "d2"))
     assert snap_compare(app, press=["4"], terminal_size=size)
+
+
+@sized
+def test_time_travel(size, snap_compare, fixture_app):
+    """Half a minute back: batch's expiry, the traffic around it, grants from the console's scan."""
+    from speedtui.ui.screens.timetravel import TimeTravelScreen
+
+    from .conftest import wait_for
+
+    async def before(pilot):
+        pilot.app.action_time_travel(FIXED_NOW - 30.0)
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, TimeTravelScreen)
+                       and pilot.app.screen.moment is not None, what="the moment")
+        await pilot.pause()
+
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_health_report_on_the_row_and_in_the_history(size, snap_compare, fixture_app):
+    # gateway reported a registry lock held for long, a moment ago (⚠ on its row)
+    assert snap_compare(app_for(fixture_app), press=["down", "down", "down", "down"], terminal_size=size)
+
+
+@sized
+def test_registry_lock_holder_banner(size, snap_compare, fixture_app):
+    from speedtui.services.registry import LockState
+
+    async def before(pilot):
+        pilot.app.bridge.push_lock(LockState(4242, 12.0))
+        pilot.app.drain()
+        await pilot.pause()
+
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)

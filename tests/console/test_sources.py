@@ -4,7 +4,7 @@ import json
 import os
 
 from speedtui.services.bridge import Bridge
-from speedtui.services.registry import read_registry
+from speedtui.services.registry import RegistryReader
 from speedtui.services.sources import JournalTailer, RegistrySource
 
 
@@ -51,15 +51,16 @@ def test_registry_cache_rereads_only_changed_files(tmp_path):
     ids = {"a": "00000000-0000-4000-8000-00000000000a", "b": "00000000-0000-4000-8000-00000000000b"}
     for n in ("a", "b"):
         (reg / f"{n}.node").write_text(json.dumps({"name": n, "id": ids[n], "lastHeartbeat": 1.0}))
-    cache = {}
-    first = read_registry(tmp_path, cache)
-    second = read_registry(tmp_path, cache)
+    reader = RegistryReader(tmp_path)
+    first = reader.scan()
+    second = reader.scan()
     assert all(x is y for x, y in zip(first, second))
     (reg / "b.node").write_text(json.dumps({"name": "b", "id": ids["b"], "lastHeartbeat": 2.0, "x": 1}))
-    third = read_registry(tmp_path, cache)
-    assert third[0] is first[0] and third[1] is not first[1] and third[1].data["lastHeartbeat"] == 2.0
+    third = reader.scan()
+    assert third[0] is first[0] and third[1] is not first[1] and third[1].entry.last_heartbeat == 2.0
     (reg / "a.node").unlink()
-    assert [e.name for e in read_registry(tmp_path, cache)] == ["b"] and set(cache) == {"b.node"}
+    fourth = reader.scan()
+    assert [e.name for e in fourth] == ["b"] and fourth[0] is third[1]
 
 
 def test_registry_source_pushes_only_on_change(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 
@@ -30,11 +29,7 @@ def envelope_renderable(rec: TraceRecord, secret: bytes | None):
         summary.add_row("request", f"{rec.request_id} {rec.service} {rec.status} {rec.error_code}".strip())
     if not rec.envelope:
         return Group(summary, Text("\nthis record carries no sealed envelope: nothing to decrypt", style="yellow"))
-    try:
-        data = base64.b64decode(rec.envelope)
-    except ValueError:
-        return Group(summary, Text("the record's envelope field is not valid base64", style="red"))
-    dec = rt.decode_envelope(data, secret)
+    dec = rt.decode_envelope(rec.envelope, secret)
     parts: list = [summary]
     if dec.header is not None:
         h = dec.header
@@ -94,7 +89,7 @@ class EnvelopeScreen(ModalScreen[str | None]):
         dec = None
         if self.rec.envelope and self.secret is not None:
             try:
-                dec = rt.decode_envelope(base64.b64decode(self.rec.envelope), self.secret)
+                dec = rt.decode_envelope(self.rec.envelope, self.secret)
             except ValueError:
                 dec = None
         if dec is None or dec.payload_text is None:

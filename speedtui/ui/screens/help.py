@@ -20,6 +20,9 @@ VIEW_HELP = [
     ("Replay", "per-node replay state and the outcome of the console's replays."),
     ("Analytics", "run the trace pipeline and show its summary."),
     ("Audit", "the operator's actions with equivalent `speed` commands; call history (r re-run, y copy)."),
+    ("Time travel", "@ (in Traces: at the selected record): the registry and traffic at a past moment, from the "
+                    "journals and this console's registry scans; [ ] step, { } previous/next event, + - step "
+                    "size, @ pick a moment, Esc back to live."),
 ]
 
 

@@ -169,7 +169,8 @@ class AccessView(Vertical):
         if not caller or not target:
             self.post_message(GrantRequested())
             return
-        needed = grants_needed(self.state.graph(), caller, target)
+        service = self.query_one("#ex-service", Input).value.strip()
+        needed = grants_needed(self.state.graph(), caller, target, service or None)
         own = set(self.state.own_nodes())
         node, peer = next((p for p in needed if p[0] in own), needed[0] if needed else (target, caller))
         self.post_message(GrantRequested(node=node, peer=peer))

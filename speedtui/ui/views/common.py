@@ -11,7 +11,14 @@ STATUS_STYLE = {"online": "green", "leaving": "yellow", "stale": "bold red"}
 STATUS_ICON = {"online": "●", "leaving": "◐", "stale": "○"}
 
 
-def status_text(status: str) -> Text:
+HEALTH_ICON = "⚠"  # the node reported a problem with itself (a health record) that is not resolved
+
+
+def status_text(status: str, health: str = "") -> Text:
+    if health:  # the word still says the state; the icon says the node reported a problem
+        t = Text(HEALTH_ICON, style="bold yellow")
+        t.append(f" {status}", style=STATUS_STYLE.get(status, ""))
+        return t
     return Text(f"{STATUS_ICON.get(status, '?')} {status}", style=STATUS_STYLE.get(status, ""))
 
 

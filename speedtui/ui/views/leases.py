@@ -20,7 +20,8 @@ from ..messages import CopyText, ExportRows, ReapRequested
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from ..widgets.rendered_pane import RenderedPane
-from .common import fmt_datetime, fmt_ts, pretty_json, status_text
+from ...models.traces import RECOVERED
+from .common import HEALTH_ICON, fmt_datetime, fmt_ts, pretty_json, status_text
 
 SORT_KEYS = [c[0] for c in COLUMNS]
 
@@ -38,7 +39,7 @@ def node_row(r: NodeRow) -> Row:
     pid_t = Text(pid + ("" if r.pid_alive is None else (" ✓" if r.pid_alive else " ✗")),
                  style="red" if r.pid_alive is False else "")
     cells = {
-        "status": status_text(r.status), "name": Text(r.name, style="bold"), "remaining": lease_cell(r),
+        "status": status_text(r.status, r.health), "name": Text(r.name, style="bold"), "remaining": lease_cell(r),
         "hb_age": fmt_duration(r.hb_age), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
         "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
         "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
@@ -156,7 +157,8 @@ class LeasesView(Vertical):
         self._show_head(row)
         # the entry and its history repaint only when they change, not with every countdown
         # tick: highlighting and laying out the JSON was the costliest paint in this view
-        sig = (name, None if row is None else (row.raw, row.error, row.reason), len(self.state.traces.leases))
+        sig = (name, None if row is None else (row.raw, row.error, row.reason, row.health),
+               len(self.state.traces.leases))
         if sig == self._detail_sig:
             return
         moved = self._detail_sig is None or sig[0] != self._detail_sig[0]
@@ -171,11 +173,17 @@ class LeasesView(Vertical):
         h = Text()
         if row.reason:
             h.append(f"judged stale: {row.reason}\n", style="bold red")
-        h.append("its own lease events (from its journal):\n", style="bold")
+        if row.health:
+            h.append(f"{HEALTH_ICON} it reported a problem with itself: {row.health}\n", style="bold yellow")
+        h.append("its own lease and health events (from its journal):\n", style="bold")
         if not own:
             h.append("  none journaled (does it run with --trace?)\n", style="dim")
         for rec in own:
-            h.append(f"  {fmt_ts(rec.ts)}  {rec.event}\n")
+            if rec.kind == "health":
+                h.append(f"  {fmt_ts(rec.ts)}  {HEALTH_ICON} {rec.event}" + (f": {rec.detail}" if rec.detail else "")
+                         + "\n", style="green" if rec.event == RECOVERED else "yellow")
+            else:
+                h.append(f"  {fmt_ts(rec.ts)}  {rec.event}\n")
         h.append("what its peers observed:\n", style="bold")
         if not seen:
             h.append("  nothing journaled by other nodes\n", style="dim")
@@ -194,11 +202,13 @@ class LeasesView(Vertical):
         else:
             head = Text(no_wrap=True, overflow="ellipsis")
             head.append(f"{row.name}  ", style="bold")
-            head.append_text(status_text(row.status))
+            head.append_text(status_text(row.status, row.health))
             if row.error:
                 head.append(f"  entry problem: {row.error}", style="bold red")
             elif row.reason:
                 head.append(f"  {row.reason}", style="bold red")
+            if row.health:
+                head.append(f"  {HEALTH_ICON} {row.health}", style="bold yellow")
             if row.status != "stale":
                 head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
             elif row.remaining > 0:
@@ -283,7 +293,9 @@ class LeasesView(Vertical):
             self.notify("select a node to export its lease history", severity="warning")
             return
         hist = self.state.traces.lease_history(row.name, limit=10_000)
-        lines = [json.dumps({"ts": r.ts, "node": r.node, "subject": r.subject, "event": r.event},
+        lines = [json.dumps({"kind": r.kind, "ts": r.ts, "node": r.node, "event": r.event, "detail": r.detail}
+                            if r.kind == "health" else
+                            {"kind": r.kind, "ts": r.ts, "node": r.node, "subject": r.subject, "event": r.event},
                             separators=(",", ":")) for r in hist]
         self.post_message(ExportRows(f"lease-history-{row.name}", "jsonl", lines,
                                      f"{len(lines)} lease records of {row.name}"))

@@ -4,6 +4,7 @@ open the decrypted envelope, follow a call, replay, open or copy as a call, expo
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import time
@@ -229,6 +230,11 @@ class TracesView(Vertical):
             t.append(f"  {store.dropped:,} dropped under overload", style="bold yellow")
         if store.bad_lines:
             t.append(f"  {store.bad_lines} unreadable journal lines skipped", style="yellow")
+        skipped = [w for w in self.state.reader_problems if w.startswith("journal ")]
+        if skipped:
+            t.append(f"  {len(skipped)} journal{'s' if len(skipped) != 1 else ''} skipped "
+                     f"({', '.join(w[8:] for w in skipped[:2])}{', …' if len(skipped) > 2 else ''})",
+                     style="bold yellow")
         t.append("  newest first" if self.newest_first else "  oldest first")
         if self.relative:
             t.append("  relative times")
@@ -338,5 +344,6 @@ def record_dict(r: TraceRecord) -> dict[str, Any]:
     """A record with the journal's field names (§8), empty fields left out."""
     d = {"ts": r.ts, "node": r.node, "kind": r.kind, "dir": r.dir, "peer": r.peer, "type": r.type, "seq": r.seq,
          "size": r.size, "outcome": r.outcome, "reason": r.reason, "requestId": r.request_id, "service": r.service,
-         "status": r.status, "errorCode": r.error_code, "latencyMs": r.latency_ms, "envelope": r.envelope}
+         "status": r.status, "errorCode": r.error_code, "latencyMs": r.latency_ms,
+         "envelope": base64.b64encode(r.envelope).decode("ascii") if r.envelope else None}
     return {k: v for k, v in d.items() if v not in ("", None)}
