@@ -1,6 +1,8 @@
 /* deliver.c - delivery of one envelope to another node's inbox (section 5.4). */
 #define _GNU_SOURCE
 #include "node.h"
+#include "ext_durable.h"
+#include "ext_quota.h"
 #include "registry.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@ const char *deliver_error_code(deliver_result r)
 {
     return r == DELIVER_ACCESS_DENIED ? "ACCESS_DENIED"
            : r == DELIVER_UNAVAILABLE ? "UNAVAILABLE"
+           : r == DELIVER_QUOTA       ? "QUOTA_EXCEEDED"
                                       : "DELIVERY_FAILED";
 }
 
@@ -171,10 +174,22 @@ deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_
     }
 
     link_state *link = link_for(n, target, target_id);
+    /* quota: every envelope (each chunk of a chunked value too) may wait for room in the
+     * target's inbox (ext_quota.c) */
+    if (n->cfg.quota) {
+        deliver_result q = quota_admit(n, target, type, ENV_OVERHEAD + text_len, err, errlen);
+        if (q != DELIVER_OK) {
+            res = q;
+            goto out;
+        }
+    }
     env_header h = {0};
     h.version = ENV_VERSION;
     h.type = (uint8_t)type;
-    h.flags = flags; /* bit 0, or extension bits towards a node that advertises them (section 9) */
+    /* bit 0, or extension bits towards a node that advertises them (section 9): chunks' layouts,
+     * reliable, the durable receipt; bits 5 (quota, no flag) and 6 (control) and up are 0 */
+    h.flags = flags & (ENV_FLAG_ACK | ENV_FLAG_BINARY | ENV_FLAG_CHUNK | ENV_FLAG_RELIABLE |
+                       ENV_FLAG_DURABLE);
     h.header_length = ENV_HEADER_LEN;
     h.sequence = link->next_seq;
     memcpy(h.source_id, n->id_bytes, 16);
@@ -202,6 +217,8 @@ deliver_result node_deliver_raw(node_t *n, const char *target, int type, uint16_
                 memcpy(info->tag, tag, ENV_TAG_LEN);
             }
             snprintf(link->last_file, sizeof link->last_file, "%s", fname);
+            if (n->cfg.quota)
+                quota_delivered(n, target, fname, env_len);
             link->next_seq++; /* a failed delivery consumes no sequence number */
             res = DELIVER_OK;
         }

@@ -124,7 +124,8 @@ int ext_chunks_outbound(node_t *n, const char *target, int type, uint16_t flags,
 /* The stdin command `send-bytes TARGET N`: N bytes (byte i = (7i + 3) mod 256) as raw bytes. */
 int ext_chunks_send_bytes(node_t *n, const char *target, uint64_t size, deliver_info *info, char *err,
                           size_t errlen);
-/* The entry fields of section 9 for this node's features. */
-void ext_entry_fields(const node_t *n, jval *entry);
+/* The entry fields of section 9 for chunks and reliable: their names appended to features (the
+ * entry's one "features" array, node.c), the "chunks" field. */
+void ext_entry_fields(const node_t *n, jval *entry, jval *features);
 
 #endif

@@ -87,16 +87,12 @@ void ext_chunks_stop(node_t *n)
         reasm_void_all(&n->reasm, stopped, n);
 }
 
-void ext_entry_fields(const node_t *n, jval *entry)
+void ext_entry_fields(const node_t *n, jval *entry, jval *features)
 {
-    if (!n->features)
-        return; /* a v1-only node: no "features" (section 9) */
-    jval *f = json_arr();
     if (n->features & FEATURE_CHUNKS)
-        json_push(f, json_str("chunks"));
+        json_push(features, json_str("chunks"));
     if (n->features & FEATURE_RELIABLE)
-        json_push(f, json_str("reliable"));
-    json_set(entry, "features", f);
+        json_push(features, json_str("reliable"));
     if (n->features & FEATURE_CHUNKS) {
         jval *c = json_obj();
         json_set(c, "maxMessage", json_int((int64_t)CHUNKS_MAX_MESSAGE));

@@ -63,13 +63,11 @@ static jval *allow_array(const node_t *n)
     return a;
 }
 
-void control_entry_fields(const node_t *n, jval *entry)
+void control_entry_fields(const node_t *n, jval *entry, jval *features)
 {
     if (!n->control)
         return;
-    jval *features = json_arr();
     json_push(features, json_str("control"));
-    json_set(entry, "features", features);
     json_set(entry, "operators", control_operators_json(n->control));
 }
 
@@ -135,10 +133,9 @@ static void apply(node_t *n, const char *file, const char *requester, control_ve
     } else if (strcmp(command, "stop") == 0) {
         json_set(result, "stopping", json_bool(1));
     } else {
-        jval *services = json_arr(), *features = json_arr();
+        jval *services = json_arr(), *features = node_features_json(n); /* every extension */
         for (size_t i = 0; i < n->nservices; i++)
             json_push(services, json_str(n->services[i]));
-        json_push(features, json_str("control"));
         json_set(result, "name", json_str(n->name));
         json_set(result, "id", json_str(n->id));
         json_set(result, "status", json_str(n->status));

@@ -54,8 +54,9 @@ typedef struct {
  * directory. 0, or -1 with a message on stderr. Call after node_init, before node_register. */
 int control_init(node_t *n, const char *const *operators, int count);
 void control_free(node_t *n);
-/* Adds "features" and "operators" to an entry being built (nothing when not enabled). */
-void control_entry_fields(const node_t *n, jval *entry);
+/* Appends "control" to features (the entry's one "features" array, node.c) and adds "operators"
+ * to an entry being built (nothing when not enabled). */
+void control_entry_fields(const node_t *n, jval *entry, jval *features);
 /* Judges, removes and applies at most CONTROL_BATCH files of the control directory.
  * Returns 1 when more are waiting. */
 int control_scan(node_t *n);

@@ -250,6 +250,13 @@ void durable_free(node_t *n)
     n->durable = NULL;
 }
 
+void durable_entry_fields(const node_t *n, jval *entry, jval *features)
+{
+    (void)entry; /* no registry field besides the name (docs/PROTOCOL.md "### durable") */
+    if (n->durable)
+        json_push(features, json_str("durable"));
+}
+
 int durable_applies(const node_t *n, const env_header *h)
 {
     return n->durable && h->type == ENV_MESSAGE && (h->flags & ENV_FLAG_DURABLE);

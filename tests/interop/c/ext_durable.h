@@ -14,6 +14,9 @@
  * ones. 0, or -1 with one sentence on stderr. */
 int durable_init(node_t *n, int on_tmpfs);
 void durable_free(node_t *n);
+/* Appends "durable" to features (the entry's one "features" array, node.c) when the extension is
+ * on; it adds no registry field of its own. */
+void durable_entry_fields(const node_t *n, jval *entry, jval *features);
 
 /* 1 when the extension is on and h is a durable MESSAGE. */
 int durable_applies(const node_t *n, const env_header *h);

@@ -221,8 +221,10 @@ const char *node_open_file(node_t *n, int dirfd, inbox_file *f, uint64_t max_pay
     }
     env_header h;
     reason = env_open(n->key, data, len, max_payload, &h, pt, pt_len);
-    if (!reason)
+    if (!reason) {
         memcpy(nonce, data + ENV_HEADER_LEN, ENV_NONCE_LEN);
+        memcpy(f->tag, data + len - ENV_TAG_LEN, ENV_TAG_LEN);
+    }
     free(data);
     return reason;
 }
@@ -239,13 +241,24 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     const env_header *h = &f->h;
     int durable = 0;
     uint64_t skipped = 0;
-    jval *p = json_parse((const char *)pt, pt_len, NULL, 0);
+    jval *p = NULL;
+    /* section 9: a layout of the chunks extension, when this node speaks it; else v1 JSON */
+    int layout = (n->features & FEATURE_CHUNKS) && (h->flags & (ENV_FLAG_BINARY | ENV_FLAG_CHUNK));
+    const char *ext_reason = layout ? chunks_decode(h->type, h->flags, pt, pt_len, &p, &n->piece) : NULL;
+    if (n->piece)
+        memcpy(n->piece->chain, f->tag, ENV_TAG_LEN);
+    if (!layout)
+        p = json_parse((const char *)pt, pt_len, NULL, 0);
     free(pt);
     const char *from = p ? json_get_str(p, "from") : NULL;
     const char *to = p ? json_get_str(p, "to") : NULL;
-    if (!p || p->type != J_OBJ || !from || !to)
+    if (ext_reason)
+        reason = ext_reason;
+    else if (layout && durable_applies(n, h))
+        reason = "bad_payload"; /* a durable MESSAGE is a v1 JSON payload plus its fields */
+    else if (!p || p->type != J_OBJ || !from || !to)
         reason = "bad_payload";
-    else if ((reason = check_payload_fields(h->type, p)) != NULL)
+    else if (!n->piece && (reason = check_payload_fields(h->type, p)) != NULL)
         ; /* step 3: the payload is not of its type's shape */
     /* 4. identities */
     else if (strcmp(from, f->sender) != 0)
@@ -262,6 +275,8 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
                               nonce, now_wall_ms(), &skipped);
     if (reason) {
         json_free(p);
+        chunk_piece_free(n->piece);
+        n->piece = NULL;
         return reason;
     }
     if (skipped) {

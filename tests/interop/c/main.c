@@ -6,13 +6,23 @@
  *   speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON [--confirm]
  *                     [settings]
  *   speed_c_node kat VECTORFILE
- *   speed_c_node kat-control VECTORFILE
- *   node also takes --operator PUBKEY (repeatable): the control extension (ext_control.c)
+ *   speed_c_node kat-control VECTORFILE    (tests/vectors/control_vectors.json)
+ *   speed_c_node kat-chunks VECTORFILE     (the chunks and reliable extensions' vectors)
+ *   speed_c_node kat-quota VECTORFILE      (tests/vectors/quota_vectors.json)
+ *   speed_c_node kat-durable VECTORFILE    (tests/vectors/durable_vectors.json)
+ *
+ * node also takes --operator PUBKEY (repeatable): the control extension (ext_control.c)
+ * --feature chunks|reliable (repeatable) enables an extension of section 9 (ext_chunks.c,
+ * ext_reliable.c): the entry advertises it and the node receives (and sends) its layouts.
+ * --feature quota: honour the limits targets publish (ext_quota.c; not advertised).
+ * node --durable [--durable-on-tmpfs]: the receiving side of durable (ext_durable.c).
  *
  * settings (contract defaults in brackets): --lease S [30] --heartbeat S [5]
  *   --lock-timeout S [10] --max-gap N [65536] --replay-window-ms N [60000]
  *   --nonce-cache N [65536] --drain-quiet-ms N [500] --drain-max S [30] --linger S [10]
  *   --timeout-ms N [10000] (calls and confirmed sends)
+ *   --feature quota: honour the limits targets publish (ext_quota.c), waiting at most
+ *   --quota-wait-ms N [10000] for room
  *
  * The node command also reads commands on stdin (commands.c) so that tests can drive a
  * long-running C node.
@@ -20,6 +30,8 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "ext_control.h"
+#include "ext_durable.h"
+#include "ext_quota.h"
 #include "json.h"
 #include "kat.h"
 #include "node.h"
@@ -48,6 +60,8 @@ typedef struct {
     const char *pos[MAX_ITEMS];
     int npos;
     int confirm;
+    unsigned features; /* --feature chunks|reliable (section 9) */
+    int durable, durable_on_tmpfs; /* --durable, --durable-on-tmpfs (ext_durable.c) */
     node_settings cfg;
 } options;
 
@@ -62,11 +76,16 @@ static void usage(void)
             "  speed_c_node send --dir ROOT --key KEYFILE --name NAME TARGET DATA_JSON "
             "[--confirm] [settings]\n"
             "  speed_c_node kat VECTORFILE\n"
-            "  speed_c_node kat-control VECTORFILE\n"
+            "  speed_c_node kat-control VECTORFILE  (tests/vectors/control_vectors.json)\n"
+            "  speed_c_node kat-chunks VECTORFILE   (tests/vectors/chunks_vectors.json)\n"
+            "  speed_c_node kat-quota VECTORFILE    (tests/vectors/quota_vectors.json)\n"
+            "  speed_c_node kat-durable VECTORFILE  (tests/vectors/durable_vectors.json)\n"
             "node also takes --operator PUBKEY (repeatable): control requests signed by it\n"
+            "node, call, send: --feature chunks|reliable|quota enables an extension (repeatable)\n"
+            "node: --durable [--durable-on-tmpfs] receives durable messages (ext_durable.c)\n"
             "settings: --lease S --heartbeat S --lock-timeout S --max-gap N "
             "--replay-window-ms N --nonce-cache N --drain-quiet-ms N --drain-max S --linger S "
-            "--timeout-ms N\n");
+            "--timeout-ms N --quota-wait-ms N\n");
 }
 
 /* A finite number in [lo, hi] (lo excluded when open_lo). */
@@ -126,6 +145,12 @@ static int parse_setting(const char *a, const char *v, options *o)
         c->max_gap = (uint64_t)d;
         return 1;
     }
+    if (strcmp(a, "--quota-wait-ms") == 0) {
+        if (parse_number(a, v, 0, 0, day * 1000, &d))
+            return -1;
+        c->quota_wait_ms = (long)d;
+        return 1;
+    }
     if (strcmp(a, "--nonce-cache") == 0) {
         if (parse_number(a, v, 1, 0, 1 << 24, &d))
             return -1;
@@ -146,6 +171,11 @@ static int parse_options(int argc, char **argv, options *o)
             o->confirm = 1;
             continue;
         }
+        if (strcmp(a, "--durable") == 0 || strcmp(a, "--durable-on-tmpfs") == 0) {
+            o->durable = 1;
+            o->durable_on_tmpfs |= strcmp(a, "--durable-on-tmpfs") == 0;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             if (o->npos == MAX_ITEMS)
                 return -1;
@@ -157,7 +187,18 @@ static int parse_options(int argc, char **argv, options *o)
             return -1;
         }
         i++;
-        if (strcmp(a, "--dir") == 0)
+        if (strcmp(a, "--feature") == 0) {
+            if (strcmp(v, "quota") == 0) {
+                o->cfg.quota = 1; /* the sender side of quota (ext_quota.c) */
+                continue;
+            }
+            if (strcmp(v, "chunks") != 0 && strcmp(v, "reliable") != 0) {
+                fprintf(stderr, "error: unknown feature '%s' (this node speaks chunks, reliable "
+                                "and the sender side of quota)\n", v);
+                return -1;
+            }
+            o->features |= strcmp(v, "chunks") == 0 ? FEATURE_CHUNKS : FEATURE_RELIABLE;
+        } else if (strcmp(a, "--dir") == 0)
             o->dir = v;
         else if (strcmp(a, "--key") == 0)
             o->key = v;
@@ -189,6 +230,7 @@ static int start_node(node_t *n, const options *o, FILE *events)
     if (node_init(n, o->dir, o->key, o->name, &o->cfg) != 0)
         return -1;
     n->events = events;
+    node_enable_features(n, o->features);
     for (int i = 0; i < o->nallow; i++) {
         if (!name_valid(o->allow[i])) {
             fprintf(stderr, "error: invalid node name '%s' in --allow: %s\n", o->allow[i],
@@ -207,6 +249,8 @@ static int start_node(node_t *n, const options *o, FILE *events)
         node_add_service(n, o->service[i]);
     }
     if (control_init(n, o->operators, o->noperators) != 0)
+        return -1;
+    if (o->durable && durable_init(n, o->durable_on_tmpfs) != 0)
         return -1;
     return node_register(n);
 }
@@ -352,6 +396,18 @@ static int cmd_send(options *o)
     return rc;
 }
 
+/* The known-answer commands: the v1 envelope vectors and one per extension. */
+static const struct {
+    const char *cmd;
+    int (*run)(const char *path);
+} kats[] = {
+    {"kat", kat_run},                 /* tests/vectors/envelope_vectors.json */
+    {"kat-control", control_kat},     /* tests/vectors/control_vectors.json */
+    {"kat-chunks", kat_chunks_run},   /* tests/vectors/chunks_vectors.json */
+    {"kat-quota", quota_kat_run},     /* tests/vectors/quota_vectors.json */
+    {"kat-durable", durable_kat_run}, /* tests/vectors/durable_vectors.json */
+};
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -364,20 +420,14 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "kat") == 0) {
-        if (argc != 3) {
-            usage();
-            return 2;
+    for (size_t i = 0; i < sizeof kats / sizeof kats[0]; i++)
+        if (strcmp(cmd, kats[i].cmd) == 0) {
+            if (argc != 3) {
+                usage();
+                return 2;
+            }
+            return kats[i].run(argv[2]);
         }
-        return kat_run(argv[2]);
-    }
-    if (strcmp(cmd, "kat-control") == 0) {
-        if (argc != 3) {
-            usage();
-            return 2;
-        }
-        return control_kat(argv[2]);
-    }
     options o;
     if (strcmp(cmd, "node") != 0 && strcmp(cmd, "call") != 0 && strcmp(cmd, "send") != 0) {
         usage();

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "node.h"
 #include "ext_control.h"
+#include "ext_durable.h"
+#include "ext_quota.h"
 #include "keyfile.h"
 #include "node_parts.h"
 #include "registry.h"
@@ -33,6 +35,7 @@ void node_default_settings(node_settings *s)
     s->drain_max_ms = 30000;
     s->linger_ms = 10000;
     s->wait_timeout_ms = 10000;
+    s->quota_wait_ms = 10000;
 }
 
 /* ---------- setup ---------- */
@@ -99,6 +102,7 @@ int node_init(node_t *n, const char *root, const char *keyfile, const char *name
     memset(n, 0, sizeof *n);
     n->inotify_fd = -1;
     n->extra_fd = -1;
+    n->quota_wait_ms = -1;
     n->cfg = *cfg;
     n->status = "online";
     n->max_payload = ENV_DEFAULT_MAX_PAYLOAD;
@@ -177,6 +181,11 @@ void node_free(node_t *n)
     free(n->services);
     free(n->links);
     replay_free(&n->replay);
+    if (n->features & FEATURE_CHUNKS)
+        reasm_free(&n->reasm);
+    if (n->features & FEATURE_RELIABLE)
+        reliable_free(&n->reliable);
+    chunk_piece_free(n->piece);
     free(n->ids);
     for (size_t i = 0; i < n->npending; i++)
         free(n->pending[i].tag);
@@ -186,6 +195,8 @@ void node_free(node_t *n)
     free(n->inbox_path);
     json_free(n->response);
     control_free(n);
+    quota_free(n);
+    durable_free(n);
     if (n->inotify_fd >= 0)
         close(n->inotify_fd);
     sodium_memzero(n->key, sizeof n->key);
@@ -201,7 +212,31 @@ static jval *str_array(char **list, size_t n)
     return a;
 }
 
-/* The entry of section 4; "features" only with the control extension (section 9). */
+/* The registry fields of the extensions this node speaks (section 9): one "features" array
+ * that each extension appends its name to, plus each extension's own fields. */
+static void extension_fields(const node_t *n, jval *entry)
+{
+    jval *features = json_arr();
+    ext_entry_fields(n, entry, features);     /* chunks, reliable */
+    durable_entry_fields(n, entry, features); /* durable */
+    control_entry_fields(n, entry, features); /* control */
+    if (features->n)
+        json_set(entry, "features", features);
+    else
+        json_free(features); /* a v1-only node: no "features" (section 9) */
+}
+
+jval *node_features_json(const node_t *n)
+{
+    jval *scratch = json_obj();
+    extension_fields(n, scratch);
+    const jval *f = json_get(scratch, "features");
+    jval *out = f ? json_clone(f) : json_arr();
+    json_free(scratch);
+    return out;
+}
+
+/* The entry of section 4; "features" (and their fields) only when extensions are on (section 9). */
 static jval *build_entry(const node_t *n)
 {
     jval *e = json_obj();
@@ -223,7 +258,7 @@ static jval *build_entry(const node_t *n)
         json_set(e, "bootId", json_str(host_boot_id()));
     json_set(e, "bootTimeHeartbeat", json_num(now_boottime()));
     json_set(e, "envelopesSealed", json_int((int64_t)n->sealed));
-    control_entry_fields(n, e);
+    extension_fields(n, e);
     return e;
 }
 
@@ -342,9 +377,19 @@ void node_wait(node_t *n, int wait_ms)
         n->on_extra(n);
 }
 
+void node_enable_features(node_t *n, unsigned features)
+{
+    n->features = features;
+    if (features & FEATURE_CHUNKS)
+        reasm_init(&n->reasm, CHUNKS_MAX_MESSAGE, CHUNKS_BUDGET_TOTAL, CHUNKS_BUDGET_SENDER, CHUNKS_TIMEOUT_MS);
+    if (features & FEATURE_RELIABLE)
+        reliable_init(&n->reliable, RELIABLE_REMEMBER);
+}
+
 void node_tick(node_t *n)
 {
     node_expire_waits(n);
+    ext_chunks_tick(n);
     node_refresh_peer_ids(n);
     if (n->registered && now_mono_ms() >= n->next_heartbeat_ms)
         node_renew(n);

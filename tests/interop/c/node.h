@@ -55,6 +55,8 @@ typedef struct {
     int drain_max_ms;         /* ... but it stops waiting for that after this long */
     int linger_ms;            /* section 5.4: keep the entry until our last envelopes are read */
     long wait_timeout_ms;     /* for calls and confirmed sends of stdin commands */
+    int quota;                /* --feature quota: honour the limits targets publish (ext_quota.c) */
+    long quota_wait_ms;       /* how long a send waits for room (--quota-wait-ms, 10,000) */
 } node_settings;
 
 void node_default_settings(node_settings *s);
@@ -107,6 +109,14 @@ struct node {
     /* the control extension (ext_control.c); NULL when started without --operator */
     struct control_state *control;
 
+    /* the quota extension's ledgers and buckets (ext_quota.c); a wait that overrides the
+     * setting for one command (-1: none, 0: refuse at once) */
+    struct quota_state *quota;
+    long quota_wait_ms;
+
+    /* the durable extension's state (ext_durable.c); NULL when it is off */
+    struct durable_state *durable;
+
     /* an extra descriptor polled by node_step (the node command's stdin), -1 if none */
     int extra_fd;
     void (*on_extra)(node_t *n);
@@ -126,6 +136,7 @@ typedef enum {
     DELIVER_UNAVAILABLE,   /* target missing, stale or leaving */
     DELIVER_ACCESS_DENIED, /* our name not in the target's allow */
     DELIVER_FAILED,        /* I/O error */
+    DELIVER_QUOTA,         /* no room under the target's published limits in time */
 } deliver_result;
 
 /* What a delivery used: the sequence and the receiver instance it was sealed for. */
@@ -143,6 +154,8 @@ void node_add_allow(node_t *n, const char *name);
 /* Enables the extensions (FEATURE_* bits) before registration. */
 void node_enable_features(node_t *n, unsigned features);
 void node_add_service(node_t *n, const char *service);
+/* The "features" array of n's registry entry: every extension it speaks (empty when none). */
+jval *node_features_json(const node_t *n);
 int node_allows(const node_t *n, const char *name);
 
 /* Registers under the registry lock (section 4.2). -1 with message on stderr. */

@@ -33,6 +33,7 @@ typedef struct {
     int64_t size; /* -1 while unknown */
     int header_read;
     env_header h;
+    uint8_t tag[ENV_TAG_LEN]; /* its authentication tag (a chunk's chain value) */
 } inbox_file;
 extern const char DEFER[], VANISHED[], IGNORED[];
 /* inbox.c: steps 2-3 for f->name in dirfd: open without following, file checks, read, framing
