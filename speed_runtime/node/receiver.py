@@ -21,7 +21,6 @@ put in the old directory is moved over.
 from __future__ import annotations
 
 import base64
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -38,6 +37,7 @@ from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 from .calls import Request
 from .inbox import InboxDirectory, PendingNames
+from .readahead import ReadAhead
 from .threads import SerialLanes, settle
 
 _MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
@@ -56,12 +56,9 @@ class Receiver:
         cfg = node.config
         self.me = Identity(node.name, node.id_bytes)
         self.replay = ReplayGuard(int(cfg.replay_window * 1000), cfg.max_gap)
-        self._read_ahead, self._read_ahead_total = cfg.read_ahead, cfg.read_ahead_total
         self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
         self._lock = threading.Lock()
-        self._in_hand: dict[str, int] = {}  # accepted, waiting for or in their handler, per sender
-        self._in_hand_total = 0
-        self._taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
+        self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake())
         self._names = PendingNames()
         self._turn = 0  # rotates the sender that goes first in a pass
         self.last_progress = time.monotonic()
@@ -132,8 +129,7 @@ class Receiver:
         done.wait(timeout)
 
     def idle(self) -> bool:
-        with self._lock:
-            return self._in_hand_total == 0
+        return self.read_ahead.idle()
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
@@ -191,7 +187,7 @@ class Receiver:
             spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * took))
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
-            self.inbox.drain_old(self._taken, self._remember)
+            self.inbox.drain_old(self.read_ahead.taken, self._remember)
         if self.node.may_receive():
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
@@ -209,16 +205,11 @@ class Receiver:
 
     # ------------------------------------------------------------------ knowing what is there
     def _remember(self, name: str) -> None:
-        if name not in self._taken:  # accepted and waiting for its handler: not to be judged again
+        if name not in self.read_ahead.taken:  # accepted and waiting for its handler: not to be judged again
             self._names.remember(name, self.node.access)
 
     def _has_work(self) -> bool:
-        if not self._names:
-            return False
-        with self._lock:
-            if self._in_hand_total >= self._read_ahead_total:
-                return False
-            return any(self._in_hand.get(s, 0) < self._read_ahead for s in self._names.senders())
+        return bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders())
 
     # ------------------------------------------------------------------ judging
     def _receive(self) -> None:
@@ -232,11 +223,10 @@ class Receiver:
         while senders:
             again = []
             for sender in senders:
-                with self._lock:
-                    if self._in_hand_total >= self._read_ahead_total:
-                        return
-                    if self._in_hand.get(sender, 0) >= self._read_ahead:
-                        continue
+                if self.read_ahead.full():
+                    return
+                if not self.read_ahead.has_room(sender):
+                    continue
                 if self.node.state == "lost":
                     return
                 item = self._names.pop(sender)
@@ -351,7 +341,7 @@ class Receiver:
                 finished(False, None)
             return
         if etype == _SPC_REQUEST:
-            self._hold(sender, name)
+            self.read_ahead.hold(sender, name, self.inbox.fd)
             if not traced:
                 self.accepted(verdict, sender, data, name,
                               {"request_id": payload["requestId"], "service": payload["service"]})
@@ -359,10 +349,10 @@ class Receiver:
             deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
 
             def done() -> None:
-                self._release(sender)
+                self.read_ahead.release(sender)
                 finished(True, None)
             self.node.callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
-                                            deadline, lambda: self._take(name), done))
+                                            deadline, lambda: self.take(name), done))
             return
         # everything else is settled here and now
         if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
@@ -415,7 +405,7 @@ class Receiver:
     def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
         handled, error = False, None
         try:
-            if not self._take(name):
+            if not self.take(name):
                 self.node.telemetry.count("withdrawn")
                 return
             handled = True
@@ -429,60 +419,11 @@ class Receiver:
         `task` on the sender's lane. The file stays in the inbox until the task removes it with
         `take(name)`; a task that leaves it lets a later listing look at it again. False when the
         handlers' pool has stopped with the node (the file stays for the next instance)."""
-        self._hold(sender, name)
-
-        def run() -> None:
-            try:
-                task()
-            finally:
-                with self._lock:
-                    self._taken.pop(name, None)
-                self._release(sender)
-        try:
-            self.lanes.submit(sender, run)
-        except RuntimeError:
-            with self._lock:
-                self._taken.pop(name, None)
-            self._release(sender)
-            return False
-        return True
+        return self.read_ahead.run_on_lane(self.lanes, sender, name, self.inbox.fd, task)
 
     def take(self, name: str) -> bool:
         """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""
-        return self._take(name)
-
-    # ------------------------------------------------------------------ read-ahead accounting
-    def _hold(self, sender: str, name: str) -> None:
-        with self._lock:
-            self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
-            self._in_hand_total += 1
-            self._taken[name] = self.inbox.fd
-
-    def _take(self, name: str) -> bool:
-        """Remove an accepted file just before its handler runs: the moment it is taken. The name
-        leaves `_taken` only after the unlink, so a listing in between never judges it again."""
-        with self._lock:
-            fd = self._taken.get(name, self.inbox.fd)
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            return False  # withdrawn by its sender (transport.retract)
-        finally:
-            with self._lock:
-                self._taken.pop(name, None)
-        return True
-
-    def _release(self, sender: str) -> None:
-        with self._lock:
-            count = self._in_hand.get(sender, 0) - 1
-            if count > 0:
-                self._in_hand[sender] = count
-            else:
-                self._in_hand.pop(sender, None)
-            full = count + 1 >= self._read_ahead or self._in_hand_total >= self._read_ahead_total
-            self._in_hand_total -= 1
-        if full:
-            self.watch.wake()
+        return self.read_ahead.take(name, self.inbox.fd)
 
 
 def message_of(verdict: Verdict, sender: str, size: int) -> Message:

@@ -1,0 +1,95 @@
+"""The receiver's read-ahead: accepted envelopes that wait for their handler or are in it.
+
+Per sender at most `per_sender` of them, from all senders at most `total`: what is beyond stays
+in the inbox, unread (the inbox is the queue). An accepted file stays in the inbox until its
+handler starts and `take` removes it (§5.5 step 6: remove, then dispatch); while it is held its
+name is never judged again (`taken`).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from .threads import SerialLanes
+
+
+class ReadAhead:
+    def __init__(self, per_sender: int, total: int, wake: Callable[[], None]):
+        self.per_sender, self.total = per_sender, total
+        self._wake = wake  # the protocol thread, which waits while the read-ahead is full
+        self._lock = threading.Lock()
+        self._in_hand: dict[str, int] = {}  # per sender
+        self._in_hand_total = 0
+        self.taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._in_hand_total == 0
+
+    def full(self) -> bool:
+        with self._lock:
+            return self._in_hand_total >= self.total
+
+    def has_room(self, sender: str) -> bool:
+        with self._lock:
+            return self._in_hand_total < self.total and self._in_hand.get(sender, 0) < self.per_sender
+
+    def has_room_for_any(self, senders: list[str]) -> bool:
+        with self._lock:
+            if self._in_hand_total >= self.total:
+                return False
+            return any(self._in_hand.get(s, 0) < self.per_sender for s in senders)
+
+    def hold(self, sender: str, name: str, dir_fd: int) -> None:
+        with self._lock:
+            self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
+            self._in_hand_total += 1
+            self.taken[name] = dir_fd
+
+    def take(self, name: str, dir_fd: int) -> bool:
+        """Remove an accepted file just before its handler runs: the moment it is taken. The name
+        leaves `taken` only after the unlink, so a listing in between never judges it again.
+        False when its sender withdrew it (transport.retract)."""
+        with self._lock:
+            fd = self.taken.get(name, dir_fd)
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            return False
+        finally:
+            with self._lock:
+                self.taken.pop(name, None)
+        return True
+
+    def release(self, sender: str, name: str | None = None) -> None:
+        """One of `sender`'s held envelopes is done (and `name`, when given, no longer held)."""
+        with self._lock:
+            if name is not None:
+                self.taken.pop(name, None)
+            count = self._in_hand.get(sender, 0) - 1
+            if count > 0:
+                self._in_hand[sender] = count
+            else:
+                self._in_hand.pop(sender, None)
+            was_full = count + 1 >= self.per_sender or self._in_hand_total >= self.total
+            self._in_hand_total -= 1
+        if was_full:
+            self._wake()
+
+    def run_on_lane(self, lanes: SerialLanes, sender: str, name: str, dir_fd: int, task: Callable[[], None]) -> bool:
+        """Hold `name` and run `task` on the sender's lane; released when the task ends. False when
+        the lanes have stopped with the node (the file stays in the inbox for the next instance)."""
+        self.hold(sender, name, dir_fd)
+
+        def run() -> None:
+            try:
+                task()
+            finally:
+                self.release(sender, name)
+        try:
+            lanes.submit(sender, run)
+        except RuntimeError:
+            self.release(sender, name)
+            return False
+        return True
