@@ -33,7 +33,7 @@ from ..core.liveness import judge
 from ..core.receiving import Verdict
 from ..core.records import DurableTrace
 from ..fsutil import close_quietly, local_facts
-from ..node.receiver import message_of
+from ..node.dispatch import message_of
 from ..transport import remove_entry
 from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
