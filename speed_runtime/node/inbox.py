@@ -3,13 +3,14 @@ replace or remove) and the names of the files waiting in it, per sender, in sequ
 
 Both are bounded: names beyond MAX_NAMES_PER_SENDER / MAX_NAMES are not remembered (the inbox is
 listed again later, streaming), and a replaced directory is drained into the new one for a while
-and then closed. A sender whose names overflowed is looked for again only once half of its
-remembered names have been taken: listing a backlog of tens of thousands of files at every step
-would find only names that cannot be remembered yet, and delay every other sender's files.
+and then closed. Each sender's files are judged in sequence order whatever the backlog (see
+PendingNames). A sender whose names overflowed is looked for again once half of its remembered
+names have been taken: listing a backlog of tens of thousands of files at every step would find
+only names that cannot be remembered yet, and delay every other sender's files.
 """
 from __future__ import annotations
 
-import heapq
+import bisect
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,24 +29,43 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 @dataclass
 class _SenderNames:
-    heap: list[tuple[str, int, str]] = field(default_factory=list)  # (id8, sequence, file name)
+    keys: list[tuple[str, int, str]] = field(default_factory=list)  # (id8, sequence, file name), ascending
     members: set[str] = field(default_factory=set)
-    overflowed: bool = False  # names were not remembered: list again once half of these are taken
+    # the smallest name not remembered for want of room (None: every file of this sender is known);
+    # names from it on wait for a listing, so that nothing is judged before a smaller sequence
+    dropped: tuple[str, int, str] | None = None
 
 
 class PendingNames:
-    """Names of files in the inbox not yet judged, per claimed sender, smallest sequence first."""
+    """Names of files in the inbox not yet judged, per claimed sender, smallest sequence first.
+
+    Judged in sequence order even when a backlog is larger than the bound: a listing keeps each
+    sender's smallest names (a larger one remembered earlier makes room), and a name at or beyond
+    the smallest one not remembered is taken only after the next listing found what lies below it
+    (else a gap would be accepted and the files below it rejected as replayed)."""
 
     def __init__(self) -> None:
         self._by_sender: dict[str, _SenderNames] = {}
         self._count = 0
         self._overflowed = False  # names were not remembered for want of room in all
+        self._listing = False
         self.need_listing = True  # names not remembered have room now, or events were lost: list again
 
+    def begin_listing(self) -> None:
+        """A listing sees every file: what was not remembered before is looked at anew."""
+        self._listing = True
+        for names in self._by_sender.values():
+            names.dropped = None
+
+    def end_listing(self) -> None:
+        self._listing = False
+        for sender in [s for s, names in self._by_sender.items() if not names.keys and names.dropped is None]:
+            del self._by_sender[sender]
+
     def remember(self, name: str, allowed: Container[str]) -> None:
-        full = self._by_sender.get(name.partition(".")[0])
-        if full is not None and full.overflowed:
-            return  # cheap: this sender's names wait for the listing that comes when it has room
+        known = self._by_sender.get(name.partition(".")[0])
+        if known is not None and known.dropped is not None and not self._listing:
+            return  # cheap: a new file of a sender with names not remembered waits for the listing
         parsed, _ = judge_name(name, allowed)
         sender = parsed.sender if parsed is not None else "?"
         names = self._by_sender.get(sender)
@@ -53,39 +73,59 @@ class PendingNames:
             names = self._by_sender[sender] = _SenderNames()
         if name in names.members:
             return
-        if len(names.members) >= MAX_NAMES_PER_SENDER:
-            names.overflowed = True
-            return
-        if self._count >= MAX_NAMES:
-            self._overflowed = True
-            return
+        key = (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name)
+        full = len(names.members) >= MAX_NAMES_PER_SENDER
+        if not full and self._count >= MAX_NAMES:
+            self._overflowed, full = True, True
+        if full:
+            if not names.keys or key >= names.keys[-1]:
+                self._drop(names, key)
+                return
+            evicted = names.keys.pop()  # a smaller name makes room: the largest waits for a listing
+            names.members.discard(evicted[2])
+            self._count -= 1
+            self._drop(names, evicted)
         names.members.add(name)
-        heapq.heappush(names.heap, (parsed.id8, parsed.sequence, name) if parsed else ("", 0, name))
+        bisect.insort(names.keys, key)
         self._count += 1
 
+    @staticmethod
+    def _drop(names: _SenderNames, key: tuple[str, int, str]) -> None:
+        if names.dropped is None or key < names.dropped:
+            names.dropped = key
+
+    def _takeable(self, names: _SenderNames) -> bool:
+        if not names.keys:
+            return False
+        if names.dropped is not None and names.keys[0] >= names.dropped:
+            self.need_listing = True  # what lies below it is not known yet
+            return False
+        return True
+
     def senders(self) -> list[str]:
-        return sorted(self._by_sender)
+        """Senders with a name that may be judged now."""
+        return sorted(s for s, names in self._by_sender.items() if self._takeable(names))
 
     def has(self, sender: str) -> bool:
         names = self._by_sender.get(sender)
-        return names is not None and bool(names.heap)
+        return names is not None and self._takeable(names)
 
     def pop(self, sender: str) -> tuple[str, int, str]:
         names = self._by_sender[sender]
-        item = heapq.heappop(names.heap)
+        item = names.keys.pop(0)
         names.members.discard(item[2])
         self._count -= 1
-        if names.overflowed and len(names.members) <= MAX_NAMES_PER_SENDER // 2:
-            names.overflowed, self.need_listing = False, True
+        if names.dropped is not None and len(names.members) <= MAX_NAMES_PER_SENDER // 2:
+            self.need_listing = True  # room for half: a listing now finds the rest, in sequence order
         if self._overflowed and self._count <= MAX_NAMES // 2:
             self._overflowed, self.need_listing = False, True
-        if not names.heap:
+        if not names.keys and names.dropped is None:
             del self._by_sender[sender]
         return item
 
     def push_back(self, sender: str, item: tuple[str, int, str]) -> None:
         names = self._by_sender.setdefault(sender, _SenderNames())
-        heapq.heappush(names.heap, item)
+        bisect.insort(names.keys, item)
         names.members.add(item[2])
         self._count += 1
 

@@ -173,7 +173,11 @@ class Receiver:
                                                                 "removed; receiving from the new one")
             self._names.need_listing = False
             started = time.monotonic()
-            self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
+            self._names.begin_listing()
+            try:
+                self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
+            finally:
+                self._names.end_listing()
             took = time.monotonic() - started
             # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
             # it is spaced out so that it takes at most about 1% of this thread's time
