@@ -201,6 +201,19 @@ def mutate(seed: bytes, corpus: list[bytes], rng: random.Random) -> bytes:
     return bytes(data)
 
 
+def _peak_rss_kb() -> int:
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries that over an exec, so
+    a fuzzer started by a large process (a test run of 1 GB) would report its parent's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _cpu_ms(fn, allowed, data: bytes) -> float:
     t0 = time.thread_time()
     try:
@@ -243,7 +256,7 @@ def run_mutate(name: str, inputs: int, seed: int) -> dict:
     return {"target": name, "engine": "mutate", "inputs": inputs, "unexpected": findings,
             "slowestMs": round(slowest, 3), "slowestInputBytes": len(slowest_input),
             "seconds": round(total, 2), "inputsPerSecond": round(inputs / total) if total else None,
-            "peakRssMb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            "peakRssMb": round(_peak_rss_kb() / 1024, 1)}
 
 
 # ---------------------------------------------------------------- atheris engine

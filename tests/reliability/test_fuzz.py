@@ -182,3 +182,13 @@ def test_fuzz_benchmark_short_mode_finds_nothing():
     assert report["totalInputs"] == 25_000
     assert report["ok"] and done.returncode == 0, [{k: r.get(k) for k in ("target", "slowestMs", "peakRssMb")}
                                                    | {"unexpected": r["unexpected"][:2]} for r in report["results"]]
+
+
+def test_fuzz_reports_its_own_peak_memory_not_its_parents():
+    """Linux carries getrusage's ru_maxrss over an exec: a fuzzer started by a 1 GB test run once
+    reported 1,182 MB and failed its memory limit. A parent of 300 MB execs the fuzzer here."""
+    wrapper = ("import os, sys\nblock = bytearray(300 << 20)\nfor i in range(0, len(block), 4096): block[i] = 1\n"
+               f"os.execv(sys.executable, [sys.executable, {FUZZ!r}, '--inputs', '50', '--engine', 'mutate'])\n")
+    done = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=240, cwd=REPO)
+    peaks = [r["peakRssMb"] for r in json.loads(done.stdout)["results"]]
+    assert max(peaks) < 200, peaks
