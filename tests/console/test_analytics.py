@@ -216,3 +216,19 @@ def test_no_jvm_byte_reaches_the_terminal(tmp_path):
     assert b"WARNING: Using incubator modules" in text           # the JVM did speak...
     for marker in JVM_MARKERS:
         assert marker not in screen, marker                       # ...but not to the terminal
+
+
+def test_the_report_cuts_no_label_at_80_columns():
+    """Issue 16, defect 9: at 80 columns the totals and SPC headers were cut ("envelo…", "targ…")."""
+    from rich.console import Console
+
+    from speedtui.environments.fixture import sample_summary
+    from speedtui.ui.views.analytics import TOTALS, summary_renderable
+    console = Console(width=78, record=True)
+    console.print(summary_renderable(sample_summary()))
+    text = console.export_text()
+    assert "…" not in text
+    for header in ("target", "service", "calls", "succ", "p50", "p99", "codes", "availability", "restarts"):
+        assert f" {header} " in text or f" {header}\n" in text, header
+    for label in TOTALS.values():
+        assert label.replace(" ", "\u00a0") in text, label

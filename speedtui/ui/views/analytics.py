@@ -36,6 +36,20 @@ def bar(n: float, top: float, width: int = 24) -> Text:
     return Text("█" * filled, style="red") + Text(f" {n:g}")
 
 
+TOTALS = {"records": "records", "envelopes_sent": "envelopes sent", "bytes_sent": "bytes sent",
+          "accepted": "accepted", "rejected": "rejected", "spc_calls": "SPC calls", "spc_success_rate": "SPC success"}
+
+
+def _table(title: str) -> Table:
+    return Table(title=title, title_justify="left", title_style="bold", box=None, padding=(0, 1))
+
+
+def _column(t: Table, header: str, left: bool = False) -> None:
+    """A header is never cut (its width is the least the column gets); a cell too wide for a
+    narrow terminal wraps onto a second line instead of losing its end to an ellipsis."""
+    t.add_column(header, justify="left" if left else "right", min_width=len(header), overflow="fold")
+
+
 def summary_renderable(s: dict) -> Group:
     parts: list = []
     tr = s.get("time_range") or {}
@@ -47,36 +61,37 @@ def summary_renderable(s: dict) -> Group:
         head.append(f"\n{s['message']}", style="yellow")
     parts.append(head)
     totals = s.get("totals") or {}
-    t = Table(title="totals", title_justify="left", box=None, padding=(0, 2))
-    keys = [k for k in ("records", "envelopes_sent", "bytes_sent", "accepted", "rejected", "spc_calls",
-                        "spc_success_rate")
-            if k in totals] or list(totals)[:8]
-    for k in keys:
-        t.add_column(k, justify="right")
-    t.add_row(*[_pct(totals[k]) if k.endswith("rate") else str(totals[k]) for k in keys])
-    parts.append(t)
+    keys = [k for k in TOTALS if k in totals] or list(totals)[:8]
+    line = Text()
+    line.append("totals  ", style="bold")
+    for i, k in enumerate(keys):  # one line that wraps between figures: nothing is cut at 80 columns
+        value = _pct(totals[k]) if k.endswith("rate") else f"{totals[k]:,}" if isinstance(totals[k], int) \
+            else str(totals[k])
+        label = TOTALS.get(k, k.replace("_", " ")).replace(" ", "\u00a0")  # a label is never split
+        line.append(("  ·  " if i else "") + f"{label} ")
+        line.append(value, style="bold")
+    parts.append(line)
     if s.get("spc"):
-        t = Table(title="SPC by target and service", title_justify="left", box=None, padding=(0, 1))
-        for c in ("target", "service", "calls", "ok", "errors", "no resp", "success", "p50 ms", "p95 ms",
-                  "p99 ms", "error codes"):
-            t.add_column(c, justify="left" if c in ("target", "service", "error codes") else "right")
+        t = _table("SPC by target and service (latency in ms)")
+        for c in ("target", "service", "calls", "ok", "err", "none", "succ", "p50", "p95", "p99", "codes"):
+            _column(t, c, left=c in ("target", "service", "codes"))
         for r in s["spc"][:15]:
             t.add_row(r["target"], r["service"], str(r["calls"]), str(r["successes"]), str(r["errors"]),
                       str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
                       _ms(r["p99_ms"]), ", ".join(f"{k}={v}" for k, v in (r.get("error_codes") or {}).items()))
         parts.append(t)
     if s.get("top_talkers"):
-        t = Table(title="top talkers", title_justify="left", box=None, padding=(0, 1))
+        t = _table("top talkers")
         for c in ("source", "target", "envelopes", "bytes"):
-            t.add_column(c, justify="right" if c in ("envelopes", "bytes") else "left")
+            _column(t, c, left=c in ("source", "target"))
         for r in s["top_talkers"][:10]:
             t.add_row(r["source"], r["target"], str(r["envelopes"]), str(r["bytes"]))
         parts.append(t)
     rej = s.get("rejections") or {}
     if rej.get("by_reason"):
-        t = Table(title=f"rejections ({rej.get('total', 0)})", title_justify="left", box=None, padding=(0, 1))
-        t.add_column("reason")
-        t.add_column("count")
+        t = _table(f"rejections ({rej.get('total', 0)})")
+        _column(t, "reason", left=True)
+        _column(t, "count", left=True)
         top = max(rej["by_reason"].values())
         for reason, n in rej["by_reason"].items():
             t.add_row(reason, bar(n, top))
@@ -85,9 +100,9 @@ def summary_renderable(s: dict) -> Group:
             parts.append(Text("bursts: " + "; ".join(f"{b['node']} {b['reason']} x{b['rejections']}"
                                                       for b in rej["bursts"][:5]), style="yellow"))
     if s.get("availability"):
-        t = Table(title="availability", title_justify="left", box=None, padding=(0, 1))
+        t = _table("availability")
         for c in ("node", "availability", "sessions", "restarts", "crashes", "left", "lost", "late", "online"):
-            t.add_column(c, justify="left" if c == "node" else "right")
+            _column(t, c, left=c == "node")
         for r in s["availability"][:20]:
             t.add_row(r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]), str(r["crashes"]),
                       str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
