@@ -13,119 +13,89 @@ import time
 POLL_SECONDS = 0.0001
 
 
-# ------------------------------------------------------------------ dirq
-def _dirq(path: str):
-    from dirq.QueueSimple import QueueSimple
-    return QueueSimple(path)
+class _Dirq:
+    """dirq's QueueSimple: one file per element; a consumer locks, reads and removes it."""
 
+    @staticmethod
+    def open(path: str):
+        from dirq.QueueSimple import QueueSimple
+        return QueueSimple(path)
 
-def _dirq_take(queue) -> bytes | None:
-    for name in queue:
-        if queue.lock(name):
-            data = queue.get(name)
-            queue.remove(name)
-            return data
-    return None
+    @staticmethod
+    def put(queue, data: bytes) -> None:
+        queue.add(data)
 
-
-def dirq_echo(ctl, base: str) -> None:
-    requests, responses = _dirq(os.path.join(base, "req")), _dirq(os.path.join(base, "resp"))
-    ctl.send("ready")
-    while True:
-        data = _dirq_take(requests)
-        if data is None:
-            time.sleep(POLL_SECONDS)
-            continue
-        responses.add(data)
-        if data == b"stop":
-            return
-
-
-def dirq_sink(ctl, base: str, count: int) -> None:
-    queue = _dirq(os.path.join(base, "q"))
-    ctl.send("ready")
-    got = 0
-    while got < count:
-        if _dirq_take(queue) is None:
-            time.sleep(POLL_SECONDS)
-        else:
-            got += 1
-    ctl.send(time.perf_counter())
-
-
-def dirq_rtt(base: str, payload: bytes, n: int, start) -> list[float]:
-    proc, _ = start(dirq_echo, base)
-    requests, responses = _dirq(os.path.join(base, "req")), _dirq(os.path.join(base, "resp"))
-    out = []
-    for msg in [payload] * n + [b"stop"]:
-        t = time.perf_counter()
-        requests.add(msg)
-        while _dirq_take(responses) is None:
-            time.sleep(POLL_SECONDS)
-        if msg != b"stop":
-            out.append((time.perf_counter() - t) * 1e6)
-    proc.join(30)
-    return out
-
-
-def dirq_rate(base: str, payload: bytes, n: int, start) -> float:
-    proc, ctl = start(dirq_sink, base, n)
-    queue = _dirq(os.path.join(base, "q"))
-    t = time.perf_counter()
-    for _ in range(n):
-        queue.add(payload)
-    done = ctl.recv()
-    proc.join(30)
-    return n / (done - t)
-
-
-# ------------------------------------------------------------------ persist-queue (SQLite)
-def _pq(path: str):
-    from persistqueue import SQLiteQueue
-    return SQLiteQueue(path, auto_commit=True, multithreading=True)
-
-
-def _pq_take(queue) -> bytes | None:
-    from persistqueue import Empty
-    try:
-        return queue.get(block=False)
-    except Empty:
+    @staticmethod
+    def take(queue) -> bytes | None:
+        for name in queue:
+            if queue.lock(name):
+                data = queue.get(name)
+                queue.remove(name)
+                return data
         return None
 
 
-def pq_echo(ctl, base: str) -> None:
-    requests, responses = _pq(os.path.join(base, "req")), _pq(os.path.join(base, "resp"))
+class _PersistQueue:
+    """persist-queue's SQLiteQueue: a queue in an SQLite file."""
+
+    @staticmethod
+    def open(path: str):
+        from persistqueue import SQLiteQueue
+        return SQLiteQueue(path, auto_commit=True, multithreading=True)
+
+    @staticmethod
+    def put(queue, data: bytes) -> None:
+        queue.put(data)
+
+    @staticmethod
+    def take(queue) -> bytes | None:
+        from persistqueue import Empty
+        try:
+            return queue.get(block=False)
+        except Empty:
+            return None
+
+
+PEERS = {"dirq": _Dirq, "persist-queue": _PersistQueue}
+
+
+def echo(ctl, peer: str, base: str) -> None:
+    kind = PEERS[peer]
+    requests, responses = kind.open(os.path.join(base, "req")), kind.open(os.path.join(base, "resp"))
     ctl.send("ready")
     while True:
-        data = _pq_take(requests)
+        data = kind.take(requests)
         if data is None:
             time.sleep(POLL_SECONDS)
             continue
-        responses.put(data)
+        kind.put(responses, data)
         if data == b"stop":
             return
 
 
-def pq_sink(ctl, base: str, count: int) -> None:
-    queue = _pq(os.path.join(base, "q"))
+def sink(ctl, peer: str, base: str, count: int) -> None:
+    kind = PEERS[peer]
+    queue = kind.open(os.path.join(base, "q"))
     ctl.send("ready")
     got = 0
     while got < count:
-        if _pq_take(queue) is None:
+        if kind.take(queue) is None:
             time.sleep(POLL_SECONDS)
         else:
             got += 1
     ctl.send(time.perf_counter())
 
 
-def pq_rtt(base: str, payload: bytes, n: int, start) -> list[float]:
-    proc, _ = start(pq_echo, base)
-    requests, responses = _pq(os.path.join(base, "req")), _pq(os.path.join(base, "resp"))
+def rtt(peer: str, base: str, payload: bytes, n: int, start) -> list[float]:
+    """Round trips in µs through a request queue and a response queue to an echoing process."""
+    kind = PEERS[peer]
+    proc, _ = start(echo, peer, base)
+    requests, responses = kind.open(os.path.join(base, "req")), kind.open(os.path.join(base, "resp"))
     out = []
     for msg in [payload] * n + [b"stop"]:
         t = time.perf_counter()
-        requests.put(msg)
-        while _pq_take(responses) is None:
+        kind.put(requests, msg)
+        while kind.take(responses) is None:
             time.sleep(POLL_SECONDS)
         if msg != b"stop":
             out.append((time.perf_counter() - t) * 1e6)
@@ -133,12 +103,14 @@ def pq_rtt(base: str, payload: bytes, n: int, start) -> list[float]:
     return out
 
 
-def pq_rate(base: str, payload: bytes, n: int, start) -> float:
-    proc, ctl = start(pq_sink, base, n)
-    queue = _pq(os.path.join(base, "q"))
+def rate(peer: str, base: str, payload: bytes, n: int, start) -> float:
+    """Elements per second from this process to a consuming one."""
+    kind = PEERS[peer]
+    proc, ctl = start(sink, peer, base, n)
+    queue = kind.open(os.path.join(base, "q"))
     t = time.perf_counter()
     for _ in range(n):
-        queue.put(payload)
+        kind.put(queue, payload)
     done = ctl.recv()
     proc.join(30)
     return n / (done - t)

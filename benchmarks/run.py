@@ -179,13 +179,11 @@ def rtt_runtime(env: Env, size: int, n: int, trace: bool = False) -> list[float]
 
 
 def rtt_queue(env: Env, size: int, n: int, peer: str) -> list[float]:
-    rtt = {"dirq": queue_peers.dirq_rtt, "persist-queue": queue_peers.pq_rtt}[peer]
-    return rtt(env.fresh_root(), os.urandom(size), n, start)
+    return queue_peers.rtt(peer, env.fresh_root(), os.urandom(size), n, start)
 
 
 def rate_queue(env: Env, size: int, n: int, peer: str) -> float:
-    rate = {"dirq": queue_peers.dirq_rate, "persist-queue": queue_peers.pq_rate}[peer]
-    return rate(env.fresh_root(), os.urandom(size), n, start)
+    return queue_peers.rate(peer, env.fresh_root(), os.urandom(size), n, start)
 
 
 # ------------------------------------------------------------------ one-way rates (envelopes/s)
