@@ -125,6 +125,11 @@ class Operator:
         """The target's own account: name, id, status, allow, services, groups, operators, counters…"""
         return self.request(target, "status", {}, timeout=timeout)
 
+    def lift(self, target: str, sender: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """End `sender`'s quarantine at `target` (the quota extension); returns {"command", "sender",
+        "lifted", "scores"} ("scores" false: the target keeps no threat scores, so nothing to lift)."""
+        return self.request(target, "lift", {"sender": sender}, timeout=timeout)
+
     def check(self, target: str):
         """The target's entry if this operator may send it requests now; else the error a request
         would raise, before anything is written."""

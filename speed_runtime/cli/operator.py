@@ -27,13 +27,16 @@ def add_parsers(sub) -> None:
     for name, helptext in (("allow", "have TARGET allow PEER (a control request)"),
                            ("revoke", "have TARGET revoke PEER's grant (a control request)"),
                            ("stop", "have TARGET stop gracefully (a control request)"),
-                           ("status", "print TARGET's own account of itself as JSON (a control request)")):
+                           ("status", "print TARGET's own account of itself as JSON (a control request)"),
+                           ("lift", "end SENDER's quarantine at TARGET (quota extension; a control request)")):
         p = sub.add_parser(name, help=helptext)
         add_common(p)
         add_lock_timeout(p)
         p.add_argument("target")
         if name in ("allow", "revoke"):
             p.add_argument("peer")
+        if name == "lift":
+            p.add_argument("sender")
         if name == "stop":
             p.add_argument("--wait", action="store_true", help="return once TARGET has deregistered")
         p.add_argument("--operator-key", default=None, metavar="PATH",
@@ -69,6 +72,8 @@ def cmd_request(args: argparse.Namespace) -> int:
             result = operator.revoke(args.target, args.peer)
         elif args.command == "stop":
             result = operator.stop(args.target, wait=args.wait)
+        elif args.command == "lift":
+            result = operator.lift(args.target, args.sender)
         else:
             result = operator.status(args.target)
     print(json.dumps(result, ensure_ascii=False))
@@ -83,4 +88,9 @@ def _sentence(args: argparse.Namespace, result: dict) -> str:
                 f"{', '.join(result.get('allow') or []) or 'nobody'}")
     if args.command == "stop":
         return f"{args.target} is {'gone' if args.wait else 'stopping'}"
+    if args.command == "lift":
+        if not result.get("scores"):
+            return f"{args.target} keeps no threat scores (started without --feature quota): nothing to lift"
+        return (f"{args.sender}'s quarantine at {args.target} lifted" if result.get("lifted")
+                else f"{args.sender} was not quarantined at {args.target}")
     return f"status of {args.target}"

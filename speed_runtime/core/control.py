@@ -35,7 +35,7 @@ FLAG = 0x0040                      # the header flag bit of `control` (ext/__ini
 KEY_HEADER = "SPEED-OPERATOR-KEY-V1"
 SIGNING_DOMAIN = b"SPEED-CONTROL-V1\x00"
 FINGERPRINT_DOMAIN = b"SPEED-OPERATOR-FINGERPRINT\x00"
-COMMANDS = ("allow", "revoke", "stop", "status")
+COMMANDS = ("allow", "revoke", "stop", "status", "lift")
 MAX_PAYLOAD = 8192                 # plaintext of a control envelope; a larger file is too_large, never read
 MAX_FILE = OVERHEAD + MAX_PAYLOAD
 MAX_REQUEST_TEXT = 4096            # UTF-8 bytes of the signed request text
@@ -166,6 +166,9 @@ def arguments_problem(command: str, arguments: Any) -> str | None:
     if command in ("allow", "revoke"):
         if set(arguments) != {"peer"} or not is_valid_name(arguments["peer"]):
             return f"{command} takes exactly {{\"peer\": NODE_NAME}}"
+    elif command == "lift":
+        if set(arguments) != {"sender"} or not is_valid_name(arguments["sender"]):
+            return "lift takes exactly {\"sender\": NODE_NAME}"
     elif arguments:
         return f"{command} takes no arguments"
     return None

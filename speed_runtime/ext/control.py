@@ -196,8 +196,12 @@ class ControlExtension(Extension):
     def _apply(self, requester: str, request: ControlRequest) -> None:
         """On the protocol thread: a grant change takes effect before the next inbox file is judged."""
         access, peer = self.node.access, request.arguments.get("peer")
-        changed = (access.allow(peer) if request.command == "allow"
-                   else access.revoke(peer) if request.command == "revoke" else False)
+        if request.command == "lift":  # the quota extension's quarantine; a node without it keeps no scores
+            quota = self.node.extensions.get("quota")
+            changed = quota.lift(request.arguments["sender"]) if quota is not None else False
+        else:
+            changed = (access.allow(peer) if request.command == "allow"
+                       else access.revoke(peer) if request.command == "revoke" else False)
         self._later(lambda: self._finish(requester, request, changed))
 
     def _later(self, task: Callable[[], None]) -> None:
@@ -225,6 +229,9 @@ class ControlExtension(Extension):
                     "published": published, "allow": node.allowed}
         if request.command == "stop":
             return {"command": "stop", "stopping": True}
+        if request.command == "lift":
+            return {"command": "lift", "sender": request.arguments["sender"], "lifted": changed,
+                    "scores": "quota" in node.extensions}
         return {"command": "status", "name": node.name, "id": node.id,
                 "status": "leaving" if node.state == "closing" else "online", "allow": node.allowed,
                 "services": node.services.names(), "groups": list(node.groups), "operators": self.operators,

@@ -192,3 +192,41 @@ def test_the_operator_api_administers_a_speed_node_process(procs, key):
                                                                                       ("stop", "applied")]
     assert len({r.request_id for r in records}) == 4
     assert len({r.peer for r in records}) == 1 and records[0].peer.startswith("speed-cli-")  # one requester node
+
+
+def test_lift_ends_a_quarantine_from_the_cli(procs, operator_env, workdir):
+    """Issue 18: the operator lifts a sender's quarantine through the control extension."""
+    from speed_runtime import Node
+    from speed_runtime.core.records import ThreatTrace
+    from speed_runtime.keyfile import generate_key_file
+
+    public, _ = keygen(procs, operator_env)
+    procs.start("billing", allow=["mallory"], trace=True, heartbeat=0.5,
+                extra=["--operator", public, "--feature", "quota", "--threat", "half_life=3600"])
+    procs.start("plain", extra=["--operator", public])
+    forged = generate_key_file(os.path.join(workdir, "other.key"))  # every envelope fails billing's tag
+    with Node(procs.root, forged, "mallory", allow=["billing"]) as mallory:
+        for i in range(8):
+            mallory.send("billing", i)
+        wait_until(lambda: entry(procs.root, "billing")["counters"]["threat"].get("mallory", {}).get("state")
+                   == "quarantined", 30, "mallory's quarantine in billing's entry")
+
+        lifted = speed(procs, "lift", "billing", "mallory", *env_args(procs), env=operator_env)
+        assert lifted.returncode == 0, lifted.stderr
+        assert json.loads(lifted.stdout) == {"command": "lift", "sender": "mallory", "lifted": True, "scores": True}
+        assert "mallory's quarantine at billing lifted" in lifted.stderr
+        # published with the answer: the entry no longer shows the quarantine
+        assert entry(procs.root, "billing")["counters"]["threat"].get("mallory", {}).get("state") != "quarantined"
+
+    again = speed(procs, "lift", "billing", "mallory", *env_args(procs), env=operator_env)
+    assert again.returncode == 0 and json.loads(again.stdout)["lifted"] is False
+    assert "mallory was not quarantined at billing" in again.stderr
+    no_scores = speed(procs, "lift", "plain", "mallory", *env_args(procs), env=operator_env)
+    assert no_scores.returncode == 0 and json.loads(no_scores.stdout)["scores"] is False
+    assert "keeps no threat scores" in no_scores.stderr
+    bad = speed(procs, "lift", "billing", "../x", *env_args(procs), env=operator_env)
+    assert bad.returncode == 2 and 'lift takes exactly {"sender": NODE_NAME}' in bad.stderr  # refused before sending
+    records = wait_until(lambda: [r for r in journal(procs.root, "billing") if isinstance(r, ThreatTrace)
+                                  and r.event == "lifted"] and journal(procs.root, "billing"), 10, "the lift journaled")
+    assert [(r.command, r.arguments, r.outcome) for r in records if isinstance(r, ControlTrace)] == \
+        [("lift", {"sender": "mallory"}, "applied"), ("lift", {"sender": "mallory"}, "applied")]

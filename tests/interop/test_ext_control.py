@@ -62,12 +62,14 @@ def test_python_operator_administers_a_c_node(procs, env):
             ("cnode", cnode.id, ["pyc"], ["echo"])
         assert status["operators"] == [OPERATOR.fingerprint] and status["features"] == ["control"]
         assert operator.revoke("cnode", "pyc")["allow"] == [] and env.entry("cnode")["allow"] == []
+        # the C node keeps no threat scores (its quota side is the sender's): nothing to lift, said so
+        assert operator.lift("cnode", "pyc") == {"command": "lift", "sender": "pyc", "lifted": False, "scores": False}
         with pytest.raises(rt.AccessDeniedError):
             pyc.call("cnode", "echo", {"n": 2}, timeout=5)
         assert operator.stop("cnode", wait=True) == {"command": "stop", "stopping": True}
     assert cnode.proc.wait(30) == 0 and env.entry("cnode") is None
     applied = [(e["command"], e["outcome"], e["operator"]) for e in cnode.find(event="control")]
-    assert applied == [(c, "applied", OPERATOR.fingerprint) for c in ("allow", "status", "revoke", "stop")]
+    assert applied == [(c, "applied", OPERATOR.fingerprint) for c in ("allow", "status", "revoke", "lift", "stop")]
 
 
 def test_c_node_refuses_every_forgery_and_answers_the_python_requester(procs, env):

@@ -150,7 +150,10 @@ CASES = [
          "req-stale", 21, ts=NOW - 70_000),
     case("envelope_for_another_instance", "wrong_target", signed_text("allow", {"peer": "mallory"}, "req-wrongid"),
          "req-wrongid", 22, target_id=OTHER_INSTANCE),
-    case("stop", None, signed_text("stop", {}, "req-stop-1"), "req-stop-1", 23),
+    case("lift_gateway", None, signed_text("lift", {"sender": "gateway"}, "req-lift-1"), "req-lift-1", 23),
+    case("lift_takes_a_sender", "control_malformed", signed_text("lift", {"peer": "gateway"}, "req-lift-bad"),
+         "req-lift-bad", 24),
+    case("stop", None, signed_text("stop", {}, "req-stop-1"), "req-stop-1", 25),
 ]
 
 ANSWERS = [  # SPC_RESPONSE payloads (v1 layout) the target writes back to the requester

@@ -130,6 +130,11 @@ static void apply(node_t *n, const char *file, const char *requester, control_ve
         json_set(result, "changed", json_bool(changed));
         json_set(result, "published", json_bool(published));
         json_set(result, "allow", allow_array(n));
+    } else if (strcmp(command, "lift") == 0) {
+        /* this node keeps no threat scores (its quota side is the sender's): nothing to lift */
+        json_set(result, "sender", json_str(json_get_str(json_get(v->request, "arguments"), "sender")));
+        json_set(result, "lifted", json_bool(0));
+        json_set(result, "scores", json_bool(0));
     } else if (strcmp(command, "stop") == 0) {
         json_set(result, "stopping", json_bool(1));
     } else {

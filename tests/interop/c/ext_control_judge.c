@@ -95,21 +95,26 @@ static void refuse(control_verdict *v, const char *reason, const char *detail)
     snprintf(v->detail, sizeof v->detail, "%s", detail);
 }
 
-/* Arguments exactly as the command takes them; NULL when they fit. */
+/* Arguments exactly as the command takes them; NULL when they fit. allow and revoke take
+ * {"peer": NAME}, lift takes {"sender": NAME}, stop and status take {}. */
 static const char *arguments_problem(const char *command, const jval *args)
 {
     int peer_command = strcmp(command, "allow") == 0 || strcmp(command, "revoke") == 0;
-    if (!peer_command && strcmp(command, "stop") != 0 && strcmp(command, "status") != 0)
+    int lift = strcmp(command, "lift") == 0;
+    if (!peer_command && !lift && strcmp(command, "stop") != 0 && strcmp(command, "status") != 0)
         return "unknown command";
     if (!args || args->type != J_OBJ)
         return "arguments must be a JSON object";
-    if (!peer_command)
+    if (!peer_command && !lift)
         return args->n == 0 ? NULL : "this command takes no arguments";
-    for (size_t i = 0; i < args->n; i++) /* duplicates of "peer" are allowed: the last counts */
-        if (strcmp(args->keys[i], "peer") != 0)
-            return "allow and revoke take exactly {\"peer\": NODE_NAME}";
-    const char *peer = json_get_str(args, "peer");
-    return peer && name_valid(peer) ? NULL : "allow and revoke take exactly {\"peer\": NODE_NAME}";
+    const char *field = lift ? "sender" : "peer";
+    const char *usage = lift ? "lift takes exactly {\"sender\": NODE_NAME}"
+                             : "allow and revoke take exactly {\"peer\": NODE_NAME}";
+    for (size_t i = 0; i < args->n; i++) /* duplicates of the field are allowed: the last counts */
+        if (strcmp(args->keys[i], field) != 0)
+            return usage;
+    const char *name = json_get_str(args, field);
+    return name && name_valid(name) ? NULL : usage;
 }
 
 /* Step 11: the signed text's fields and types. NULL when usable. */
