@@ -194,7 +194,7 @@ def test_no_jvm_byte_reaches_the_terminal(tmp_path):
         pump(lambda: False, 1.0)
         os.write(fd, b"a")
         assert pump(report, 600), "no report was written"
-        pump(lambda: b"written to" in screen, 30)
+        pump(lambda: b"written in" in screen, 30)
         helpers = descendants(pid)
         assert helpers, "the analytics child and its JVM run below the console"
         os.write(fd, b"q")

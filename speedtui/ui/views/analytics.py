@@ -180,10 +180,13 @@ class AnalyticsView(Vertical):
             return
         self.show_summary(s, f"last report of {self.app.dir_label}; a runs a new analysis")
 
-    def show_summary(self, s: dict, note: str) -> None:
+    def show_summary(self, s: dict, note: str, fresh: bool = False) -> None:
         self.summary = s
         self.query_one("#an-status", Static).update(Text(note, style="dim"))
-        self.query_one("#an-summary", Static).update(summary_renderable(s))
+        body = summary_renderable(s)
+        if fresh:  # the report's own path heads a report just written (the toolbar keeps to three lines)
+            body = Group(Text(f"report file {self.summary_path()}", style="dim"), body)
+        self.query_one("#an-summary", Static).update(body)
         tot = s.get("traffic_over_time") or {}
         buckets = tot.get("buckets") or []
         chart = self.query_one("#an-chart", TimeChart)
@@ -254,7 +257,7 @@ class AnalyticsView(Vertical):
             left = elapsed * (1.0 - self.fraction) / self.fraction
         text = Text(f"{self.step_text} · {duration(elapsed)} elapsed", style="yellow")
         text.append(f" · about {duration(left)} left" if left is not None else " · estimating…", style="yellow")
-        text.append(f" · log {self.log_path}", style="dim")
+        # (the log's path comes with the outcome: with it, this line would not fit three rows at 80 columns)
         self.query_one("#an-status", Static).update(text)
 
     def progress(self, fraction: float, text: str) -> None:
@@ -270,8 +273,8 @@ class AnalyticsView(Vertical):
         elapsed = duration(time.monotonic() - self.started)
         if ok and isinstance(summary, dict):
             self.query_one("#an-progress", ProgressBar).update(progress=1.0)
-            self.show_summary(summary, f"report of {self.app.dir_label} written to {self.summary_path()} "
-                                       f"in {elapsed} (log {self.log_path})")
+            self.show_summary(summary, f"report of {self.app.dir_label} written in {elapsed} · log {self.log_path}",
+                              fresh=True)
         else:
             self.query_one("#an-status", Static).update(Text(
                 f"analysis failed: {error} (log {self.log_path})", style="bold red"))
