@@ -236,7 +236,7 @@ class TracesView(Vertical):
         if self.relative:
             self._built_rows.clear()  # relative times move: rows are rebuilt at each paint
         rows = TraceRows(list(store.view), self.newest_first, self._built_rows,
-                         self.state.now() if self.relative else None)
+                         self.state.now() if self.relative else None, store.expanded)
         table.empty_text = self._empty_text()
         following = self.follow
         table.set_rows(rows, keep_key=not following)
@@ -351,6 +351,7 @@ class TracesView(Vertical):
         store = self.state.traces
         shown = store.toggle_expanded(rec.message_id)
         self._built_rows.clear()  # its rows' ▸/▾ marks change
+        self.follow = False  # the cursor stays on the message's row
         self.refresh_view(force=True)
         n = sum(1 for r in store.ring if r.message_id == rec.message_id and r.kind == "envelope")
         self.notify(f"message {rec.message_id[:8]}: {n} chunk envelope{'s' if n != 1 else ''} "
