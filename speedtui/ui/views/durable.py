@@ -44,8 +44,8 @@ class DurableView(Vertical):
         self._asked = float("-inf")  # monotonic time of the last automatic listing
 
     def compose(self) -> ComposeResult:
-        yield Static("durable messages waiting in outboxes: [b]r[/b] reads them again, [b]v[/b] verifies the "
-                     "receipts of the selected target", classes="section", id="durable-title")
+        yield Static("outboxes: what waits for which target ([b]r[/b] reads again, [b]v[/b] verifies receipts)",
+                     classes="section", id="durable-title")
         yield FastTable(OUTBOX_COLS, frozen=2, id="durable-outbox")
         yield Static("durable copies waiting in inboxes (delivered, not yet handled)", classes="section")
         yield FastTable(PENDING_COLS, frozen=1, id="durable-pending")

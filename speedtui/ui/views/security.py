@@ -53,8 +53,8 @@ class SecurityView(Vertical):
         self._sig: tuple | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static("threat scores per receiver and sender (quota): quarantined first"
-                     + ("" if self.state.readonly else "; [b]l[/b] lifts one at this console's node"),
+        yield Static("threat scores per receiver and sender (quota)"
+                     + ("" if self.state.readonly else "; [b]l[/b] lifts at this console's node"),
                      classes="section", id="security-title")
         yield FastTable(COLUMNS, frozen=2, id="security-table")
         yield Static(id="security-detail", classes="detail")
