@@ -117,7 +117,7 @@ async def test_empty_filter_result_says_the_filter_hides_records(tmp_path):
         await pilot.press("4", "slash", *"nothing-matches-this")
         await pilot.pause()
         table = app.view_widget("traces").query_one("#traces-table")
-        assert len(table.rows) == 0 and "matches the filter" in table.empty_text and "36 buffered" in table.empty_text
+        assert len(table.rows) == 0 and "matches the filter" in table.empty_text and "62 buffered" in table.empty_text
 
 
 # 8: newest first is time order across journals
