@@ -20,7 +20,7 @@ from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
 
-OUTBOX_COLS = [Column("node", "NODE", 12), Column("target", "TARGET", 12), Column("state", "TARGET STATE", 12),
+OUTBOX_COLS = [Column("node", "NODE", 12), Column("target", "TARGET", 12), Column("state", "STATE", 8),
                Column("stream", "STREAM", 8), Column("id", "ID", 6), Column("age", "WAITING", 8),
                Column("expires", "EXPIRES IN", 10), Column("size", "BYTES", 8, flex=True)]
 PENDING_COLS = [Column("node", "RECEIVER", 12), Column("sender", "SENDER", 12), Column("age", "WAITING", 8),
@@ -49,6 +49,7 @@ class DurableView(Vertical):
         yield FastTable(OUTBOX_COLS, frozen=2, id="durable-outbox")
         yield Static("durable copies waiting in inboxes (delivered, not yet handled)", classes="section")
         yield FastTable(PENDING_COLS, frozen=1, id="durable-pending")
+        yield Static(id="durable-history", classes="detail")
         yield Static(id="durable-receipts", classes="detail")
         yield Static(id="durable-status", classes="statusline")
 
@@ -97,6 +98,23 @@ class DurableView(Vertical):
         else:
             t.append(f"  read at {fmt_ts(self.listed_at)}", style="dim")
         self.query_one("#durable-status", Static).update(t)
+
+    def show_history(self, key: Any) -> None:
+        """The selected message's durable records (its sender's and its target's journals)."""
+        out = Text(no_wrap=True, overflow="ellipsis")
+        if key is not None:
+            node, target, stream, number = key
+            events = [r for r in self.state.traces.durable if r.stream == stream and r.number == number
+                      and (r.node == node or (r.node == target and r.peer == node))]
+            out.append(f"{node} → {target} #{number}: ", style="bold")
+            out.append(" · ".join(f"{r.event}{f' ({r.status})' if r.status else ''} {fmt_ts(r.ts)} by {r.node}"
+                                  for r in events[-3:]) or "no durable records journaled yet", style="" if events
+                       else "dim")
+        self.query_one("#durable-history", Static).update(out)
+
+    def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
+        if event.table.id == "durable-outbox":
+            self.show_history(event.key)
 
     def on_outboxes_listed(self, m: OutboxesListed) -> None:
         self.items, self.pending, self.error = m.items, m.pending, m.error

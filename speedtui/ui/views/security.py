@@ -101,8 +101,8 @@ class SecurityView(Vertical):
             if not events:
                 out.append("\n  no threat records journaled (does the receiver run with --trace?)", style="dim")
             if t.quarantined and t.receiver not in self.state.own_nodes():
-                out.append(f"\n  {t.receiver} is not this console's node: no control command lifts a quarantine "
-                           "at another node yet.", style="yellow")
+                out.append(f"\n  {t.receiver} is not this console's node: no control command lifts it there yet.",
+                           style="yellow")
         self.query_one("#security-detail", Static).update(out)
 
     def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
