@@ -55,10 +55,15 @@ def threat_rows(rows: Iterable[NodeRow], store: TraceStore, now: float) -> list[
     """One row per (receiver, sender) that has a published score, a threat record or a rejection
     in the last REJECTION_BUCKETS × REJECTION_BUCKET seconds; quarantined first, then by score."""
     latest: dict[tuple[str, str], TraceRecord] = {}
+    quarantined: set[tuple[str, str]] = set()  # a quarantine lasts until released or lifted
     reasons: dict[tuple[str, str], list[str]] = {}
     for r in store.threats:  # oldest first
         key = (r.node, r.peer)
         latest[key] = r
+        if r.event == QUARANTINED:
+            quarantined.add(key)
+        elif r.event in ("released", "lifted"):
+            quarantined.discard(key)
         if r.reason:
             reasons.setdefault(key, []).append(r.reason)
     out: dict[tuple[str, str], ThreatRow] = {}
@@ -80,7 +85,7 @@ def threat_rows(rows: Iterable[NodeRow], store: TraceStore, now: float) -> list[
         if rec is None:
             out[key] = ThreatRow(*key, None, "", (), series, sum(series), "journal")
             continue
-        state = QUARANTINED if rec.event == QUARANTINED else "ok"
+        state = QUARANTINED if key in quarantined else "ok"
         out[key] = ThreatRow(*key, rec.score, state, tuple(reasons.get(key, [])[-3:]), series, sum(series),
                              "journal")
     return sorted(out.values(), key=lambda t: (not t.quarantined, -(t.score or 0.0), t.receiver, t.sender))

@@ -4,11 +4,17 @@ receipts verified), durable nodes marked in Leases, chunked and reliable message
 First on the deterministic fixture, then with real nodes writing real journals and outboxes."""
 
 import asyncio
+import json
+import threading
 import time
 
 from speed_runtime import Node, generate_key_file
 
-from speedtui.environments.fixture import CHUNKED_ID, FIXED_NOW, RELIABLE_ID
+from speedtui.environments.fixture import CHUNKED_ID, FIXED_NOW, NODES, RELIABLE_ID, entry, journal_records
+from speedtui.models.query import parse_query
+from speedtui.models.registry import RegistryModel
+from speedtui.models.security import sparkline, threat_rows
+from speedtui.models.traces import TraceStore, parse_record
 from speedtui.models.commands import NodeSpec
 from speedtui.models.traces import TraceRecord
 from speedtui.services.actions import OwnNode
@@ -16,7 +22,7 @@ from speedtui.services.history import AuditLog
 from speedtui.ui.app import make_app
 from speedtui.ui.views.leases import DURABLE_MARK
 
-from .conftest import SIZE, run_async, wait_for
+from .conftest import SIZE, entry_record, run_async, wait_for
 
 
 def plain(cell) -> str:
@@ -38,6 +44,45 @@ def capture_notes(app) -> list[str]:
 
     app.notify = record
     return notes
+
+
+# ------------------------------------------------------------------ the models (pure)
+
+def _fixture_store() -> TraceStore:
+    store = TraceStore()
+    for recs in journal_records(FIXED_NOW).values():
+        store.add([parse_record(r) for r in recs])
+    return store
+
+
+def test_the_store_folds_chunks_routes_extension_records_and_counts_rejections():
+    store = _fixture_store()
+    assert len(store.threats) == 6 and len(store.durable) == 2
+    assert not [r for r in store.leases if r.kind in ("threat", "durable", "message")]
+    assert not [r for r in store.view if r.folded_chunk]  # six chunk envelopes wait under their message
+    assert len([r for r in store.ring if r.folded_chunk]) == 6
+    assert sum(store.rate_series(FIXED_NOW, 60)) == len([r for r in store.ring if r.kind == "envelope"])
+    assert store.toggle_expanded(CHUNKED_ID) and len([r for r in store.view if r.folded_chunk]) == 6
+    store.set_filter(parse_query("node:gateway"))  # a filter keeps the expansion
+    assert sorted(r.chunk for r in store.view if r.folded_chunk) == [1, 1, 2, 2, 3, 3]
+    assert not store.toggle_expanded(CHUNKED_ID) and not [r for r in store.view if r.folded_chunk]
+    assert store.rejection_series("gateway", "eve", FIXED_NOW)[-7:] == [1, 1, 3, 0, 0, 0, 0]
+    assert store.rejection_series("gateway", "eve", FIXED_NOW + 3600) == [0] * 30  # gone from the window
+
+
+def test_threat_rows_prefer_the_published_state_and_keep_journal_only_pairs():
+    store = _fixture_store()
+    rows = RegistryModel()
+    rows.update([entry_record(spec[0], entry(*spec)) for spec in NODES], FIXED_NOW)
+    got = threat_rows(rows.rows, store, FIXED_NOW)
+    assert [(t.receiver, t.sender, t.state, t.source) for t in got] == [
+        ("gateway", "eve", "quarantined", "registry"), ("gateway", "billing", "ok", "registry"),
+        ("billing", "gateway", "", "journal"), ("billing", "mallory", "", "journal")]
+    # without gateway's entry, its journal's threat records stand in for it
+    alone = threat_rows([], store, FIXED_NOW)
+    eve = next(t for t in alone if t.sender == "eve")
+    assert eve.state == "quarantined" and eve.score == 125.0 and eve.source == "journal"
+    assert sparkline([0, 1, 2, 4]) == "·▂▄█" and sparkline([0, 0]) == "··"
 
 
 # ------------------------------------------------------------------ on the fixture
@@ -203,6 +248,7 @@ async def test_a_durable_message_waits_for_its_offline_target_and_its_receipts_v
                    heartbeat_seconds=0.5)
     shipper.start()
     depot = None
+    release = threading.Event()
     app = make_app(root, key, paths=paths)
     try:
         msg_id = await asyncio.to_thread(shipper.send, "depot", {"parcel": 1}, durable=True)
@@ -220,8 +266,12 @@ async def test_a_durable_message_waits_for_its_offline_target_and_its_receipts_v
                            what="the durable mark")
             depot = Node(root, key.path, "depot", durable=True, durable_on_tmpfs=True, allow=["shipper"],
                          heartbeat_seconds=0.5)
+            depot.on_message(lambda m: release.wait(30))  # handling: the copy stays in depot's inbox
             await asyncio.to_thread(depot.start)
             await pilot.press("9", "r")
+            await wait_for(pilot, lambda: [r for r in table_rows(view, "#durable-pending")
+                                           if r[:2] == ("depot", "shipper")], what="the copy in depot's inbox")
+            release.set()
             await wait_for(pilot, lambda: not table_rows(view, "#durable-outbox") and view.listed_at is not None,
                            timeout=60, what="the outbox emptied once depot took the message")
             await pilot.press("v")  # no row selected: pick the durable node
@@ -232,7 +282,23 @@ async def test_a_durable_message_waits_for_its_offline_target_and_its_receipts_v
             assert "shipper ← depot" in view.receipts.plain and "BROKEN" not in view.receipts.plain
             entry = [e for e in AuditLog(paths.audit_log(root)).entries() if e.action == "receipts"][-1]
             assert entry.ok and entry.command.startswith("speed receipts depot --dir ")
+            # an altered receipt (one digit of its MAC) in the log shipper keeps: the first break is shown
+            log = root / "shipper" / "durable" / "receipts" / "depot.log"
+            lines = log.read_text().splitlines()
+            i = next(n for n, line in enumerate(lines) if line.startswith('{"receipt"'))
+            record = json.loads(lines[i])
+            mac = record["receipt"]["mac"]
+            record["receipt"]["mac"] = ("0" if mac[0] != "0" else "1") + mac[1:]
+            lines[i] = json.dumps(record)
+            log.write_text("\n".join(lines) + "\n")
+            view.receipts = None
+            await pilot.press("v", "enter")
+            await wait_for(pilot, lambda: view.receipts is not None, timeout=30, what="the second verification")
+            assert "BROKEN at receipt 1" in view.receipts.plain and "ledger of depot" in view.receipts.plain
+            entry = [e for e in AuditLog(paths.audit_log(root)).entries() if e.action == "receipts"][-1]
+            assert not entry.ok and "broken" in entry.result
     finally:
+        release.set()
         if depot is not None:
             depot.close()
         shipper.close()
