@@ -270,3 +270,20 @@ async def test_lease_detail_grows_and_shrinks(tmp_path):
         await pilot.press("minus", "minus", "minus", "minus")
         await pilot.pause()
         assert bigger > before and detail.size.height == before  # the table is back to all its rows
+
+
+@run_async
+async def test_the_envelope_inspector_opens_with_its_sealed_bytes(tmp_path):
+    """Enter on a traced envelope opened nothing: the inspector named an undefined variable for
+    the sealed bytes (NameError), and the snapshot of the dialog showed the traces behind it."""
+    from speedtui.ui.screens.envelope import EnvelopeScreen
+
+    root, paths, app = fixture_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4", "down", "down", "down", "enter")  # gateway's MESSAGE seq 9, sealed bytes kept
+        await wait_for(pilot, lambda: isinstance(app.screen, EnvelopeScreen), what="the inspector")
+        await pilot.pause()
+        import html
+
+        shot = html.unescape(app.export_screenshot()).replace("\xa0", " ")
+        assert "sealed bytes (154)" in shot and "authentic" in shot

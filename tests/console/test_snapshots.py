@@ -305,7 +305,7 @@ def test_traces_chunked_message_expanded(size, snap_compare, fixture_app):
         table = view.query_one("#traces-table")
         rows = [table.rows.record(i) for i in range(len(table.rows))]
         table.cursor = next(i for i, r in enumerate(rows) if r.message_id == CHUNKED_ID and r.event == "sent")
-        await pilot.press("enter")
+        await pilot.press("enter", "down", "down", "down")  # onto its chunks, below it (older)
         await pilot.pause()
 
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)

@@ -35,6 +35,15 @@ MESSAGE_STYLE = {"sent": "cyan", "retransmitted": "yellow", "received": "bold gr
 HISTORY = 30  # filters remembered (up / down in the filter field)
 
 
+def fmt_size(n: int | None) -> str:
+    """Bytes in the SIZE column's five characters (a chunked message's hundreds of KiB too)."""
+    if n is None:
+        return ""
+    if n < 100_000:
+        return str(n)
+    return f"{n / 1024:.0f}k" if n < 10 * 1024 * 1024 else f"{n / (1024 * 1024):.0f}M"
+
+
 def fmt_ago(seconds: float) -> str:
     return f"-{seconds:.3f}s" if seconds < 60 else f"-{int(seconds // 60)}m{seconds % 60:04.1f}s"
 
@@ -55,7 +64,7 @@ def message_row(r: TraceRecord, when: str, expanded: bool) -> Row:
     who = Text(r.node)
     who.append(" out" if r.dir == "out" else " in", style="dim")
     return Row(key=(r.ts, r.id), cells=(when, who, Text(f"{r.sender} → {r.receiver}"), kind, str(r.seq or ""),
-                                        str(r.size), res, Text(f"msg {r.message_id[:8]}", style="magenta")))
+                                        fmt_size(r.size), res, Text(f"msg {r.message_id[:8]}", style="magenta")))
 
 
 def trace_row(r: TraceRecord, now: float | None = None, expanded: bool = False) -> Row:
@@ -79,7 +88,7 @@ def trace_row(r: TraceRecord, now: float | None = None, expanded: bool = False) 
     if r.message_id and not rid:
         rid = f"msg {r.message_id[:8]}"
     return Row(key=(r.ts, r.id), cells=(when, who, flow, kind, "" if r.seq is None else str(r.seq),
-                                        "" if r.size is None else str(r.size), res, rid + (" ◆" if r.envelope else "")))
+                                        fmt_size(r.size), res, rid + (" ◆" if r.envelope else "")))
 
 
 class TraceRows(Sequence):
@@ -349,13 +358,10 @@ class TracesView(Vertical):
             self.notify(f"message {rec.message_id[:8]} went as one envelope: nothing to expand")
             return
         store = self.state.traces
-        shown = store.toggle_expanded(rec.message_id)
+        store.toggle_expanded(rec.message_id)  # ▸ becomes ▾ and the chunks appear under it (or fold again)
         self._built_rows.clear()  # its rows' ▸/▾ marks change
         self.follow = False  # the cursor stays on the message's row
         self.refresh_view(force=True)
-        n = sum(1 for r in store.ring if r.message_id == rec.message_id and r.kind == "envelope")
-        self.notify(f"message {rec.message_id[:8]}: {n} chunk envelope{'s' if n != 1 else ''} "
-                    f"{'shown under it' if shown else 'folded'}")
 
     def action_follow_call(self) -> None:
         rec = self.selected()
