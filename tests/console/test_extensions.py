@@ -138,6 +138,23 @@ async def test_durable_view_lists_outboxes_with_target_state_age_and_expiry(fixt
 
 
 @run_async
+async def test_without_a_key_receipts_are_not_verified_and_the_console_says_why(fixture_env):
+    from speedtui.services.clock import FrozenClock
+
+    root, _key, paths = fixture_env
+    app = make_app(root, None, paths=paths, clock=FrozenClock(FIXED_NOW), steady=True)
+    notes = capture_notes(app)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("9")
+        view = app.view_widget("durable")
+        await wait_for(pilot, lambda: view.listed_at is not None, what="the outboxes (no key needed)")
+        assert len(table_rows(view, "#durable-outbox")) == 3
+        await pilot.press("v")
+        await wait_for(pilot, lambda: "no key loaded: receipts cannot be verified" in notes, what="the sentence")
+        assert view.receipts is None
+
+
+@run_async
 async def test_leases_mark_durable_nodes(fixture_app):
     app = fixture_app(steady=True)
     async with app.run_test(size=SIZE) as pilot:
