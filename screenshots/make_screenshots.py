@@ -47,6 +47,9 @@ SHOTS = [
     ("replay.svg", ["5", "down", "down"], None),
     ("analytics.svg", ["6"], None),
     ("audit.svg", ["7"], None),
+    ("security.svg", ["8"], None),
+    ("durable.svg", ["9"], "durable"),
+    ("chunked-message.svg", ["4"], "chunked"),
     ("help.svg", ["question_mark"], None),
     ("call-dialog.svg", [], "call"),
     ("grant-dialog.svg", [], "grant"),
@@ -71,8 +74,9 @@ def seed_history(paths: Paths, root: Path) -> None:
                           "# re-deliver 154 sealed bytes", result="injected"))
     CallHistory(paths.call_history(root)).record(CallRecord(FIXED_NOW - 30, "ops", "billing", "calculateTax",
                                                       {"amount": 100}, 5.0, "SUCCESS", {"tax": 18.0}, latency_ms=4.2))
-    paths.analytics_dir.mkdir(parents=True, exist_ok=True)
-    (paths.analytics_dir / "summary.json").write_text(json.dumps(sample_summary()))
+    reports = paths.env_dir(root) / "analytics"  # where the analytics view keeps the environment's last report
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "summary.json").write_text(json.dumps(sample_summary()))
 
 
 async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: bool, work: Path) -> None:
@@ -104,6 +108,16 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
             app.drain()
         for k in keys:
             await pilot.press(k)
+        if extra == "durable":  # the outboxes are read by a worker
+            while app.view_widget("durable").listed_at is None:
+                await pilot.pause(0.05)
+        elif extra == "chunked":  # the chunked message's sent row, expanded to its chunks
+            from speedtui.environments.fixture import CHUNKED_ID
+
+            table = app.view_widget("traces").query_one("#traces-table")
+            rows = [table.rows.record(i) for i in range(len(table.rows))]
+            table.cursor = next(i for i, r in enumerate(rows) if r.message_id == CHUNKED_ID and r.event == "sent")
+            await pilot.press("enter", "down", "down", "down")
         g = app.graph()
         if extra == "call":
             app.push_screen(CallScreen(["gateway"], g, "/dev/shm/speed", "speed.key", "gateway", "billing",

@@ -26,10 +26,27 @@ IDS = {
     "batch": "66666666-6666-4666-8666-666666666666",
 }
 
+# what gateway's quota extension publishes about its senders (counters.threat, see ext/quota.py)
+THREATS = {
+    "eve": {"score": 125.0, "state": "quarantined", "instances": {"0e0e0e0e": 125.0},
+            "last": ["unauthorized", "unauthorized", "unauthorized"], "rejections": 5, "recent": [1, 2, 1, 1, 0]},
+    "billing": {"score": 3.0, "state": "normal", "instances": {"22222222": 3.0}, "last": ["late_response"],
+                "rejections": 1, "recent": [0, 0, 0, 0, 0]},
+}
+FEATURES = {"gateway": ["chunks", "reliable", "quota"], "billing": ["chunks", "reliable", "durable"],
+            "ledger": ["durable"], "reports": ["durable"]}
+CHUNKED_ID = "c0ffee00-0000-4000-8000-000000000001"  # billing → gateway, three chunks
+RELIABLE_ID = "5eed0000-0000-4000-8000-000000000002"  # billing → gateway, acknowledged after a retransmission
+FAILED_ID = "dead0000-0000-4000-8000-000000000003"  # billing → reports, never acknowledged
+# durable messages waiting in outboxes: (sender, target, stream, id, age, payload bytes)
+OUTBOX = [("billing", "reports", "ab" * 16, 1, 56.0, 42), ("billing", "reports", "ab" * 16, 2, 40.0, 118),
+          ("ledger", "archive", "cd" * 16, 7, 3 * 3600.0, 2048)]
+
 NODES = [
     # name, groups, allow, services, status, heartbeat age, uptime, counters
     ("gateway", ["edge"], ["billing", "reports"], ["echo"], "online", 2.0, 3600,
-     {"sent": 120, "received": 118, "rejected": {"replayed_nonce": 1}, "spcCalls": 60, "spcErrors": 2}),
+     {"sent": 120, "received": 118, "rejected": {"replayed_nonce": 1}, "spcCalls": 60, "spcErrors": 2,
+      "threat": THREATS}),
     ("billing", ["finance"], ["gateway", "ledger"], ["calculateTax", "echo"], "online", 1.0, 7200,
      {"sent": 98, "received": 121, "rejected": {}, "spcCalls": 10, "spcErrors": 0}),
     ("ledger", ["finance"], ["billing"], ["echo", "sleep"], "online", 24.5, 600,
@@ -49,7 +66,8 @@ def write_key(path: Path) -> Path:
 
 
 def entry(name: str, groups, allow, services, status, age, uptime, counters, now: float = FIXED_NOW) -> dict:
-    return {
+    features = {"features": FEATURES[name]} if name in FEATURES else {}
+    return {**features,
         "name": name, "id": IDS[name], "pid": 40000 + list(IDS).index(name), "host": HOST, "status": status,
         "startupTimestamp": now - uptime, "lastHeartbeat": now - age, "leaseSeconds": 30,
         "heartbeatSeconds": 5, "protocol": 1, "groups": groups, "allow": allow, "services": services,
@@ -123,9 +141,78 @@ def journal_records(now: float = FIXED_NOW, health: bool = True) -> dict[str, li
            {"kind": "health", "ts": now - 39.5, "node": "billing", "event": "receiving_recovered", "detail": ""}]
     gw += [] if not health else [{"kind": "health", "ts": now - 12.0, "node": "gateway",
                                   "event": "registry_lock_held", "detail": "pid 4242 held the registry lock for 10 s"}]
+    if health:
+        extension_records(now, gw, bl)
     gw.sort(key=lambda r: r["ts"])
     bl.sort(key=lambda r: r["ts"])
     return {"gateway": gw, "billing": bl}
+
+
+def extension_records(now: float, gw: list[dict], bl: list[dict]) -> None:
+    """Records of the extensions (PROTOCOL.md): eve rejected and quarantined at gateway (quota), a
+    chunked and a reliable message from billing to gateway and one that reports never acknowledged
+    (chunks, reliable), billing storing durable messages for reports. All older than the SPC
+    exchange the traces snapshots select (the newest rows stay the same)."""
+    for ts, score in ((now - 58, 25.0), (now - 45, 50.0), (now - 38, 75.0), (now - 37, 100.0), (now - 35, 125.0)):
+        gw.append({"kind": "envelope", "ts": ts, "node": "gateway", "dir": "in", "peer": "eve", "type": "MESSAGE",
+                   "seq": 1, "size": 96, "outcome": "rejected", "reason": "unauthorized"})
+        gw.append({"kind": "threat", "ts": ts + 0.001, "node": "gateway", "peer": "eve",
+                   "event": "quarantined" if score == 100.0 else "raised", "score": score,
+                   "instance": "0e0e0e0e", "reason": "unauthorized"})
+    gw.append({"kind": "threat", "ts": now - 44, "node": "gateway", "peer": "billing", "event": "raised",
+               "score": 3.0, "instance": "22222222", "reason": "late_response"})
+
+    def message(node, ts, direction, peer, mid, event, chunks, attempt, seq, size, reason=None):
+        rec = {"kind": "message", "ts": ts, "node": node, "dir": direction, "peer": peer, "messageId": mid,
+               "event": event, "type": "MESSAGE", "size": size, "chunks": chunks, "attempt": attempt,
+               "reliable": True, "seq": seq}
+        (gw if node == "gateway" else bl).append({**rec, "reason": reason} if reason else rec)
+
+    def envelope(node, ts, direction, peer, seq, outcome, mid, chunk=None, size=4096):
+        rec = {"kind": "envelope", "ts": ts, "node": node, "dir": direction, "peer": peer, "type": "MESSAGE",
+               "seq": seq, "size": size, "outcome": outcome, "messageId": mid}
+        (gw if node == "gateway" else bl).append({**rec, "chunk": chunk, "chunks": 3} if chunk else rec)
+
+    t = now - 33.0
+    for i in range(1, 4):
+        envelope("billing", t + i * 0.01, "out", "gateway", 8 + i, "sent", CHUNKED_ID, i, 262_208)
+        envelope("gateway", t + i * 0.01 + 0.002, "in", "billing", 8 + i, "accepted", CHUNKED_ID, i, 262_208)
+    message("billing", t + 0.04, "out", "gateway", CHUNKED_ID, "sent", 3, 1, 11, 700_000)
+    message("gateway", t + 0.045, "in", "billing", CHUNKED_ID, "delivered", 3, 0, 11, 700_000)
+    message("billing", t + 0.05, "out", "gateway", CHUNKED_ID, "received", 3, 1, 11, 700_000)
+    t = now - 27.0
+    envelope("billing", t, "out", "gateway", 12, "sent", RELIABLE_ID)
+    message("billing", t + 0.001, "out", "gateway", RELIABLE_ID, "sent", 1, 1, 12, 3900)
+    envelope("billing", t + 2.0, "out", "gateway", 13, "sent", RELIABLE_ID)
+    message("billing", t + 2.001, "out", "gateway", RELIABLE_ID, "retransmitted", 1, 2, 13, 3900)
+    envelope("gateway", t + 2.01, "in", "billing", 13, "accepted", RELIABLE_ID)
+    message("gateway", t + 2.02, "in", "billing", RELIABLE_ID, "delivered", 1, 0, 13, 3900)
+    message("billing", t + 2.03, "out", "gateway", RELIABLE_ID, "received", 1, 2, 13, 3900)
+    t = now - 24.0
+    envelope("billing", t, "out", "reports", 1, "sent", FAILED_ID, size=512)
+    message("billing", t + 0.001, "out", "reports", FAILED_ID, "sent", 1, 1, 1, 400)
+    envelope("billing", t + 2.0, "out", "reports", 2, "sent", FAILED_ID, size=512)
+    message("billing", t + 2.001, "out", "reports", FAILED_ID, "retransmitted", 1, 2, 2, 400)
+    message("billing", t + 6.0, "out", "reports", FAILED_ID, "send-error", 1, 2, 0, 400, "unacknowledged")
+    for sender, target, stream, mid, age, _size in OUTBOX:
+        if sender == "billing":
+            bl.append({"kind": "durable", "ts": now - age, "node": sender, "peer": target, "event": "stored",
+                       "stream": stream, "id": mid})
+
+
+def write_outboxes(root: Path, now: float) -> None:
+    """Real outbox entries (sealed with the fixture's key) for `speed outbox` and the Durable view."""
+    from speed_runtime.core.durable import seal_outbox_entry
+    from speed_runtime.core.keys import Key
+
+    key = Key(FIXED_KEY)
+    for sender, target, stream, mid, age, size in OUTBOX:
+        box = root / sender / "durable" / "outbox" / target
+        box.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (box / "stream").write_text(stream + "\n")
+        meta = {"target": target, "stream": stream, "id": mid, "created": now - age,
+                "expiresAt": int((now - age + 86_400) * 1000), "size": size, "type": "MESSAGE"}
+        (box / f"{mid:020d}.msg").write_bytes(seal_outbox_entry(meta, bytes(size), key, bytes([mid]) * 12))
 
 
 def build(root: Path, now: float = FIXED_NOW, health: bool = True) -> tuple[Path, Path]:
@@ -147,6 +234,8 @@ def build(root: Path, now: float = FIXED_NOW, health: bool = True) -> tuple[Path
             for r in recs:
                 fh.write(json.dumps(r, separators=(",", ":")) + "\n")
             fh.write('{"torn": ')  # a torn last line, as after a crash
+    if health:
+        write_outboxes(root, now)
     key = write_key(root.parent / f"{root.name}.key")
     return root, key
 

@@ -100,3 +100,11 @@ def speed_call_command(target: str, service: str, arguments: Any, caller: str, r
                        timeout: float | None = None) -> str:
     """The `speed call` line as text (what the call dialog shows and `y` / ctrl+y copy)."""
     return call_command(target, service, arguments, caller, root, key, timeout).shell()
+
+
+def outbox_command(root: Any, names: Iterable[str] = ()) -> SpeedCommand:
+    return SpeedCommand(("speed", "outbox", *names, "--dir", str(root)))
+
+
+def receipts_command(name: str, root: Any, key: Any) -> SpeedCommand:
+    return SpeedCommand(("speed", "receipts", name, "--dir", str(root), "--key", str(key)))

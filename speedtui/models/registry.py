@@ -39,6 +39,11 @@ class NodeRow:
     reason: str = ""  # why the node is judged stale ("" when it is not), in the console's words
     verdict: Liveness | None = None  # the runtime's verdict the row shows (None: unreadable entry)
     health: str = ""  # the node's latest report of a problem with itself (a health record), if any
+    features: tuple[str, ...] = ()  # extensions of the contract it speaks (§9): durable, quota, chunks…
+
+    @property
+    def durable(self) -> bool:
+        return "durable" in self.features
 
     @property
     def expiring_soon(self) -> bool:
@@ -71,6 +76,7 @@ def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
         pid_alive=pid_alive(v, e, facts), host=e.host, runtime=e.runtime, uptime=uptime(v, e, now),
         groups=e.groups, services=e.services, allow=e.allow, counters=st["counters"], node_id=e.id,
         lease_seconds=lease_seconds(e), raw=st["raw"], reason=reason_text(v, e), verdict=v, health=health,
+        features=e.features,
     )
 
 
@@ -154,7 +160,7 @@ def row_matches(row: NodeRow, text: str) -> bool:
         return True
     t = text.lower()
     hay = " ".join([row.name, row.status, row.host, row.runtime, " ".join(row.groups),
-                    " ".join(row.services), str(row.pid or ""), row.reason, row.health]).lower()
+                    " ".join(row.services), str(row.pid or ""), row.reason, row.health, " ".join(row.features)]).lower()
     return all(part in hay for part in t.split())
 
 

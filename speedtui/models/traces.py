@@ -9,7 +9,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from speed_runtime.core.records import ENVELOPE_FIELD_LIMIT, EnvelopeTrace, HealthTrace, LeaseTrace
+from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, DurableTrace, EnvelopeTrace, HealthTrace, LeaseTrace,
+                                        MessageTrace, ThreatTrace)
 from speed_runtime.core.records import parse_record as parse_event
 
 _ids = itertools.count(1)
@@ -17,14 +18,14 @@ _ids = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class TraceRecord:
-    """The console's view of one journal record (the runtime's ``EnvelopeTrace``, ``LeaseTrace``
-    or ``HealthTrace``): absent fields are "" so that filters and cells need no None checks, and
-    an id orders records of the same time."""
+    """The console's view of one journal record (the runtime's ``EnvelopeTrace``, ``LeaseTrace``,
+    ``HealthTrace``, ``MessageTrace``, ``ThreatTrace`` or ``DurableTrace``): absent fields are "" so
+    that filters and cells need no None checks, and an id orders records of the same time."""
 
     id: int
     ts: float
     node: str
-    kind: str  # envelope | lease | health
+    kind: str  # envelope | lease | health | message | threat | durable
     dir: str = ""
     peer: str = ""
     type: str = ""
@@ -42,6 +43,13 @@ class TraceRecord:
     event: str = ""  # lease and health records
     detail: str = ""  # health records
     source: str = "journal"  # journal | observer
+    message_id: str = ""  # envelope and message records: the logical message (chunks, reliable)
+    chunk: int | None = None  # envelope: its index among the message's chunks…
+    chunks: int | None = None  # …of this many (message records: envelopes per transmission)
+    attempt: int = 0  # message records: transmissions so far (0: not reliable)
+    score: float | None = None  # threat records: the sender's score after the change
+    stream: str = ""  # durable records: the stream…
+    number: int | None = None  # …and the message id in it
 
     @property
     def sender(self) -> str:
@@ -60,7 +68,13 @@ class TraceRecord:
     def text(self) -> str:
         return " ".join(str(x) for x in (self.node, self.peer, self.type, self.outcome, self.reason,
                                          self.request_id, self.service, self.status, self.error_code,
+                                         self.event, self.message_id,
                                          self.seq if self.seq is not None else "")).lower()
+
+    @property
+    def folded_chunk(self) -> bool:
+        """An envelope carrying one chunk of a chunked message (shown under its message's row)."""
+        return self.kind == "envelope" and self.chunks is not None and self.chunks > 1 and bool(self.message_id)
 
 
 def record_of(event: Any, source: str = "journal", keep_envelope: bool = True) -> TraceRecord | None:
@@ -73,7 +87,21 @@ def record_of(event: Any, source: str = "journal", keep_envelope: bool = True) -
             id=next(_ids), ts=event.ts, node=event.node, kind="envelope", dir=event.dir, peer=event.peer,
             type=event.type, seq=event.seq, size=event.size, outcome=event.outcome, reason=event.reason or "",
             request_id=event.request_id or "", service=event.service or "", status=event.status or "",
-            error_code=event.error_code or "", latency_ms=event.latency_ms, envelope=env, source=source)
+            error_code=event.error_code or "", latency_ms=event.latency_ms, envelope=env, source=source,
+            message_id=event.message_id or "", chunk=event.chunk, chunks=event.chunks)
+    if isinstance(event, MessageTrace):
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="message", dir=event.dir,
+                           peer=event.peer, type=event.type, seq=event.seq, size=event.size, event=event.event,
+                           reason=event.reason or "", detail=event.detail, source=source,
+                           message_id=event.message_id, chunks=event.chunks, attempt=event.attempt)
+    if isinstance(event, ThreatTrace):
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="threat", peer=event.peer,
+                           event=event.event, reason=event.reason, score=event.score, detail=event.instance,
+                           source=source)
+    if isinstance(event, DurableTrace):
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="durable", peer=event.peer,
+                           event=event.event, status=event.status or "", stream=event.stream, number=event.id,
+                           detail=event.detail, source=source)
     if isinstance(event, LeaseTrace):
         return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="lease", subject=event.subject,
                            event=event.event, source=source)
@@ -175,11 +203,17 @@ RECOVERED = "receiving_recovered"  # the one health event that ends a problem (P
 LASTING = frozenset({"receiving_failed", "stopped_renewing"})  # problems that last until the node recovers
 TRANSIENT_SECONDS = 60.0  # the others (a lock held, a renewal failed, the inbox replaced…) mark a row this long
 MAX_HEALTH_NODES = 10_000
+REJECTION_BUCKET = 10  # seconds per bucket of the rejections per receiver and sender (Security's sparklines)
+REJECTION_BUCKETS = 30  # buckets kept per pair (five minutes)
+MAX_REJECTION_PAIRS = 10_000
 
 
 class TraceStore:
-    """Ring buffer of envelope records with an incrementally maintained filtered view; lease and
-    health records (a node's life, and its reports about itself) in their own bounded ring."""
+    """Ring buffer of envelope and message records with an incrementally maintained filtered view
+    (the envelopes of a chunked message are folded under its message records until it is
+    expanded); lease and health records (a node's life, and its reports about itself) in their own
+    bounded ring; threat and durable records in theirs, with rejections counted per receiver and
+    sender over the last minutes."""
 
     def __init__(self, capacity: int = 20000, lease_capacity: int = 5000) -> None:
         self.capacity = capacity
@@ -197,6 +231,48 @@ class TraceStore:
         # a lone record is stored bare, not in a one-element list: tens of thousands of small
         # containers made each full garbage collection a key-blocking 100+ ms pause
         self.by_request: dict[str, TraceRecord | tuple[TraceRecord, ...]] = {}
+        self.threats: deque[TraceRecord] = deque(maxlen=lease_capacity)  # threat records (quota)
+        self.durable: deque[TraceRecord] = deque(maxlen=lease_capacity)  # durable records
+        self.rejections: dict[tuple[str, str], dict[int, int]] = {}  # (receiver, sender) → bucket → count
+        self.security_version = 0  # bumped by a threat record or a rejection
+        self.expanded: set[str] = set()  # chunked messages whose envelopes are shown
+
+    def shows(self, r: TraceRecord) -> bool:
+        """Whether the filtered view holds ``r``: it matches the filter and is not a folded chunk."""
+        if r.folded_chunk and r.message_id not in self.expanded:
+            return False
+        return self.filter.matches(r)
+
+    def toggle_expanded(self, message_id: str) -> bool:
+        """Show or fold a chunked message's envelopes; True when they are shown now."""
+        if message_id in self.expanded:
+            self.expanded.discard(message_id)
+        else:
+            self.expanded.add(message_id)
+        self.set_filter(self.filter)
+        return message_id in self.expanded
+
+    def _note_rejection(self, r: TraceRecord) -> None:
+        key = (r.node, r.peer)
+        buckets = self.rejections.get(key)
+        if buckets is None:
+            if len(self.rejections) >= MAX_REJECTION_PAIRS:
+                return
+            buckets = self.rejections[key] = {}
+        b = int(r.ts // REJECTION_BUCKET)
+        buckets[b] = buckets.get(b, 0) + 1
+        if len(buckets) > 2 * REJECTION_BUCKETS:
+            for old in sorted(buckets)[:-REJECTION_BUCKETS]:
+                del buckets[old]
+        self.security_version += 1
+
+    def rejection_series(self, receiver: str, sender: str, now: float,
+                         buckets: int = REJECTION_BUCKETS) -> list[int]:
+        """Rejections of ``sender``'s envelopes at ``receiver`` per REJECTION_BUCKET seconds, oldest
+        first, the current bucket last (from the journals' rejected envelope records)."""
+        got = self.rejections.get((receiver, sender), {})
+        end = int(now // REJECTION_BUCKET)
+        return [got.get(b, 0) for b in range(end - buckets + 1, end + 1)]
 
     # ---- ingest
     def add(self, records: Iterable[TraceRecord]) -> int:
@@ -204,14 +280,22 @@ class TraceStore:
         for r in records:
             if r.source == "journal":
                 self.journaling.add(r.node)
-            if r.kind != "envelope":
+            kind = r.kind
+            if kind == "threat" or kind == "durable":
+                (self.threats if kind == "threat" else self.durable).append(r)
+                self.security_version += 1
+                continue
+            if kind != "envelope" and kind != "message":
                 self.leases.append(r)
                 self._note_health(r)
                 continue
             n += 1
             self.total += 1
-            sec = int(r.ts)
-            self.buckets[sec] = self.buckets.get(sec, 0) + 1
+            if kind == "envelope":  # the header's rate counts envelopes
+                sec = int(r.ts)
+                self.buckets[sec] = self.buckets.get(sec, 0) + 1
+                if r.outcome == "rejected" and r.dir == "in":
+                    self._note_rejection(r)
             if len(self.ring) == self.ring.maxlen:
                 if r.ts < self.ring[0].ts:
                     continue  # older than everything a full ring keeps: it would be the next to go
@@ -221,7 +305,7 @@ class TraceStore:
                 if old.request_id:
                     self._unlink_request(old)
             _insert_in_time_order(self.ring, r)
-            if self.filter.matches(r):
+            if self.shows(r):
                 _insert_in_time_order(self.view, r)
             if r.request_id:
                 had = self.by_request.get(r.request_id)
@@ -276,7 +360,7 @@ class TraceStore:
 
     def set_filter(self, f: TraceFilter) -> None:
         self.filter = f
-        self.view = deque(r for r in self.ring if f.matches(r))
+        self.view = deque(r for r in self.ring if self.shows(r))
 
     # ---- queries
     def rate_series(self, now: float, seconds: int = 60) -> list[float]:

@@ -36,6 +36,7 @@ from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
 from .gc_pacer import CollectorPacer
+from .ext_operations import ExtOperations
 from .operations import Operations
 from .palette import help_rows, palette_commands
 from .screens.calls import CallScreen
@@ -47,16 +48,19 @@ from .themes import load_themes, resolve_theme_name
 from .views.access import AccessView
 from .views.analytics import AnalyticsView
 from .views.audit import AuditView
+from .views.durable import DurableView
 from .views.fabrics import FabricsView
 from .views.leases import LeasesView
 from .views.replay import ReplayView
+from .views.security import SecurityView
 from .views.traces import TracesView
 from .widgets.fast_table import FastTable
 from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
 VIEWS = [("leases", "Leases"), ("fabrics", "Fabrics"), ("access", "Access"), ("traces", "Traces"),
-         ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit")]
+         ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit"), ("security", "Security"),
+         ("durable", "Durable")]
 ACTIONS = ("launch", "stop_node", "grant", "call", "send")  # every one changes the environment
 
 
@@ -126,6 +130,7 @@ class SpeedApp(App):
         self.gc_pacer = CollectorPacer() if pace_gc else None
         self.journal_history: JournalHistory | None = None  # time travel's reader, kept between trips
         self.ops = Operations(self)
+        self.ext_ops = ExtOperations(self)  # the Security and Durable views' requests
 
     @property
     def replays(self):
@@ -144,7 +149,7 @@ class SpeedApp(App):
                           self.demo is not None)
         yield Static(id="banner")
         views = {"leases": LeasesView, "fabrics": FabricsView, "access": AccessView, "traces": TracesView,
-                 "replay": ReplayView, "audit": AuditView}
+                 "replay": ReplayView, "audit": AuditView, "security": SecurityView, "durable": DurableView}
         with TabbedContent(initial=self.initial_view, id="views"):
             for i, (vid, label) in enumerate(VIEWS):
                 with TabPane(f"{i + 1} {label}", id=vid):
@@ -307,7 +312,7 @@ class SpeedApp(App):
 
     def refresh_active(self, registry: bool = True) -> None:
         vid = self.active_view()
-        if vid == "traces" or registry or vid == "replay":
+        if registry or vid in ("traces", "replay", "security"):
             self.view_widget(vid).refresh_view()
         self.update_header()
 
@@ -394,6 +399,15 @@ class SpeedApp(App):
     def on_start_console_node(self, m: msg.StartConsoleNode) -> None:
         self.ops.start_console_node(m.then)
 
+    def on_lift_quarantine(self, m: msg.LiftQuarantine) -> None:
+        self.ext_ops.lift(m.receiver, m.sender)
+
+    def on_list_outboxes(self, m: msg.ListOutboxes) -> None:
+        self.ext_ops.list_outboxes(m.explicit)
+
+    def on_verify_receipts(self, m: msg.VerifyReceipts) -> None:
+        self.ext_ops.verify_receipts(m.name)
+
     # ------------------------------------------------------------------ keys and what tests drive
     def action_launch(self) -> None:
         self.ops.launch()
@@ -455,7 +469,7 @@ class SpeedApp(App):
     def own_records(self, start: float, end: float) -> list[TraceRecord]:
         """Records of the console's own nodes that no journal holds (observer events), in [start, end]."""
         return [r for src in (self.traces.ring, self.traces.leases) for r in src
-                if r.source == "observer" and start <= r.ts <= end]
+                if r.source == "observer" and start <= r.ts <= end and r.kind in ("envelope", "lease", "health")]
 
     def jump_to(self, target: JumpTarget) -> None:
         if target.kind == "view":

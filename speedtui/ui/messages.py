@@ -152,3 +152,41 @@ class PastReady(Message):
 
     moment: Moment
     event_times: list[float]
+
+
+# ---------------------------------------------------------------- extensions (Security and Durable views)
+
+@dataclass
+class LiftQuarantine(Message):
+    """End ``sender``'s quarantine at ``receiver`` (possible at one of the console's in-process nodes)."""
+
+    receiver: str
+    sender: str
+
+
+@dataclass
+class ListOutboxes(Message):
+    """Read the durable outboxes and pending copies (a worker); ``explicit``: the operator asked (audited)."""
+
+    explicit: bool = False
+
+
+@dataclass
+class VerifyReceipts(Message):
+    """Verify the receipt chains ``name`` issued (None: ask which durable node)."""
+
+    name: str | None = None
+
+
+@dataclass
+class OutboxesListed(Message):
+    items: list[Any]  # speed_runtime.ext.durable_store.OutboxItem
+    pending: list[Any]  # …PendingCopy
+    error: str = ""
+
+
+@dataclass
+class ReceiptsVerified(Message):
+    name: str
+    reports: list[Any]  # (where, speed_runtime.core.durable.ChainReport)
+    error: str = ""

@@ -58,6 +58,10 @@ def palette_commands(app: "SpeedApp", views: list[tuple[str, str]]) -> Iterable[
                         lambda: app.view_widget("traces").action_export())
     yield SystemCommand("Export access matrix", "key E in Access · CSV and JSON",
                         lambda: app.view_widget("access").action_export())
+    yield SystemCommand("Read durable outboxes", "key r in Durable · What waits in every outbox (`speed outbox`)",
+                        lambda: (app.action_show("durable"), app.view_widget("durable").action_relist()))
+    yield SystemCommand("Verify durable receipts", "key v in Durable · A node's receipt chains (`speed receipts`)",
+                        lambda: (app.action_show("durable"), app.view_widget("durable").action_verify()))
     for target in sorted(app.jump_targets().values(), key=lambda t: (t.kind, t.name)):
         if target.kind == "node":
             yield SystemCommand(f"Node: {target.name}", "Show it in Leases", partial(app.jump_to, target))

@@ -117,7 +117,7 @@ async def test_empty_filter_result_says_the_filter_hides_records(tmp_path):
         await pilot.press("4", "slash", *"nothing-matches-this")
         await pilot.pause()
         table = app.view_widget("traces").query_one("#traces-table")
-        assert len(table.rows) == 0 and "matches the filter" in table.empty_text and "36 buffered" in table.empty_text
+        assert len(table.rows) == 0 and "matches the filter" in table.empty_text and "62 buffered" in table.empty_text
 
 
 # 8: newest first is time order across journals
@@ -270,3 +270,20 @@ async def test_lease_detail_grows_and_shrinks(tmp_path):
         await pilot.press("minus", "minus", "minus", "minus")
         await pilot.pause()
         assert bigger > before and detail.size.height == before  # the table is back to all its rows
+
+
+@run_async
+async def test_the_envelope_inspector_opens_with_its_sealed_bytes(tmp_path):
+    """Enter on a traced envelope opened nothing: the inspector named an undefined variable for
+    the sealed bytes (NameError), and the snapshot of the dialog showed the traces behind it."""
+    from speedtui.ui.screens.envelope import EnvelopeScreen
+
+    root, paths, app = fixture_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4", "down", "down", "down", "enter")  # gateway's MESSAGE seq 9, sealed bytes kept
+        await wait_for(pilot, lambda: isinstance(app.screen, EnvelopeScreen), what="the inspector")
+        await pilot.pause()
+        import html
+
+        shot = html.unescape(app.export_screenshot()).replace("\xa0", " ")
+        assert "sealed bytes (154)" in shot and "authentic" in shot

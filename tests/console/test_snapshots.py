@@ -272,3 +272,40 @@ def test_registry_lock_holder_banner(size, snap_compare, fixture_app):
         await pilot.pause()
 
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_security(size, snap_compare, fixture_app):
+    """Threat scores per receiver and sender: eve quarantined at gateway (quota), billing's rejections."""
+    assert snap_compare(app_for(fixture_app), press=["8"], terminal_size=size)
+
+
+@sized
+def test_durable(size, snap_compare, fixture_app):
+    """What waits in the outboxes of billing and ledger (read by a worker), target states and expiries."""
+    from .conftest import wait_for
+
+    async def before(pilot):
+        await pilot.press("9")
+        view = pilot.app.view_widget("durable")
+        await wait_for(pilot, lambda: view.listed_at is not None, what="the outboxes")
+        await pilot.pause()
+
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+@sized
+def test_traces_chunked_message_expanded(size, snap_compare, fixture_app):
+    """The chunked message from billing to gateway, its sent row expanded to its three chunks."""
+    from speedtui.environments.fixture import CHUNKED_ID
+
+    async def before(pilot):
+        await pilot.press("4")
+        view = pilot.app.view_widget("traces")
+        table = view.query_one("#traces-table")
+        rows = [table.rows.record(i) for i in range(len(table.rows))]
+        table.cursor = next(i for i, r in enumerate(rows) if r.message_id == CHUNKED_ID and r.event == "sent")
+        await pilot.press("enter", "down", "down", "down")  # onto its chunks, below it (older)
+        await pilot.pause()
+
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)

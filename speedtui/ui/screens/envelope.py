@@ -54,8 +54,8 @@ def envelope_renderable(rec: TraceRecord, secret: bytes | None):
                             theme="ansi_dark", background_color="default", word_wrap=True))
     elif dec.payload_text:
         parts.append(Text(dec.payload_text))
-    parts.append(Text(f"sealed bytes ({len(data)})", style="bold"))
-    parts.append(Text(rt.hexdump(data, limit=1024), style="dim"))
+    parts.append(Text(f"sealed bytes ({len(rec.envelope)})", style="bold"))
+    parts.append(Text(rt.hexdump(rec.envelope, limit=1024), style="dim"))
     return Group(*parts)
 
 

@@ -16,10 +16,16 @@ VIEW_HELP = [
     ("Fabrics", "groups as a tree with rolled-up health; Enter on a fabric filters every view."),
     ("Access", "who may write to whom (matrix and arrows); the explainer says if a call can work."),
     ("Traces", "every traced envelope. / filter (node: type: outcome: text), p pause, f follow, "
-               "o order, Enter envelope, c follow call, R replay, C open as call."),
+               "o order, Enter envelope, c follow call, R replay, C open as call. A chunked message is one row "
+               "(▸N): Enter shows its chunks; reliable sends show retransmissions and the final outcome."),
     ("Replay", "per-node replay state and the outcome of the console's replays."),
     ("Analytics", "run the trace pipeline and show its summary."),
     ("Audit", "the operator's actions with equivalent `speed` commands; call history (r re-run, y copy)."),
+    ("Security", "threat scores per receiver and sender (quota): score, state, rejections over five minutes, "
+                 "last reasons; l lifts a quarantine at one of this console's in-process nodes."),
+    ("Durable", "what waits in durable outboxes (target state, age, expiry) and inboxes; r reads them again "
+                "(`speed outbox`), v verifies a node's receipt chains (`speed receipts NAME`). ◈ in Leases marks "
+                "durable nodes."),
     ("Time travel", "@ (in Traces: at the selected record): the registry and traffic at a past moment, from the "
                     "journals and this console's registry scans; [ ] step, { } previous/next event, + - step "
                     "size, @ pick a moment, Esc back to live."),

@@ -24,6 +24,7 @@ from ...models.traces import RECOVERED
 from .common import HEALTH_ICON, fmt_datetime, fmt_ts, pretty_json, status_text
 
 SORT_KEYS = [c[0] for c in COLUMNS]
+DURABLE_MARK = "◈"  # after the name of a node that speaks the durable extension (stores and forwards)
 
 
 def lease_cell(r: NodeRow) -> Text:
@@ -34,12 +35,19 @@ def lease_cell(r: NodeRow) -> Text:
     return Text("expired", style="red")
 
 
+def name_cell(r: NodeRow) -> Text:
+    t = Text(r.name, style="bold")
+    if r.durable:
+        t.append(f" {DURABLE_MARK}", style="bold magenta")
+    return t
+
+
 def node_row(r: NodeRow) -> Row:
     pid = "-" if r.pid is None else str(r.pid)
     pid_t = Text(pid + ("" if r.pid_alive is None else (" ✓" if r.pid_alive else " ✗")),
                  style="red" if r.pid_alive is False else "")
     cells = {
-        "status": status_text(r.status, r.health), "name": Text(r.name, style="bold"), "remaining": lease_cell(r),
+        "status": status_text(r.status, r.health), "name": name_cell(r), "remaining": lease_cell(r),
         "hb_age": fmt_duration(r.hb_age), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
         "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
         "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
@@ -213,6 +221,10 @@ class LeasesView(Vertical):
                 head.append(f"  lease {fmt_duration(row.remaining)} of {row.lease_seconds:g}s")
             elif row.remaining > 0:
                 head.append(f"  ({fmt_duration(row.remaining)} left on its lease)", style="dim")
+            if row.features:
+                head.append(f"  features: {', '.join(row.features)}", style="magenta")
+                if row.durable:
+                    head.append(f" {DURABLE_MARK}", style="bold magenta")
         if head.plain != self._head_plain:
             self._head_plain = head.plain
             # one line whatever it says: the countdown repaints it without a relayout of the pane

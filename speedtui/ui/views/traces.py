@@ -29,14 +29,48 @@ COLUMNS = [Column("ts", "TIME", 12), Column("node", "JOURNAL", 12), Column("flow
            Column("result", "OUTCOME", 24, flex=True), Column("rid", "REQUEST SERVICE", 22)]
 
 OUTCOME_STYLE = {"sent": "cyan", "accepted": "green", "rejected": "bold red"}
+# a logical message's events (chunks, reliable): its final outcome in bold
+MESSAGE_STYLE = {"sent": "cyan", "retransmitted": "yellow", "received": "bold green", "delivered": "bold green",
+                 "send-error": "bold red", "voided": "bold red", "duplicate": "yellow"}
 HISTORY = 30  # filters remembered (up / down in the filter field)
+
+
+def fmt_size(n: int | None) -> str:
+    """Bytes in the SIZE column's five characters (a chunked message's hundreds of KiB too)."""
+    if n is None:
+        return ""
+    if n < 100_000:
+        return str(n)
+    return f"{n / 1024:.0f}k" if n < 10 * 1024 * 1024 else f"{n / (1024 * 1024):.0f}M"
 
 
 def fmt_ago(seconds: float) -> str:
     return f"-{seconds:.3f}s" if seconds < 60 else f"-{int(seconds // 60)}m{seconds % 60:04.1f}s"
 
 
-def trace_row(r: TraceRecord, now: float | None = None) -> Row:
+def message_row(r: TraceRecord, when: str, expanded: bool) -> Row:
+    """A chunked or reliable message's event: one row (a chunked one folds its envelopes under it)."""
+    res = Text(r.event, style=MESSAGE_STYLE.get(r.event, ""))
+    if r.event == "retransmitted":
+        res.append(f" #{r.attempt}", style="yellow")
+    elif r.event in ("received", "send-error") and r.attempt:  # the final outcome, after so many transmissions
+        res.append(f" ({r.attempt} tx)", style="dim")
+    if r.reason:
+        res.append(f": {r.reason}", style="red")
+    chunks = r.chunks or 1
+    kind = Text(r.type)
+    if chunks > 1:
+        kind.append(f" {'▾' if expanded else '▸'}{chunks}", style="bold magenta")
+    who = Text(r.node)
+    who.append(" out" if r.dir == "out" else " in", style="dim")
+    return Row(key=(r.ts, r.id), cells=(when, who, Text(f"{r.sender} → {r.receiver}"), kind, str(r.seq or ""),
+                                        fmt_size(r.size), res, Text(f"msg {r.message_id[:8]}", style="magenta")))
+
+
+def trace_row(r: TraceRecord, now: float | None = None, expanded: bool = False) -> Row:
+    when = fmt_ts(r.ts) if now is None else fmt_ago(max(0.0, now - r.ts))
+    if r.kind == "message":
+        return message_row(r, when, expanded)
     res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
     if r.status == "ERROR" or r.error_code:
         res.append(f" {r.error_code or 'ERROR'}", style="red")
@@ -48,9 +82,13 @@ def trace_row(r: TraceRecord, now: float | None = None) -> Row:
     flow = Text(f"{r.sender} → {r.receiver}")
     who = Text(r.node)
     who.append(" out" if r.dir == "out" else " in", style="dim")
-    when = fmt_ts(r.ts) if now is None else fmt_ago(max(0.0, now - r.ts))
-    return Row(key=(r.ts, r.id), cells=(when, who, flow, r.type, "" if r.seq is None else str(r.seq),
-                                        "" if r.size is None else str(r.size), res, rid + (" ◆" if r.envelope else "")))
+    kind: Text | str = r.type
+    if r.folded_chunk:  # shown under its message's row
+        kind = Text(f" └ {r.chunk}/{r.chunks}", style="magenta")
+    if r.message_id and not rid:
+        rid = f"msg {r.message_id[:8]}"
+    return Row(key=(r.ts, r.id), cells=(when, who, flow, kind, "" if r.seq is None else str(r.seq),
+                                        fmt_size(r.size), res, rid + (" ◆" if r.envelope else "")))
 
 
 class TraceRows(Sequence):
@@ -58,8 +96,9 @@ class TraceRows(Sequence):
     when drawn.  A row's key is (time, record id), so the cursor is found by bisection."""
 
     def __init__(self, records: list[TraceRecord], newest_first: bool, built: dict[int, Row],
-                 now: float | None = None) -> None:
+                 now: float | None = None, expanded: set[str] | frozenset[str] = frozenset()) -> None:
         self.records = records
+        self.expanded = expanded
         self.newest_first = newest_first
         self.now = now  # relative times are counted from here
         # rows by record id, shared between snapshots: a record keeps its Row object, so the
@@ -82,7 +121,7 @@ class TraceRows(Sequence):
         if row is None:
             if len(self._built) > 2000:
                 self._built.clear()
-            row = self._built[rec.id] = trace_row(rec, self.now)
+            row = self._built[rec.id] = trace_row(rec, self.now, rec.message_id in self.expanded)
         return row
 
     def key_at(self, i: int) -> Any:
@@ -144,7 +183,7 @@ class TracesView(Vertical):
         Binding("f", "follow", "Follow", id="traces.follow"),
         Binding("o", "order", "Order", id="traces.order"),
         Binding("T", "relative_time", "Relative time", id="traces.time", show=False),
-        Binding("enter", "open", "Envelope", id="traces.open", show=False),
+        Binding("enter", "open", "Envelope / expand message", id="traces.open", show=False),
         Binding("c", "follow_call", "Follow call", id="traces.call"),
         Binding("R", "replay", "Replay", id="traces.replay"),
         Binding("C", "as_call", "As call", id="traces.ascall"),
@@ -206,7 +245,7 @@ class TracesView(Vertical):
         if self.relative:
             self._built_rows.clear()  # relative times move: rows are rebuilt at each paint
         rows = TraceRows(list(store.view), self.newest_first, self._built_rows,
-                         self.state.now() if self.relative else None)
+                         self.state.now() if self.relative else None, store.expanded)
         table.empty_text = self._empty_text()
         following = self.follow
         table.set_rows(rows, keep_key=not following)
@@ -308,8 +347,21 @@ class TracesView(Vertical):
 
     def action_open(self) -> None:
         rec = self.selected()
-        if rec is not None:
+        if rec is not None and rec.kind == "message":
+            self.toggle_message(rec)
+        elif rec is not None:
             self.post_message(OpenEnvelope(rec))
+
+    def toggle_message(self, rec: TraceRecord) -> None:
+        """Enter on a chunked message's row shows its envelopes under it (again: folds them)."""
+        if (rec.chunks or 1) <= 1:
+            self.notify(f"message {rec.message_id[:8]} went as one envelope: nothing to expand")
+            return
+        store = self.state.traces
+        store.toggle_expanded(rec.message_id)  # ▸ becomes ▾ and the chunks appear under it (or fold again)
+        self._built_rows.clear()  # its rows' ▸/▾ marks change
+        self.follow = False  # the cursor stays on the message's row
+        self.refresh_view(force=True)
 
     def action_follow_call(self) -> None:
         rec = self.selected()
@@ -344,6 +396,7 @@ def record_dict(r: TraceRecord) -> dict[str, Any]:
     """A record with the journal's field names (§8), empty fields left out."""
     d = {"ts": r.ts, "node": r.node, "kind": r.kind, "dir": r.dir, "peer": r.peer, "type": r.type, "seq": r.seq,
          "size": r.size, "outcome": r.outcome, "reason": r.reason, "requestId": r.request_id, "service": r.service,
-         "status": r.status, "errorCode": r.error_code, "latencyMs": r.latency_ms,
+         "status": r.status, "errorCode": r.error_code, "latencyMs": r.latency_ms, "messageId": r.message_id,
+         "event": r.event, "chunk": r.chunk, "chunks": r.chunks, "attempt": r.attempt or None,
          "envelope": base64.b64encode(r.envelope).decode("ascii") if r.envelope else None}
     return {k: v for k, v in d.items() if v not in ("", None)}
