@@ -130,3 +130,15 @@ def test_incremental_store_counts_the_extension_records(spark, ext, tmp_path):
     assert got["ingest"]["batches"] == 2
     for key in SECTIONS:
         assert got[key] == s[key], key
+
+
+def test_a_store_of_the_older_schema_asks_for_a_rebuild(spark, ext, tmp_path):
+    from speedtui.pipeline import PipelineError
+    root, _, s, _ = ext
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "state.json").write_text(json.dumps({"schema": "speed-analytics-store/1", "files": {}, "batches": []}))
+    with pytest.raises(PipelineError, match=r"older version .* rebuild it with `speedtui analyze --rebuild`\.$"):
+        run_incremental([root], str(store), str(tmp_path / "r"), spark=spark)
+    got = run_incremental([root], str(store), str(tmp_path / "r"), spark=spark, rebuild=True)
+    assert got["messages"] == s["messages"]
