@@ -153,6 +153,15 @@ def format_summary(s: dict) -> str:
         b = s["rejections"]["bursts"][0]
         lines.append(f"{len(s['rejections']['bursts'])} rejection burst(s); largest {b['rejections']} "
                      f"x {b['reason']} at {b['node']} ({b['label']})")
+    mt = (s.get("messages") or {}).get("totals") or {}
+    if mt.get("sent") or mt.get("delivered"):
+        lines.append(f"logical messages sent {mt['sent']:,} ({mt['chunks']:,} chunks), retransmissions "
+                     f"{mt['retransmissions']:,}, send errors {mt['send_errors']:,}, delivered {mt['delivered']:,}")
+    th = (s.get("threats") or {}).get("totals") or {}
+    if th.get("raised") or th.get("quarantined") or th.get("quarantined_rejections"):
+        lines.append(f"quarantines {th['quarantined']:,} ({th['quarantined_now']} still quarantined), "
+                     f"envelopes removed unread {th['quarantined_rejections']:,}, highest threat score "
+                     f"{th['max_score'] if th['max_score'] is not None else '-'}")
     crashes = sum(a["crashes"] for a in s["availability"])
     if s["availability"]:
         lines.append(f"availability: {len(s['availability'])} nodes, {crashes} crash(es)")

@@ -142,3 +142,11 @@ def test_a_store_of_the_older_schema_asks_for_a_rebuild(spark, ext, tmp_path):
         run_incremental([root], str(store), str(tmp_path / "r"), spark=spark)
     got = run_incremental([root], str(store), str(tmp_path / "r"), spark=spark, rebuild=True)
     assert got["messages"] == s["messages"]
+
+
+def test_format_summary_mentions_messages_and_quarantines(ext):
+    from speedtui.pipeline import format_summary
+    _, _, s, _ = ext
+    text = format_summary(s)
+    assert "logical messages sent 4 (7 chunks), retransmissions 3, send errors 1, delivered 2" in text
+    assert "quarantines 2 (1 still quarantined), envelopes removed unread 4, highest threat score 6.0" in text
