@@ -64,7 +64,8 @@ def report(name: str, runs: dict[str, list], floor: str) -> None:
 
 
 def check(ref: dict, got: dict) -> None:
-    for key in ("totals", "top_talkers", "rejections", "traffic_over_time", "availability"):
+    for key in ("totals", "top_talkers", "rejections", "traffic_over_time", "availability", "other_records",
+                "messages", "threats", "durable"):
         if ref[key] != got[key]:
             print(f"#   WARNING: {key} differs between the reference and Spark", flush=True)
 

@@ -10,10 +10,12 @@ import json
 from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
-from .records import TERMINAL_EVENTS, read_records
-from .rollup import (CALL, LINES, OTHER, REJECTED, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, TRAFFIC,
-                     batch_rows_sql, driver_facts_sql, merge_spc_sql, resolve_open_sql, security_sql,
-                     spc_done_sql, spc_open_sql, spc_table_sql, traffic_sql)
+from .records import COUNTED_KINDS, TERMINAL_EVENTS, read_records
+from .rollup import (CALL, DURABLE, LINES, MESSAGE, OTHER, REJECTED, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, THREAT,
+                     TRAFFIC, batch_rows_sql, driver_facts_sql, durable_sql, merge_spc_sql, messages_sql,
+                     resolve_open_sql, security_sql, spc_done_sql, spc_open_sql, spc_table_sql, threats_sql,
+                     traffic_sql)
+from .sections import durable_section, messages_section, threats_section
 from .summary import availability
 
 ROW_PARTS = "rows"
@@ -75,7 +77,8 @@ def compact(spark, batch_dirs: list[str], new_dir: str, accuracy: int = PERCENTI
     legs = ("sum(nreq) AS nreq, sum(nresp) AS nresp, min(resp_ts) AS resp_ts, "
             "min_by(code, resp_ts) AS code, min_by(lat, resp_ts) AS lat")
     (spark.sql(f"""SELECT tag, a, b, c, d, m, x, sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin,
-                          max(tmax) AS tmax, {legs} FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")
+                          max(tmax) AS tmax, {legs}, sum(chunks) AS chunks, sum(rel) AS rel,
+                          max(score) AS score FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")
      .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{new_dir}/{ROW_PARTS}"))
     spark.sql(merge_spc_sql("speed_done")).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
     (spark.sql(f"SELECT a, b, c, d, {legs} FROM speed_open GROUP BY 1, 2, 3, 4")
@@ -85,7 +88,7 @@ def compact(spark, batch_dirs: list[str], new_dir: str, accuracy: int = PERCENTI
 def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None,
            burst_threshold: int = BURST_THRESHOLD, accuracy: int = PERCENTILE_ACCURACY,
            step=None) -> dict:
-    """Write the five tables in out_uri; return the arguments of summary.build_summary (less
+    """Write the tables (common.TABLES) in out_uri; return the arguments of summary.build_summary (less
     inputs/out_dir). One collect for the driver, one write per table."""
     if step:
         step("tables")
@@ -103,6 +106,10 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
     (spark.sql(traffic_sql("speed_rows")).sortWithinPartitions("minute", "source", "target", "type")
      .write.mode("overwrite").parquet(f"{out_uri}/traffic"))
     spark.table("speed_security").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/security")
+    (spark.sql(messages_sql("speed_rows")).sortWithinPartitions("minute", "source", "target")
+     .write.mode("overwrite").parquet(f"{out_uri}/messages"))
+    spark.sql(threats_sql("speed_rows")).coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/threats")
+    spark.sql(durable_sql("speed_rows")).coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/durable")
     if step:
         step("spc")
     spark.table("speed_spc").coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/spc")
@@ -139,7 +146,11 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
                 bucket=bucket, traffic_buckets=[(t, v[0], v[1]) for t, v in sorted(tb.items())],
                 rejection_buckets=[(k[0], k[1], v) for k, v in sorted(rb.items())],
                 bursts=bursts, by_reason=dict(by_reason), spc=spc_rows, top=top[:SUMMARY_TOP],
-                availability=av, burst_threshold=burst_threshold, accuracy=accuracy)
+                availability=av, burst_threshold=burst_threshold, accuracy=accuracy,
+                messages=messages_section(got["msg_links"], got["msg_minutes"], got["msg_reasons"],
+                                          totals["chunk_envelopes_sent"], bucket),
+                threats=threats_section(got["threat_pairs"], got["threat_minutes"], got["quarantined"], bucket),
+                durable=durable_section(got["durable"]))
 
 
 def _small_table(spark, rows: list[dict], schema: str, uri: str) -> None:
@@ -152,12 +163,13 @@ def _totals(facts, lease_rows) -> tuple[dict, float | None, float | None]:
     n = defaultdict(int)
     nodes: set[str] = set()
     first = last = None
-    sent_bytes = 0
+    sent_bytes = chunk_envelopes = 0
     for r in facts:
         tag, cnt = r["tag"], int(r["n"])
         n[(tag, r.get("c"))] += cnt             # (to_json leaves out null fields)
         if tag == TRAFFIC:
             sent_bytes += int(r.get("bytes") or 0)
+            chunk_envelopes += int(r.get("chunks") or 0)
         if tag != LINES:
             nodes.add(r["node"])
             first = r["tmin"] if first is None or r["tmin"] < first else first
@@ -169,11 +181,15 @@ def _totals(facts, lease_rows) -> tuple[dict, float | None, float | None]:
         first = r["tmin"] if first is None or r["tmin"] < first else first
         last = r["tmax"] if last is None or r["tmax"] > last else last
     sent, rejected = n[(TRAFFIC, None)], n[(REJECTED, None)]
-    records = sent + rejected + lease + n[(OTHER, "accepted")] + n[(OTHER, "other")]
+    envelopes = sent + rejected + n[(OTHER, "accepted")] + n[(OTHER, "other")]
+    by_kind = {"message": n[(MESSAGE, None)], "threat": n[(THREAT, None)], "durable": n[(DURABLE, None)],
+               **{kind: n[(OTHER, kind)] for kind in COUNTED_KINDS}}
+    records = envelopes + lease + sum(by_kind.values())
     malformed, filtered = n[(LINES, "malformed")], n[(LINES, "filtered")]
     totals = {"lines": records + malformed + filtered, "malformed": malformed,
-              "valid": records + filtered, "records": records, "envelope_records": records - lease,
-              "lease_records": lease, "envelopes_sent": sent, "bytes_sent": sent_bytes,
+              "valid": records + filtered, "records": records, "envelope_records": envelopes,
+              "lease_records": lease, **{f"{k}_records": v for k, v in sorted(by_kind.items())},
+              "envelopes_sent": sent, "bytes_sent": sent_bytes, "chunk_envelopes_sent": chunk_envelopes,
               "accepted": n[(OTHER, "accepted")], "rejected": rejected, "nodes": len(nodes),
               "filtered_out": filtered}
     return totals, first, last

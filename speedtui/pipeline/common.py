@@ -5,7 +5,7 @@ import datetime as _dt
 import re
 
 SUMMARY_SCHEMA = "speed-analytics-summary/1"
-TABLES = ("traffic", "top_talkers", "spc", "security", "availability")
+TABLES = ("traffic", "top_talkers", "spc", "security", "availability", "messages", "threats", "durable")
 
 #: latency percentiles come from KLL sketches with this k: exact (nearest rank) for groups of at
 #: most k latencies, beyond that the rank is within about 0.03 % of n (docs/ANALYTICS.md)

@@ -11,15 +11,51 @@ FIELDS = (("kind", "string"), ("ts", "double"), ("node", "string"), ("dir", "str
           ("peer", "string"), ("type", "string"), ("seq", "bigint"), ("size", "bigint"),
           ("outcome", "string"), ("reason", "string"), ("requestId", "string"),
           ("service", "string"), ("status", "string"), ("errorCode", "string"),
-          ("latencyMs", "double"), ("subject", "string"), ("event", "string"))
+          ("latencyMs", "double"), ("subject", "string"), ("event", "string"),
+          ("chunks", "bigint"), ("reliable", "boolean"), ("score", "double"), ("stream", "string"),
+          ("id", "bigint"))
+#: fields the runtime writes that the analysis never reads (a logical message is counted by its
+#: records' events, a chunk envelope by its "chunks" field)
+UNREAD_FIELDS = ("envelope", "messageId", "chunk", "attempt", "detail", "operator", "command", "arguments",
+                 "instance", "index")
 ENVELOPE_REQUIRED = ("dir", "peer", "type", "outcome")
 LEASE_REQUIRED = ("subject", "event")
+#: every record kind of the journal with the fields (beyond ts and node) it must have; a record of
+#: any other kind is malformed, as it is for the runtime's parser
+RECORD_KINDS = ("envelope", "lease", "health", "control", "message", "threat", "durable")
+KIND_REQUIRED = {"envelope": ENVELOPE_REQUIRED, "lease": LEASE_REQUIRED, "health": ("event",),
+                 "control": ("peer", "outcome"), "message": ("dir", "peer", "event"),
+                 "threat": ("peer", "event", "score"), "durable": ("peer", "event", "stream", "id")}
+#: kinds only counted (summary "other_records"); message, threat and durable records have tables
+COUNTED_KINDS = ("health", "control")
 
 REJECT_REASONS = ("unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target",
                   "unknown_sender", "stale_timestamp", "replayed_nonce", "replayed_sequence",
                   "bad_sequence", "unexpected_response", "too_large", "bad_payload", "bad_file")
 LEASE_EVENTS = ("registered", "reclaimed", "renewed_late", "lost", "deregistered",
                 "observed_join", "observed_expiry", "observed_leave", "reaped")
+#: reasons the extensions add (docs/PROTOCOL.md), per extension
+EXTENSION_REASONS = {
+    "chunks": ("chunk_missing", "chunk_chain", "chunk_invalid", "chunk_expired", "message_too_large",
+               "reassembly_full"),
+    "reliable": (),
+    "quota": ("quarantined",),
+    "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
+                "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
+                "control_refused"),
+    "durable": ("durable_duplicate", "durable_bad_receipt"),
+}
+MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
+THREAT_EVENTS = ("raised", "quarantined", "released", "lifted")
+#: the messages table's count columns and the event each counts; the receiver's events (its node is
+#: the link's target; for the sender's events the writer is the source)
+MESSAGE_COLUMNS = (("sent", "sent"), ("retransmissions", "retransmitted"), ("acknowledged", "received"),
+                   ("send_errors", "send-error"), ("delivered", "delivered"), ("duplicates", "duplicate"),
+                   ("voided", "voided"))
+RECEIVER_MESSAGE_EVENTS = ("delivered", "duplicate", "voided")
+#: durable events the sender journals (node = sender, peer = target); the others the receiver
+SENDER_DURABLE_EVENTS = ("stored", "delivered", "receipt", "send_error")
+DURABLE_EVENTS = ("stored", "delivered", "handled", "duplicate", "receipt", "send_error")
 ERROR_CODES = ("SERVICE_NOT_FOUND", "ACCESS_DENIED", "INVALID_ARGUMENTS", "EXECUTION_FAILED",
                "TIMEOUT", "INTERNAL_ERROR")
 
@@ -44,7 +80,18 @@ REASON_LABELS = {
     "too_large": "oversized envelope",
     "bad_payload": "malformed payload",
     "bad_file": "file-system tampering",
+    "quarantined": "quarantined sender",
+    "chunk_missing": "chunked message incomplete",
+    "chunk_chain": "chunked message incomplete",
+    "chunk_expired": "chunked message incomplete",
+    "chunk_invalid": "malformed chunk",
+    "message_too_large": "oversized message",
+    "reassembly_full": "reassembly space full",
+    "durable_duplicate": "durable copy already handled",
+    "durable_bad_receipt": "forged or damaged receipt",
 }
+for _reason in EXTENSION_REASONS["control"]:
+    REASON_LABELS[_reason] = "control request refused"
 DEFAULT_LABEL = "other rejection"
 
 #: timestamps outside [0, MAX_TS) make a line malformed (guards against Infinity / garbage)
@@ -64,7 +111,8 @@ def reason_label(reason: str | None) -> str:
 
 def spark_schema():
     from pyspark.sql import types as T
-    kinds = {"string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType()}
+    kinds = {"string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType(),
+             "boolean": T.BooleanType()}
     return T.StructType([T.StructField(n, kinds[t], True) for n, t in FIELDS])
 
 
@@ -82,9 +130,11 @@ def read_records(spark, paths: list[str]):
 def with_validity(p):
     """kind defaults to "envelope"; `valid` says whether the row is a record (SQL text: one Py4J
     round trip instead of one per column expression)."""
-    env = " AND ".join(f"{n} IS NOT NULL" for n in ENVELOPE_REQUIRED)
-    lease = " AND ".join(f"{n} IS NOT NULL" for n in LEASE_REQUIRED)
+    def rule(kind: str, required: tuple) -> str:
+        is_kind = "(kind IS NULL OR kind = 'envelope')" if kind == "envelope" else f"kind = '{kind}'"
+        return "(" + " AND ".join([is_kind, *(f"{n} IS NOT NULL" for n in required)]) + ")"
+    kinds = " OR ".join(rule(k, req) for k, req in KIND_REQUIRED.items())
     valid = (f"coalesce(ts IS NOT NULL AND ts >= 0 AND ts < {MAX_TS!r} AND node IS NOT NULL AND "
-             f"(((kind IS NULL OR kind = 'envelope') AND {env}) OR (kind = 'lease' AND {lease})), FALSE) AS valid")
+             f"({kinds}), FALSE) AS valid")
     cols = [n if n != "kind" else "coalesce(kind, 'envelope') AS kind" for n, _ in FIELDS]
     return p.selectExpr(*cols, valid)

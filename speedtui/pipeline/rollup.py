@@ -9,8 +9,12 @@ are a few Parquet datasets:
                  0 traffic (source, target, type, minute), 1 rejections (node, reason, peer,
                  minute), 2 SPC call legs (caller, target, requestId, service; only until the
                  batch is split, below), 3 lease events (subject, writer, event, ts), 4 accepted
-                 and other records per node, 5 malformed / out-of-range lines; counts, bytes,
-                 first and last ts
+                 and other records per node (c: accepted, other, or the kind of a health or
+                 control record), 5 malformed / out-of-range lines, 6 message records (source,
+                 target, event, reason of a send-error or voided, minute), 7 threat records
+                 (receiver, sender, event, minute), 8 durable records (node, peer, event, status); counts, bytes,
+                 first and last ts, chunks (chunk envelopes of a traffic row, chunks of a message
+                 row), rel (reliable messages), score (highest threat score)
 ``spc_done``     calls answered (or without request id) inside the batch, per (target, service):
                  counts per outcome, latency sum/max and a KLL sketch of the latencies
 ``spc_open``     call legs still waiting for their other half (caller, target, requestId)
@@ -23,16 +27,18 @@ Each function takes and returns SQL over named views (``FROM {rows}``).
 """
 from __future__ import annotations
 
-from .records import DEFAULT_LABEL, ERROR_CODES, REASON_LABELS
+from .records import (DEFAULT_LABEL, ERROR_CODES, MESSAGE_COLUMNS, REASON_LABELS, RECEIVER_MESSAGE_EVENTS,
+                      THREAT_EVENTS)
 
-TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES = 0, 1, 2, 3, 4, 5
+TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_RECEIVER_EVENTS = "(" + ", ".join(f"'{e}'" for e in RECEIVER_MESSAGE_EVENTS) + ")"
 #: response outcome codes: 0 success, 1..6 ERROR_CODES, 7 any other (or missing) code
 CODE_OTHER = len(ERROR_CODES) + 1
 ERR_COLUMNS = tuple(f"err_{ec}" for ec in ERROR_CODES) + ("err_OTHER",)
 
 ROWS_DDL = ("tag int, a string, b string, c string, d string, m bigint, x double, n bigint, "
             "bytes bigint, tmin double, tmax double, nreq bigint, nresp bigint, resp_ts double, "
-            "code int, lat double")
+            "code int, lat double, chunks bigint, rel bigint, score double")
 SPC_SUMS = ("calls", "answered", "successes", "errors", "no_response", *ERR_COLUMNS, "latency_count")
 SPC_DONE_DDL = ("target string, service string, " + ", ".join(f"{k} bigint" for k in SPC_SUMS)
                 + ", latency_sum double, latency_max_ms double, sketch binary")
@@ -64,7 +70,9 @@ WITH r AS (
   SELECT explode(CASE WHEN NOT coalesce(in_win, FALSE) THEN array({LINES})
                       WHEN is_req THEN array({TRAFFIC}, {CALL}) WHEN sent THEN array({TRAFFIC})
                       WHEN is_resp THEN array({CALL}, {OTHER}) WHEN rej THEN array({REJECTED})
-                      WHEN kind = 'lease' THEN array({LEASE}) ELSE array({OTHER}) END) AS tag,
+                      WHEN kind = 'lease' THEN array({LEASE}) WHEN kind = 'message' THEN array({MESSAGE})
+                      WHEN kind = 'threat' THEN array({THREAT}) WHEN kind = 'durable' THEN array({DURABLE})
+                      ELSE array({OTHER}) END) AS tag,
          *,
          CASE WHEN is_req OR is_resp THEN coalesce(requestId, concat(chr(0), 'row{int(batch_id)}-',
               CAST(monotonically_increasing_id() AS STRING))) END AS rid,
@@ -74,19 +82,28 @@ WITH r AS (
   FROM t
 )
 SELECT tag,
-       CASE tag WHEN {LEASE} THEN subject WHEN {LINES} THEN NULL ELSE node END AS a,
-       CASE WHEN tag IN ({TRAFFIC}, {CALL}) THEN peer WHEN tag = {REJECTED} THEN coalesce(reason, 'unknown')
-            WHEN tag = {LEASE} THEN node END AS b,
+       CASE tag WHEN {LEASE} THEN subject WHEN {LINES} THEN NULL
+                WHEN {MESSAGE} THEN IF(event IN {_RECEIVER_EVENTS}, peer, node) ELSE node END AS a,
+       CASE WHEN tag IN ({TRAFFIC}, {CALL}, {THREAT}, {DURABLE}) THEN peer
+            WHEN tag = {REJECTED} THEN coalesce(reason, 'unknown')
+            WHEN tag = {LEASE} THEN node WHEN tag = {MESSAGE} THEN IF(event IN {_RECEIVER_EVENTS}, node, peer)
+       END AS b,
        CASE tag WHEN {TRAFFIC} THEN type WHEN {REJECTED} THEN peer WHEN {CALL} THEN rid WHEN {LEASE} THEN event
                 WHEN {LINES} THEN IF(valid, 'filtered', 'malformed')
-                WHEN {OTHER} THEN IF(acc, 'accepted', 'other') END AS c,
-       IF(tag = {CALL}, service, NULL) AS d,
-       IF(tag IN ({TRAFFIC}, {REJECTED}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
+                WHEN {OTHER} THEN IF(acc, 'accepted', IF(kind = 'envelope', 'other', kind))
+                ELSE event END AS c,
+       CASE WHEN tag = {CALL} THEN service WHEN tag = {MESSAGE} AND event IN ('send-error', 'voided') THEN reason
+            WHEN tag = {DURABLE} THEN status END AS d,
+       IF(tag IN ({TRAFFIC}, {REJECTED}, {MESSAGE}, {THREAT}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
        IF(tag = {LEASE}, ts, NULL) AS x,
-       count(1) AS n, sum(IF(tag = {TRAFFIC}, coalesce(size, 0), 0)) AS bytes,
+       count(1) AS n, sum(IF(tag IN ({TRAFFIC}, {MESSAGE}), coalesce(size, 0), 0)) AS bytes,
        min(IF(tag = {LINES}, NULL, ts)) AS tmin, max(IF(tag = {LINES}, NULL, ts)) AS tmax,
        sum(IF(tag = {CALL} AND is_req, 1, 0)) AS nreq, sum(IF(tag = {CALL} AND is_resp, 1, 0)) AS nresp,
-       min(rts) AS resp_ts, min_by(rcode, rts) AS code, min_by(rlat, rts) AS lat
+       min(rts) AS resp_ts, min_by(rcode, rts) AS code, min_by(rlat, rts) AS lat,
+       sum(CASE tag WHEN {TRAFFIC} THEN IF(chunks IS NULL, 0, 1) WHEN {MESSAGE} THEN coalesce(chunks, 1)
+                    ELSE 0 END) AS chunks,
+       sum(IF(tag = {MESSAGE} AND coalesce(reliable, FALSE), 1, 0)) AS rel,
+       max(IF(tag = {THREAT}, score, NULL)) AS score
 FROM e GROUP BY 1, 2, 3, 4, 5, 6, 7"""
 
 
@@ -177,9 +194,11 @@ def driver_facts_sql(rows: str, security: str, spc: str) -> str:
     part is a JSON object tagged with its name."""
     part = lambda name, sql: f"SELECT {_q(name)} AS part, to_json(struct(*)) AS j FROM ({sql})"  # noqa: E731
     parts = [
-        part("facts", f"""SELECT tag, IF(tag = {LEASE}, b, a) AS node, IF(tag IN ({OTHER}, {LINES}), c, NULL) AS c,
-                          sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin, max(tmax) AS tmax
-                          FROM {rows} WHERE tag IN ({TRAFFIC}, {REJECTED}, {OTHER}, {LINES}) GROUP BY 1, 2, 3"""),
+        part("facts", f"""SELECT tag, CASE tag WHEN {LEASE} THEN b WHEN {MESSAGE} THEN IF(c IN {_RECEIVER_EVENTS}, b, a)
+                                           ELSE a END AS node, IF(tag IN ({OTHER}, {LINES}), c, NULL) AS c,
+                          sum(n) AS n, sum(bytes) AS bytes, sum(chunks) AS chunks, min(tmin) AS tmin,
+                          max(tmax) AS tmax
+                          FROM {rows} WHERE tag NOT IN ({CALL}, {LEASE}) GROUP BY 1, 2, 3"""),
         part("lease", f"SELECT a, b, c, x, n, tmin, tmax FROM {rows} WHERE tag = {LEASE}"),
         part("minutes", f"SELECT m, sum(n) AS e, sum(bytes) AS b FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1"),
         part("links", f"""SELECT a AS source, b AS target, sum(n) AS envelopes, sum(bytes) AS bytes,
@@ -189,5 +208,59 @@ def driver_facts_sql(rows: str, security: str, spc: str) -> str:
         part("rejected", f"SELECT minute, reason, sum(rejections) AS n FROM {security} GROUP BY 1, 2"),
         part("bursts", f"SELECT node, reason, minute, rejections, label FROM {security} WHERE burst"),
         part("spc", f"SELECT * FROM {spc}"),
+        part("msg_links", f"""SELECT a AS source, b AS target, c AS event, sum(n) AS n, sum(rel) AS rel,
+                              sum(chunks) AS chunks, sum(bytes) AS bytes FROM {rows} WHERE tag = {MESSAGE}
+                              GROUP BY 1, 2, 3"""),
+        part("msg_minutes", f"SELECT m AS minute, c AS event, sum(n) AS n FROM {rows} WHERE tag = {MESSAGE} GROUP BY 1, 2"),
+        part("msg_reasons", f"""SELECT c AS event, coalesce(d, 'unknown') AS reason, sum(n) AS n FROM {rows}
+                                WHERE tag = {MESSAGE} AND c IN ('send-error', 'voided') GROUP BY 1, 2"""),
+        part("threat_pairs", f"""SELECT a AS receiver, b AS sender, c AS event, sum(n) AS n, max(score) AS score,
+                                 min(tmin) AS first_ts, max(tmax) AS last_ts FROM {rows} WHERE tag = {THREAT}
+                                 GROUP BY 1, 2, 3"""),
+        part("threat_minutes", f"""SELECT m AS minute, c AS event, sum(n) AS n, max(score) AS score FROM {rows}
+                                   WHERE tag = {THREAT} GROUP BY 1, 2"""),
+        part("quarantined", f"""SELECT a AS receiver, c AS sender, sum(n) AS n, min(tmin) AS first_ts,
+                                max(tmax) AS last_ts FROM {rows} WHERE tag = {REJECTED} AND b = 'quarantined'
+                                GROUP BY 1, 2"""),
+        part("durable", f"""SELECT a AS node, b AS peer, c AS event, d AS status, sum(n) AS n FROM {rows}
+                            WHERE tag = {DURABLE} GROUP BY 1, 2, 3, 4"""),
     ]
     return "\nUNION ALL\n".join(parts)
+
+
+def messages_sql(rows: str) -> str:
+    """Logical messages per (source, target, minute): the sender's events (sent, retransmitted,
+    received = acknowledged, send-error) and the receiver's (delivered, duplicate, voided)."""
+    counts = ", ".join(f"sum(IF(c = {_q(ev)}, n, 0)) AS {name}" for name, ev in MESSAGE_COLUMNS)
+    return f"""
+SELECT a AS source, b AS target, m AS minute, {counts},
+       sum(IF(c = 'sent', rel, 0)) AS reliable, sum(IF(c = 'sent', chunks, 0)) AS chunks,
+       sum(IF(c = 'sent', bytes, 0)) AS bytes, min(tmin) AS first_ts, max(tmax) AS last_ts
+FROM {rows} WHERE tag = {MESSAGE} GROUP BY 1, 2, 3"""
+
+
+def threats_sql(rows: str) -> str:
+    """Threat-score changes per (receiver, sender, minute) with the highest score, and the
+    envelopes the receiver removed unread (rejected, reason quarantined)."""
+    counts = ", ".join(f"sum(IF(c = {_q(ev)}, n, 0)) AS {ev}" for ev in THREAT_EVENTS)
+    zeros = ", ".join(f"0 AS {ev}" for ev in THREAT_EVENTS)
+    sums = ", ".join(f"sum({ev}) AS {ev}" for ev in THREAT_EVENTS)
+    return f"""
+WITH u AS (
+  SELECT a AS receiver, b AS sender, m AS minute, {counts}, max(score) AS max_score,
+         CAST(0 AS BIGINT) AS quarantined_rejections, min(tmin) AS first_ts, max(tmax) AS last_ts
+  FROM {rows} WHERE tag = {THREAT} GROUP BY 1, 2, 3
+  UNION ALL
+  SELECT a, c, m, {zeros}, CAST(NULL AS DOUBLE), sum(n), min(tmin), max(tmax)
+  FROM {rows} WHERE tag = {REJECTED} AND b = 'quarantined' GROUP BY 1, 2, 3
+)
+SELECT receiver, sender, minute, {sums}, max(max_score) AS max_score,
+       sum(quarantined_rejections) AS quarantined_rejections, min(first_ts) AS first_ts, max(last_ts) AS last_ts
+FROM u GROUP BY 1, 2, 3"""
+
+
+def durable_sql(rows: str) -> str:
+    return f"""
+SELECT a AS node, b AS peer, c AS event, d AS status, sum(n) AS records, min(tmin) AS first_ts,
+       max(tmax) AS last_ts
+FROM {rows} WHERE tag = {DURABLE} GROUP BY 1, 2, 3, 4"""

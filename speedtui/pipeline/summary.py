@@ -9,7 +9,8 @@ import time
 
 from .common import (SUMMARY_SCHEMA, SUMMARY_TOP, TABLES, PipelineError, empty_message, is_local, iso,
                      local_path)
-from .records import GRACEFUL_EVENTS, SELF_EVENTS, TERMINAL_EVENTS
+from .records import COUNTED_KINDS, GRACEFUL_EVENTS, SELF_EVENTS, TERMINAL_EVENTS
+from .sections import durable_section, messages_section, threats_section
 
 
 def _num(v):
@@ -24,7 +25,9 @@ def _num(v):
 
 def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, bucket,
                   traffic_buckets, rejection_buckets, bursts, by_reason, spc, top, availability,
-                  burst_threshold, accuracy, engine) -> dict:
+                  burst_threshold, accuracy, engine, messages=None, threats=None, durable=None) -> dict:
+    """The summary document. messages, threats and durable are the sections of sections.py
+    (empty ones when not given)."""
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
     spc_calls = sum(int(r["calls"]) for r in spc)
@@ -87,6 +90,10 @@ def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, b
                           "graceful_departures": int(r["graceful_departures"]),
                           "lost_leases": int(r["lost_leases"]), "late_renewals": int(r["late_renewals"]),
                           "online_at_end": bool(r["online_at_end"])} for r in availability],
+        "other_records": {kind: totals.get(f"{kind}_records", 0) for kind in COUNTED_KINDS},
+        "messages": messages if messages is not None else messages_section([], [], [], 0, bucket),
+        "threats": threats if threats is not None else threats_section([], [], [], bucket),
+        "durable": durable if durable is not None else durable_section([]),
         "burst_threshold": burst_threshold,
         "percentile_accuracy": accuracy,
     }
@@ -146,6 +153,15 @@ def format_summary(s: dict) -> str:
         b = s["rejections"]["bursts"][0]
         lines.append(f"{len(s['rejections']['bursts'])} rejection burst(s); largest {b['rejections']} "
                      f"x {b['reason']} at {b['node']} ({b['label']})")
+    mt = (s.get("messages") or {}).get("totals") or {}
+    if mt.get("sent") or mt.get("delivered"):
+        lines.append(f"logical messages sent {mt['sent']:,} ({mt['chunks']:,} chunks), retransmissions "
+                     f"{mt['retransmissions']:,}, send errors {mt['send_errors']:,}, delivered {mt['delivered']:,}")
+    th = (s.get("threats") or {}).get("totals") or {}
+    if th.get("raised") or th.get("quarantined") or th.get("quarantined_rejections"):
+        lines.append(f"quarantines {th['quarantined']:,} ({th['quarantined_now']} still quarantined), "
+                     f"envelopes removed unread {th['quarantined_rejections']:,}, highest threat score "
+                     f"{th['max_score'] if th['max_score'] is not None else '-'}")
     crashes = sum(a["crashes"] for a in s["availability"])
     if s["availability"]:
         lines.append(f"availability: {len(s['availability'])} nodes, {crashes} crash(es)")

@@ -102,3 +102,79 @@ def write_latency_journal(path) -> str:
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return str(path)
+
+
+#: lines of the extension kinds that miss a field their kind needs: malformed
+EXT_MALFORMED = [
+    json.dumps({"kind": "threat", "ts": T0 + 3, "node": "b", "peer": "x", "event": "raised"}),        # no score
+    json.dumps({"kind": "durable", "ts": T0 + 3, "node": "a", "peer": "b", "event": "stored", "id": 1}),  # no stream
+    json.dumps({"kind": "health", "ts": T0 + 3, "node": "b"}),                                          # no event
+    json.dumps({"kind": "message", "ts": T0 + 3, "node": "a", "peer": "b", "event": "sent"}),          # no dir
+]
+
+
+def write_extension_journals(root) -> str:
+    """Journals of a, b, c with records of every kind, written by the runtime's own encoder
+    (speed_runtime.core.records); the answers are worked out in test_pipeline_extensions.py."""
+    from speed_runtime.core import records as rt
+
+    def msg(ts, node, d, peer, mid, event, **kw):
+        return rt.MessageTrace(T0 + ts, node, d, peer, mid, event, **kw)
+
+    def chunk_envelopes(ts, node, peer, mid, count, size):
+        return [rt.EnvelopeTrace(T0 + ts + i * 0.01, node, "out", peer, "MESSAGE", 10 + i, size, "sent",
+                                 message_id=mid, chunk=i, chunks=count) for i in range(count)]
+
+    def threat(ts, node, peer, event, score, reason=""):
+        return rt.ThreatTrace(T0 + ts, node, peer, event, score, "0a0b0c0d", reason)
+
+    def durable(ts, node, peer, event, ident, status=None, index=None):
+        return rt.DurableTrace(T0 + ts, node, peer, event, "s1", ident, status, index)
+
+    def quarantined(ts, node, peer):
+        return rt.EnvelopeTrace(T0 + ts, node, "in", peer, "MESSAGE", 9, 300, "rejected", reason="quarantined")
+
+    a = [rt.LeaseTrace(T0, "a", "a", "registered"),
+         *chunk_envelopes(10, "a", "b", "m1", 3, 1000), msg(10.1, "a", "out", "b", "m1", "sent", size=3000,
+                                                             chunks=3, attempt=1, reliable=True),
+         *chunk_envelopes(12, "a", "b", "m1", 3, 1000), msg(12.1, "a", "out", "b", "m1", "retransmitted",
+                                                             size=3000, chunks=3, attempt=2, reliable=True),
+         msg(13, "a", "out", "b", "m1", "received", size=3000, chunks=3, attempt=2, reliable=True),
+         msg(20, "a", "out", "b", "m2", "sent", size=100),
+         durable(30, "a", "b", "stored", 1), durable(31, "a", "b", "stored", 2),
+         durable(32, "a", "b", "delivered", 1), durable(33, "a", "b", "delivered", 2),
+         durable(35, "a", "b", "receipt", 1, "handled", 0), durable(40, "a", "b", "delivered", 2),
+         durable(42, "a", "b", "receipt", 2, "failed", 1),
+         msg(70, "a", "out", "b", "m3", "sent", size=50, attempt=1, reliable=True),
+         msg(72, "a", "out", "b", "m3", "retransmitted", size=50, attempt=2, reliable=True),
+         msg(80, "a", "out", "b", "m3", "retransmitted", size=50, attempt=3, reliable=True),
+         msg(90, "a", "out", "b", "m3", "send-error", size=50, attempt=3, reliable=True, reason="no_ack"),
+         rt.ControlTrace(T0 + 160, "a", "operator", "ab12", "c1", "set_quota", {"n": 1}, "applied"),
+         rt.LeaseTrace(T0 + 600, "a", "a", "deregistered")]
+    b = [rt.LeaseTrace(T0, "b", "b", "registered"),
+         msg(12.5, "b", "in", "a", "m1", "delivered", size=3000, chunks=3, reliable=True),
+         msg(20.5, "b", "in", "a", "m2", "delivered", size=100),
+         durable(34, "b", "a", "handled", 1, "handled"), durable(41, "b", "a", "handled", 2, "failed"),
+         durable(45, "b", "a", "duplicate", 2),
+         msg(81, "b", "in", "a", "m3", "duplicate", size=50, reliable=True),
+         msg(130, "b", "in", "c", "m4", "voided", size=400, chunks=2, reason="chunk_expired"),
+         rt.HealthTrace(T0 + 150, "b", "receiving_failed", "disk full"),
+         threat(200, "b", "x", "raised", 2.0, "bad_tag"), threat(201, "b", "x", "raised", 4.5, "bad_tag"),
+         threat(202, "b", "x", "quarantined", 6.0),
+         quarantined(205, "b", "x"), quarantined(206, "b", "x"), quarantined(207, "b", "x"),
+         threat(210, "b", "y", "raised", 1.5, "unauthorized"), threat(211, "b", "y", "quarantined", 5.5),
+         quarantined(260, "b", "y"),
+         threat(400, "b", "x", "released", 1.0)]
+    c = [rt.LeaseTrace(T0, "c", "c", "registered"),
+         durable(50, "c", "b", "stored", 1),
+         *chunk_envelopes(100, "c", "b", "m4", 2, 200), msg(100.1, "c", "out", "b", "m4", "sent", size=400, chunks=2),
+         threat(300, "c", "x", "raised", 1.0, "bad_tag"), threat(310, "c", "x", "lifted", 0.0),
+         durable(500, "c", "b", "send_error", 1, "expired")]
+    os.makedirs(root, exist_ok=True)
+    for name, events in (("a", a), ("b", b), ("c", c)):
+        lines = [rt.encode_line(e) for e in events]
+        if name == "b":
+            lines[3:3] = [line + "\n" for line in EXT_MALFORMED]
+        with open(os.path.join(root, f"{name}.jsonl"), "w") as f:
+            f.write("".join(lines))
+    return str(root)

@@ -40,7 +40,8 @@ def test_simulated_summary_agrees(simulated):
     r = ref["summary"]
     assert s["malformed_lines"] == r["malformed_lines"] == stats["malformed"] > 0
     assert s["totals"]["records"] == stats["records"]
-    for key in ("totals", "top_talkers", "rejections", "traffic_over_time", "time_range", "spc"):
+    for key in ("totals", "top_talkers", "rejections", "traffic_over_time", "time_range", "spc",
+                "other_records", "messages", "threats", "durable"):
         assert s[key] == r[key], key
     assert len(s["availability"]) == len(r["availability"]) == 6
     for a, b in zip(s["availability"], r["availability"]):
@@ -50,6 +51,9 @@ def test_simulated_summary_agrees(simulated):
     assert s["rejections"]["bursts"] and s["totals"]["spc_calls"] > 500
     assert sum(a["crashes"] for a in s["availability"]) >= 3
     assert sum(a["graceful_departures"] for a in s["availability"]) >= 2
+    assert s["messages"]["totals"]["retransmissions"] and s["messages"]["totals"]["voided"]
+    assert s["threats"]["totals"]["quarantined"] and s["threats"]["totals"]["quarantined_rejections"]
+    assert s["durable"]["by_event"]["handled"] and all(s["other_records"].values())
 
 
 @pytest.mark.parametrize("table,keys", [
@@ -58,6 +62,9 @@ def test_simulated_summary_agrees(simulated):
     ("spc", ("target", "service")),
     ("security", ("node", "reason", "minute")),
     ("availability", ("node",)),
+    ("messages", ("source", "target", "minute")),
+    ("threats", ("receiver", "sender", "minute")),
+    ("durable", ("node", "peer", "event", "status")),
 ])
 def test_simulated_tables_agree(spark, simulated, table, keys):
     _, out, _, ref = simulated

@@ -15,7 +15,8 @@ from speedtui.pipeline.reference import analyze
 from speedtui.pipeline.simulate import simulate
 from speedtui.pipeline.store import Store
 
-KEYS = ("totals", "top_talkers", "rejections", "traffic_over_time", "time_range", "spc", "availability")
+KEYS = ("totals", "top_talkers", "rejections", "traffic_over_time", "time_range", "spc", "availability",
+        "other_records", "messages", "threats", "durable")
 
 
 class Journals:

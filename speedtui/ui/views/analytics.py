@@ -108,7 +108,53 @@ def summary_renderable(s: dict) -> Group:
                       str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
                       "yes" if r["online_at_end"] else "no")
         parts.append(t)
+    parts += extension_tables(s)
     return Group(*parts)
+
+
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple], left: int = 2) -> Table:
+    """A plain table; the first `left` columns are left-aligned, the rest are numbers."""
+    t = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < left else "right")
+    for r in rows:
+        t.add_row(*(("-" if v is None else str(v)) for v in r))
+    return t
+
+
+def extension_tables(s: dict) -> list:
+    """The logical messages, threat scores and durable messages of the report (sections a report
+    made before they existed does not have; empty sections are not shown)."""
+    parts: list = []
+    m = s.get("messages") or {}
+    if m.get("links"):
+        mt = m.get("totals") or {}
+        parts.append(_table(
+            f"logical messages ({mt.get('sent', 0)} sent, {mt.get('chunks', 0)} chunks, "
+            f"{mt.get('retransmissions', 0)} retransmissions, {mt.get('send_errors', 0)} send errors)",
+            ("source", "target", "sent", "reliable", "chunks", "retrans", "acked", "send err", "delivered",
+             "dup", "voided"),
+            [(r["source"], r["target"], r["sent"], r["reliable"], r["chunks"], r["retransmissions"],
+              r["acknowledged"], r["send_errors"], r["delivered"], r["duplicates"], r["voided"])
+             for r in m["links"]]))
+    th = s.get("threats") or {}
+    if th.get("pairs"):
+        parts.append(_table(
+            f"threat scores and quarantines ({(th.get('totals') or {}).get('quarantined_now', 0)} quarantined now)",
+            ("receiver", "sender", "raised", "quarantined", "released", "lifted", "max score", "removed unread",
+             "now"),
+            [(r["receiver"], r["sender"], r["raised"], r["quarantined"], r["released"], r["lifted"],
+              "-" if r["max_score"] is None else f"{r['max_score']:g}", r["quarantined_rejections"],
+              "quarantined" if r["quarantined_now"] else "") for r in th["pairs"]]))
+    d = s.get("durable") or {}
+    if d.get("links"):
+        parts.append(_table(
+            "durable messages",
+            ("sender", "receiver", "stored", "delivered", "handled", "failed", "expired", "duplicates", "receipts",
+             "send err"),
+            [(r["sender"], r["receiver"], r["stored"], r["delivered"], r["handled"], r["failed"], r["expired"],
+              r["duplicates"], r["receipts"], r["send_errors"]) for r in d["links"]]))
+    return parts
 
 
 def duration(seconds: float) -> str:
