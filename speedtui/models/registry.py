@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from speed_runtime.core.control import trusted_operators
 from speed_runtime.core.entry import RegistryEntry
 
 from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
@@ -39,6 +40,7 @@ class NodeRow:
     reason: str = ""  # why the node is judged stale ("" when it is not), in the console's words
     verdict: Liveness | None = None  # the runtime's verdict the row shows (None: unreadable entry)
     health: str = ""  # the node's latest report of a problem with itself (a health record), if any
+    operators: tuple[str, ...] = ()  # fingerprints of the operators it trusts (the `control` extension)
 
     @property
     def expiring_soon(self) -> bool:
@@ -51,7 +53,8 @@ def _static(rec: "RegistryRecord") -> dict[str, Any]:
     if e is None:
         return dict(raw=None, counters={})
     counters = e.extra.get("counters")
-    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {})
+    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {},
+                operators=trusted_operators(e))
 
 
 def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
@@ -71,6 +74,7 @@ def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
         pid_alive=pid_alive(v, e, facts), host=e.host, runtime=e.runtime, uptime=uptime(v, e, now),
         groups=e.groups, services=e.services, allow=e.allow, counters=st["counters"], node_id=e.id,
         lease_seconds=lease_seconds(e), raw=st["raw"], reason=reason_text(v, e), verdict=v, health=health,
+        operators=st.get("operators", ()),
     )
 
 

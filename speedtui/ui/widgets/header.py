@@ -22,6 +22,7 @@ class HeaderInfo:
     readonly: bool = False
     fabric: str | None = None
     paused: bool = False
+    operator: str | None = None  # the operator key's fingerprint, if one is loaded
 
 
 def shorten_path(path: str, cells: int) -> str:
@@ -57,6 +58,9 @@ def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: s
         t.append(f" {mark} {n} {status}" if wordy else f" {mark}{n}", style=style)
     t.append("  key ", style="dim")
     t.append(info.fingerprint, style="bold")
+    if info.operator:
+        t.append("  operator ", style="dim")
+        t.append(info.operator, style="bold")
     if info.fabric is not None:
         t.append(f"  fabric: {info.fabric or '(ungrouped)'}", style="bold magenta")
     if info.paused:
@@ -74,8 +78,10 @@ class SpeedHeader(Horizontal):
     """
     NARROW = 110  # below this many columns the sparkline gives its cells to the fingerprint
 
-    def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool) -> None:
+    def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool,
+                 operator: str | None = None) -> None:
         super().__init__()
+        self.operator = operator
         self.dir_label = dir_label
         self.fingerprint = fingerprint
         self.readonly = readonly
@@ -99,7 +105,7 @@ class SpeedHeader(Horizontal):
         if not hasattr(self, "_info"):
             return
         self._latest = HeaderInfo(self.dir_label, self.fingerprint, tuple(sorted(counts.items())), self.demo,
-                                  self.readonly, fabric, paused)
+                                  self.readonly, fabric, paused, self.operator)
         self._paint_info()
         # the current second is still filling: only complete seconds are shown, so the rate
         # repaints once a second under traffic instead of on every drain (10 a second)
