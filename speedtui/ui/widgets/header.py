@@ -1,4 +1,5 @@
-"""Header: directory, key fingerprint (never the key), node counts, envelope-rate sparkline."""
+"""Header: directory, key fingerprint and operator key fingerprint (never a key), node counts,
+envelope-rate sparkline."""
 
 from __future__ import annotations
 
@@ -33,15 +34,15 @@ def shorten_path(path: str, cells: int) -> str:
 
 
 def header_text(info: HeaderInfo, width: int) -> Text:
-    """The header's left part in `width` cells: the counts lose their words first, then the
-    directory keeps only its end; the fingerprint and the badges always stay."""
+    """The header's left part in `width` cells: the counts lose their words first (and "operator"
+    becomes "op"), then the directory keeps only its end; the fingerprints and the badges always stay."""
     counts = dict(info.counts)
     for wordy in (True, False):
         t = _compose(info, counts, wordy, info.dir_label)
         if t.cell_len <= width:
             return t
     spare = width - (t.cell_len - len(info.dir_label))
-    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused else MIN_DIR_CELLS
+    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused or info.operator else MIN_DIR_CELLS
     return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)))
 
 
@@ -59,7 +60,7 @@ def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: s
     t.append("  key ", style="dim")
     t.append(info.fingerprint, style="bold")
     if info.operator:
-        t.append("  operator ", style="dim")
+        t.append("  operator " if wordy else "  op ", style="dim")
         t.append(info.operator, style="bold")
     if info.fabric is not None:
         t.append(f"  fabric: {info.fabric or '(ungrouped)'}", style="bold magenta")

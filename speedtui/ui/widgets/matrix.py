@@ -101,7 +101,7 @@ class AccessMatrix(Static, can_focus=True):
             t.append("\n")
         t.append(LEGEND, style="dim")
         if self.administered:
-            t.append("\n✱ trusts your operator key: g/d change its grants", style="dim")
+            t.append("\n✱ trusts your operator key: g/d", style="dim")
         return t
 
     def action_move(self, drow: int, dcol: int) -> None:
