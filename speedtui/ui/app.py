@@ -503,6 +503,8 @@ class SpeedApp(App):
     def on_action_done(self, m: msg.ActionDone) -> None:
         if not self._live():
             return
+        if m.action == "call" and not m.ok and isinstance(self.screen, CallScreen):
+            self.screen.show_failure(m.text)  # e.g. the grant before the call was refused
         if m.ok:
             self.notify(m.text or f"{m.action} done")
         else:

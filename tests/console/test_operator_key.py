@@ -51,8 +51,8 @@ async def test_grant_revoke_and_stop_nodes_the_console_did_not_start(procs, root
     paths, app = operator_app(root, key_path, tmp_path, op_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: {"billing", "gateway", "plain"} <= set(app.registry.by_name()), what="nodes")
-        await wait_for(pilot, lambda: f"operator {op.fingerprint}" in str(app.query_one("#hdr-info").render()),
-                       what="the fingerprint in the header")
+        await wait_for(pilot, lambda: f"op {op.fingerprint}" in str(app.query_one("#hdr-info").render()),
+                       what="the fingerprint in the header")  # "operator" or, when narrow, "op"
         assert op.public_text not in str(app.query_one("#hdr-info").render())
         assert app.state.administered() == ["billing", "gateway"]
         # the access view marks the nodes this operator administers
@@ -116,6 +116,7 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
     op = generate_operator_key(op_path)
     me = console_node_name()
     billing = procs.start("billing", services=["echo"], trace=True, echo=True, extra=["--operator", op.public_text])
+    procs.start("plain", services=["echo"], trace=True)
     paths, app = operator_app(root, key_path, tmp_path, op_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "billing" in app.registry.by_name(), what="billing")
@@ -134,6 +135,12 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
                        what="the answer")
         assert '"n": 7' in str(app.screen.query_one("#call-result").render())
         await wait_for(pilot, lambda: allow_of(root, "billing") == [], what="the revoke afterwards")
+        # a target that does not trust the operator key: no offer, one sentence saying what to do
+        app.screen.query_one("#call-target").value = "plain"
+        await wait_for(pilot, lambda: "plain does not trust" in str(app.screen.query_one("#call-check").render()),
+                       what="the sentence")
+        assert f"--operator {op.public_text}" in str(app.screen.query_one("#call-check").render())
+        assert not app.screen.query_one("#call-grants").display
         await pilot.press("escape")
 
         await pilot.press("m")
@@ -181,3 +188,30 @@ async def test_without_an_operator_key_every_dialog_says_what_is_missing(procs, 
         await wait_for(pilot, lambda: any("no node to stop" in n.message for n in app._notifications),
                        what="the stop sentence")
         assert not isinstance(app.screen, PickScreen) and app.is_running
+
+
+def test_which_operator_key_file_the_console_uses(tmp_path, monkeypatch):
+    from speedtui.services.config import Config
+
+    default = tmp_path / "default.key"
+    monkeypatch.setenv("SPEED_OPERATOR_KEY", str(default))
+    assert resolve_operator_key().key is None and resolve_operator_key().problem is None  # none: no word
+    made = generate_operator_key(default)
+    assert resolve_operator_key().fingerprint == made.fingerprint  # the default file, when present
+    named = tmp_path / "named.key"
+    other = generate_operator_key(named)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"operator_key": str(named)}))
+    assert resolve_operator_key(None, Config.load(config).operator_key).fingerprint == other.fingerprint
+    assert resolve_operator_key(default, str(named)).fingerprint == made.fingerprint  # the command line wins
+    os.chmod(named, 0o644)
+    loose = resolve_operator_key(named)
+    assert loose.key is None and loose.problem.startswith("operator key not loaded:") and "chmod 600" in loose.problem
+    assert len(loose.problem.splitlines()) == 1 and named.read_text().split()[1] not in loose.problem + repr(loose)
+    assert "missing" in resolve_operator_key(tmp_path / "missing.key").problem
+
+
+def test_speedtui_operator_key_option(tmp_path):
+    from speedtui.__main__ import build_parser
+
+    assert build_parser().parse_args(["--operator-key", "/x/op.key"]).operator_key == Path("/x/op.key")

@@ -259,6 +259,9 @@ class CallScreen(GrantOffer, ModalScreen[None]):
             t.append(f"   latency {rec.latency_ms:.1f} ms", style="dim")
         self.query_one("#call-result", Static).update(t)
 
+    def show_failure(self, text: str) -> None:
+        self.query_one("#call-result", Static).update(Text.assemble(("not called: ", "bold red"), text))
+
     def action_copy(self) -> None:
         v = self.values()
         if v["target"] and v["service"] and v["arguments"] is not None:
