@@ -130,6 +130,8 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         app.screen.query_one("#call-args").value = '{"n": 7}'
         await wait_for(pilot, lambda: app.screen.query_one("#call-grants").display, what="the grant offer")
         assert f"billing does not allow {me}" in str(app.screen.query_one("#call-check").render())
+        assert not app.screen.query_one("#call-grant").value  # an offer: nothing changes unless ticked
+        app.screen.query_one("#call-grant").value = True
         await pilot.click("#call-go")
         await wait_for(pilot, lambda: "SUCCESS" in str(app.screen.query_one("#call-result").render()),
                        what="the answer")
@@ -148,6 +150,7 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         app.screen.query_one("#snd-to").value = "billing"
         app.screen.query_one("#snd-data").value = '{"hello": "billing"}'
         await wait_for(pilot, lambda: app.screen.query_one("#snd-grants").display, what="the grant offer")
+        app.screen.query_one("#snd-grant").value = True
         await pilot.click("#snd-go")
         assert billing.messages(1)[0]["data"] == {"hello": "billing"}
         await wait_for(pilot, lambda: [a for a, _, _ in audit_commands(paths, root)][-1:] == ["revoke"],

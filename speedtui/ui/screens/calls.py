@@ -71,7 +71,8 @@ class GrantOffer:
 
     def offer_widgets(self) -> ComposeResult:
         with Horizontal(classes="checks", id=f"{self.prefix}-grants"):
-            yield Checkbox("grant first", value=True, id=f"{self.prefix}-grant", compact=True)
+            # an offer: nothing in the environment changes unless the operator ticks it
+            yield Checkbox("grant first", value=False, id=f"{self.prefix}-grant", compact=True)
             yield Checkbox("revoke afterwards", value=True, id=f"{self.prefix}-revoke", compact=True)
 
     def offer_lines(self, missing: list[tuple[str, str]], t: Text) -> bool:
