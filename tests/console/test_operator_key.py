@@ -175,6 +175,7 @@ async def test_without_an_operator_key_every_dialog_says_what_is_missing(procs, 
         await wait_for(pilot, lambda: "key" in str(app.query_one("#hdr-info").render()), what="the header")
         assert "operator" not in str(app.query_one("#hdr-info").render())
         assert app.operator.problem and "missing.key" in app.operator.problem
+        assert [n.title for n in app._notifications if n.message == app.operator.problem] == ["operator key"]
         for key, dialog_id in (("F", "#call-dialog"), ("m", "#send-dialog")):
             await pilot.press(key)
             await wait_for(pilot, lambda: app.screen.query(dialog_id), what=f"the dialog of {key}")
