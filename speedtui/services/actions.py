@@ -403,6 +403,9 @@ class ActionService:
              grant_first: bool = False, revoke_after: bool = False) -> int:
         self._check_writable()
         node = self.get_node(sender)
+        # a revoke right after an unconfirmed send could overtake the message in the target's inbox
+        # (it checks the grant when it reads it): with a revoke to follow, wait for its ACK first
+        confirm = confirm or (grant_first and revoke_after)
         granted = self.grant_for(sender, target, answer=confirm) if grant_first else []
         try:
             return self._send(node, sender, target, data, confirm, timeout)

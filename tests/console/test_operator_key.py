@@ -152,13 +152,18 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         await wait_for(pilot, lambda: app.screen.query_one("#snd-grants").display, what="the grant offer")
         app.screen.query_one("#snd-grant").value = True
         await pilot.click("#snd-go")
+        # wait inside the event loop (the dialog's callback starts the worker): then read billing's output
+        await wait_for(pilot, lambda: "send" in [a for a, _, _ in audit_commands(paths, root)], what="the send")
         assert billing.messages(1)[0]["data"] == {"hello": "billing"}
         await wait_for(pilot, lambda: [a for a, _, _ in audit_commands(paths, root)][-1:] == ["revoke"],
                        what="the revoke after the send")
         assert allow_of(root, "billing") == [] and app.is_running
     audit = audit_commands(paths, root)
     actions = [a for a, _, _ in audit]
-    assert actions == ["launch", "grant", "grant", "call", "revoke", "revoke", "grant", "send", "revoke"], audit
+    # the send waits for its ACK before the revoke (which could overtake it): the answer's grant too
+    assert actions == ["launch", "grant", "grant", "call", "revoke", "revoke", "grant", "grant", "send", "revoke",
+                       "revoke"], audit
+    assert "--confirm" in next(c for a, c, _ in audit if a == "send")
     assert all(ok for _, _, ok in audit)
     assert any(f"speed allow billing {me}" in c and "--operator-key" in c for a, c, _ in audit if a == "grant")
     assert any(f"speed revoke billing {me}" in c for a, c, _ in audit if a == "revoke")
