@@ -24,6 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, help="communication directory ROOT (default: /dev/shm/speed, "
                                             "else the user runtime directory)")
     p.add_argument("--key", type=Path, help="key file (default: $SPEED_KEY, else speed.key in the config directory)")
+    p.add_argument("--operator-key", type=Path, metavar="PATH",
+                   help="operator key file for nodes started with `speed node --operator` (default: "
+                        "\"operator_key\" in the config file, else $SPEED_OPERATOR_KEY, else "
+                        "~/.config/speed/operator.key if present)")
     p.add_argument("--readonly", action="store_true", help="watch only: every action is disabled")
     p.add_argument("--theme", help="speed-dark, speed-light, speed-high-contrast (or dark/light/high-contrast)")
     p.add_argument("--demo", action="store_true", help="start a temporary demo environment and watch it")
@@ -109,7 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     from .ui.app import make_app
 
-    app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo)
+    from .services.config import Config
+    from .services.operator import resolve_operator_key
+
+    config = Config.load(paths.config_file)
+    operator = resolve_operator_key(args.operator_key, config.operator_key)
+    app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo, config=config,
+                   operator=operator)
     try:
         app.run()
     finally:

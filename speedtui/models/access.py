@@ -27,6 +27,10 @@ class AccessGraph:
         self.nodes: dict[str, NodeRow] = {r.name: r for r in rows}
         self.names = sorted(self.nodes)
 
+    def administered(self, fingerprint: str | None) -> list[str]:
+        """The nodes that trust the operator with this fingerprint (its `control` requests)."""
+        return [n for n in self.names if fingerprint and fingerprint in self.nodes[n].operators]
+
     def may_write(self, src: str, dst: str) -> bool:
         d = self.nodes.get(dst)
         return d is not None and src in d.allow

@@ -88,6 +88,17 @@ def send_command(target: str, data: Any, sender: str, root: Any, key: Any, confi
     return SpeedCommand(tuple(argv))
 
 
+def operator_command(command: str, target: str, peer: str | None, root: Any, key: Any,
+                     operator_key: Any) -> SpeedCommand:
+    """`speed allow|revoke TARGET PEER` or `speed stop TARGET --wait`: a control request signed
+    with the operator key (README "## Operators")."""
+    argv = ["speed", command, target, *([peer] if peer is not None else []), "--dir", str(root), "--key", str(key),
+            "--operator-key", str(operator_key)]
+    if command == "stop":
+        argv.append("--wait")
+    return SpeedCommand(tuple(argv))
+
+
 def reap_command(names: Iterable[str], root: Any) -> SpeedCommand:
     return SpeedCommand(("speed", "reap", *names, "--dir", str(root)))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from speed_runtime.core.control import trusted_operators
 from speed_runtime.core.entry import RegistryEntry
 
 from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
@@ -40,6 +41,7 @@ class NodeRow:
     verdict: Liveness | None = None  # the runtime's verdict the row shows (None: unreadable entry)
     health: str = ""  # the node's latest report of a problem with itself (a health record), if any
     features: tuple[str, ...] = ()  # extensions of the contract it speaks (§9): durable, quota, chunks…
+    operators: tuple[str, ...] = ()  # fingerprints of the operators it trusts (the `control` extension)
 
     @property
     def durable(self) -> bool:
@@ -56,7 +58,8 @@ def _static(rec: "RegistryRecord") -> dict[str, Any]:
     if e is None:
         return dict(raw=None, counters={})
     counters = e.extra.get("counters")
-    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {})
+    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {},
+                operators=trusted_operators(e))
 
 
 def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
@@ -76,7 +79,7 @@ def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
         pid_alive=pid_alive(v, e, facts), host=e.host, runtime=e.runtime, uptime=uptime(v, e, now),
         groups=e.groups, services=e.services, allow=e.allow, counters=st["counters"], node_id=e.id,
         lease_seconds=lease_seconds(e), raw=st["raw"], reason=reason_text(v, e), verdict=v, health=health,
-        features=e.features,
+        features=e.features, operators=st.get("operators", ()),
     )
 
 

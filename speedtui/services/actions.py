@@ -1,5 +1,8 @@
 """Operator actions (launch/stop nodes, grant/revoke, call, send, replay, reap).
 
+Grants, revokes and stops on nodes the console did not start go through the operator key (the
+`control` extension: ``speed_runtime.control.Operator``), when those nodes trust it.
+
 Plain Python, thread-safe, no Textual: the app runs these in thread workers and gets results
 back as return values; every action is written to the audit log with the equivalent `speed`
 command.  Observer events of the console's own nodes go to the Bridge.
@@ -17,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..models.errors import describe_call_error, describe_failure
-from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
+from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
 from ..models.history import AuditEntry, CallRecord
 from ..models.traces import TraceRecord, record_of
 from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
+from .operator import OperatorChoice
 from .processes import _close_pipes, _drain, _read_line, _terminate, console_node_name, speed_command
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
@@ -66,8 +70,10 @@ class ReplayResult:
 
 class ActionService:
     def __init__(self, root: Path, key: rt.KeyInfo, bridge: Bridge, audit: AuditLog, calls: CallHistory,
-                 clock: Clock | None = None, readonly: bool = False) -> None:
+                 clock: Clock | None = None, readonly: bool = False, operator: OperatorChoice | None = None) -> None:
         self.root = Path(root)
+        self.operator = operator or OperatorChoice()
+        self._operator_client: Any = None  # speed_runtime.control.Operator, made on first use
         self.key = key
         self.bridge = bridge
         self.audit = audit
@@ -211,7 +217,8 @@ class ActionService:
         with self._lock:
             own = self.own.pop(name, None)
         if own is None:
-            raise ActionError(f"{name} is not a node this console started")
+            self._operator_request("stop", name, None)
+            return
         self._stop_own(own)
         self._record("stop", f"{name} ({own.kind})",
                      f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
@@ -231,6 +238,9 @@ class ActionService:
     def stop_all(self) -> None:
         with self._lock:
             owns, self.own = list(self.own.values()), {}
+            client, self._operator_client = self._operator_client, None
+        if client is not None:
+            client.close()
         threads = [threading.Thread(target=self._stop_own, args=(o,)) for o in owns]
         for t in threads:
             t.start()
@@ -243,6 +253,9 @@ class ActionService:
         verb = "grant" if grant else "revoke"
         with self._lock:
             own = self.own.get(name)
+        if own is None:  # a node someone else started: a control request, if it trusts our operator key
+            result = self._operator_request("allow" if grant else "revoke", name, peer)
+            return list(result.get("allow", []))
         try:
             if own is not None and own.proc is not None:
                 allowed = self._set_allow_process(own, peer, grant)
@@ -283,11 +296,90 @@ class ActionService:
             time.sleep(0.02)
         raise ActionError(f"{own.spec.name} did not publish the change within {timeout:g} s")
 
-    # ------------------------------------------------------------------ calls and messages
-    def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0) -> CallRecord:
+    # ------------------------------------------------------------------ the operator key (control requests)
+    def operator_client(self):
+        """The runtime's control client for the console's operator key (one, kept until stop_all)."""
+        if self.operator.key is None:
+            raise ActionError(self.no_operator_sentence())
+        from speed_runtime.control import Operator
+
+        with self._lock:
+            if self._operator_client is None:
+                self._operator_client = Operator(str(self.root), self.key.runtime_key or str(self.key.path),
+                                                 self.operator.key)
+            return self._operator_client
+
+    def no_operator_sentence(self, target: str | None = None) -> str:
+        where = f"{target} was not started by this console and " if target else ""
+        why = f" ({self.operator.problem})" if self.operator.problem else ""
+        return (f"{where}no operator key is loaded{why}: create one with `speed operator keygen`, start nodes "
+                "with `speed node ... --operator PUBLIC-KEY` and run `speedtui --operator-key PATH`")
+
+    def _operator_request(self, command: str, target: str, peer: str | None) -> dict[str, Any]:
+        """``speed allow|revoke|stop`` through the operator key, audited with that command line."""
         self._check_writable()
-        cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
+        verb = {"allow": "grant", "revoke": "revoke", "stop": "stop"}[command]
+        detail = (f"{target} {'allows' if command == 'allow' else 'no longer allows'} {peer}" if peer is not None
+                  else f"{target} (operator)")
+        if self.operator.key is None:
+            msg = self.no_operator_sentence(target)
+            self._record(verb, detail, "", ok=False, result=msg)
+            raise ActionError(msg)
+        cmd = operator_command(command, target, peer, self.root, self.key.path, self.operator.path).shell()
+        try:
+            op = self.operator_client()
+            if command == "stop":
+                result = op.stop(target, wait=True)
+            else:
+                result = (op.allow if command == "allow" else op.revoke)(target, peer)
+        except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
+            msg = self.describe(exc)
+            self._record(verb, detail, cmd, ok=False, result=msg)
+            raise ActionError(msg) from None
+        summary = ("stopped" if command == "stop" else
+                   ("allow=" + ",".join(result.get("allow", [])) + ("" if result.get("changed", True)
+                                                                     else " (unchanged)")))
+        self._record(verb, detail, cmd, result=summary)
+        return result
+
+    # ------------------------------------------------------------------ calls and messages
+    def grant_for(self, caller: str, target: str, answer: bool) -> list[tuple[str, str]]:
+        """Before a call or send: have ``target`` allow ``caller`` (through the operator key) and,
+        for an ``answer`` to come back, the console's ``caller`` allow ``target``.  Each step is
+        audited; returns the (node, peer) grants that changed, for ``revoke_grants`` afterwards."""
+        changed: list[tuple[str, str]] = []
+        allowed = rt.read_allow(self.root, target)
+        if allowed is None or caller not in allowed:
+            self.set_allow(target, caller, True)  # its own node, else a control request
+            changed.append((target, caller))
+        if answer:
+            node = self.get_node(caller)
+            if target not in node.allowed:
+                self.set_allow(caller, target, True)
+                changed.append((caller, target))
+        return changed
+
+    def revoke_grants(self, grants: list[tuple[str, str]]) -> None:
+        """Undo ``grant_for``'s grants (each audited; a failure is audited and left at that)."""
+        for node, peer in reversed(grants):
+            try:
+                self.set_allow(node, peer, False)
+            except ActionError:
+                pass
+
+    def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0,
+             grant_first: bool = False, revoke_after: bool = False) -> CallRecord:
+        self._check_writable()
         node = self.get_node(caller)
+        granted = self.grant_for(caller, target, answer=True) if grant_first else []
+        try:
+            return self._call(node, caller, target, service, arguments, timeout)
+        finally:
+            if revoke_after:
+                self.revoke_grants(granted)
+
+    def _call(self, node: Any, caller: str, target: str, service: str, arguments: dict, timeout: float) -> CallRecord:
+        cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
         started = time.perf_counter()
         status, result, code, message = "SUCCESS", None, "", ""
         try:
@@ -307,10 +399,22 @@ class ActionService:
                      result=f"{code or status} {latency:.1f}ms")
         return rec
 
-    def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0) -> int:
+    def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0,
+             grant_first: bool = False, revoke_after: bool = False) -> int:
         self._check_writable()
-        cmd = send_command(target, data, sender, self.root, self.key.path, confirm).shell()
         node = self.get_node(sender)
+        # a revoke right after an unconfirmed send could overtake the message in the target's inbox
+        # (it checks the grant when it reads it): with a revoke to follow, wait for its ACK first
+        confirm = confirm or (grant_first and revoke_after)
+        granted = self.grant_for(sender, target, answer=confirm) if grant_first else []
+        try:
+            return self._send(node, sender, target, data, confirm, timeout)
+        finally:
+            if revoke_after:
+                self.revoke_grants(granted)
+
+    def _send(self, node: Any, sender: str, target: str, data: Any, confirm: bool, timeout: float) -> int:
+        cmd = send_command(target, data, sender, self.root, self.key.path, confirm).shell()
         try:
             seq = node.send(target, data, confirm=confirm, timeout=timeout)
         except Exception as exc:  # noqa: BLE001

@@ -6,7 +6,8 @@ Example ``~/.config/speedtui/config.json``::
       "theme": "speed-dark",
       "keys": {"leases": "f2", "traces": "f5", "quit": "ctrl+q"},
       "trace_buffer": 20000,
-      "confirm_send": true
+      "confirm_send": true,
+      "operator_key": "~/.config/speed/operator.key"
     }
 """
 
@@ -27,6 +28,7 @@ class Config:
     keys: dict[str, str] = field(default_factory=dict)
     trace_buffer: int = 20000
     confirm_send: bool = False
+    operator_key: str | None = None  # the operator key file for `control` requests (README "## Operators")
     path: Path | None = None
     warning: str | None = None
 
@@ -52,15 +54,20 @@ class Config:
             cfg.trace_buffer = raw["trace_buffer"]
         if isinstance(raw.get("confirm_send"), bool):
             cfg.confirm_send = raw["confirm_send"]
+        if isinstance(raw.get("operator_key"), str) and raw["operator_key"].strip():
+            cfg.operator_key = raw["operator_key"].strip()
         return cfg
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "theme": self.theme,
             "keys": dict(self.keys),
             "trace_buffer": self.trace_buffer,
             "confirm_send": self.confirm_send,
         }
+        if self.operator_key is not None:
+            out["operator_key"] = self.operator_key
+        return out
 
     def save(self) -> None:
         if self.path is None:

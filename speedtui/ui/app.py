@@ -32,6 +32,7 @@ from ..services.clock import Clock, SystemClock
 from ..services.config import Config
 from ..services.history import AuditLog, CallHistory
 from ..services.journal_history import JournalHistory
+from ..services.operator import OperatorChoice
 from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
@@ -85,8 +86,10 @@ class SpeedApp(App):
                  clock: Clock | None = None, paths: Paths | None = None, config: Config | None = None,
                  demo: Any = None, dir_label: str | None = None, start_sources: bool = True,
                  refresh_interval: float = 0.1, trace_capacity: int | None = None,
-                 initial_view: str = "leases", steady: bool = False, pace_gc: bool = True) -> None:
+                 initial_view: str = "leases", steady: bool = False, pace_gc: bool = True,
+                 operator: OperatorChoice | None = None) -> None:
         super().__init__()
+        self.operator = operator or OperatorChoice()  # the operator key for `control` requests, if any
         self.root = Path(root)
         self.key = key
         self.readonly = readonly
@@ -106,7 +109,7 @@ class SpeedApp(App):
         self.audit = AuditLog(self.paths.audit_log(self.root))
         self.calls = CallHistory(self.paths.call_history(self.root))
         self.actions = None if key is None else ActionService(self.root, key, self.bridge, self.audit, self.calls,
-                                                               self.clock, readonly)
+                                                               self.clock, readonly, operator=self.operator)
         secret = key.secret if key is not None else None
         self.state = ConsoleState(
             root=self.root, root_label=self.dir_label, registry=RegistryModel(),
@@ -116,7 +119,7 @@ class SpeedApp(App):
             audit_entries=self.audit.entries, call_entries=self.calls.entries,
             own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
             own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time,
-            history=RegistryHistory())
+            history=RegistryHistory(), operator_fingerprint=self.operator.fingerprint)
         self.registry = self.state.registry
         self.traces = self.state.traces
         self.sources: list = []
@@ -146,7 +149,7 @@ class SpeedApp(App):
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield SpeedHeader(self.dir_label, self.key.fingerprint if self.key else "no key", self.readonly,
-                          self.demo is not None)
+                          self.demo is not None, self.operator.fingerprint)
         yield Static(id="banner")
         views = {"leases": LeasesView, "fabrics": FabricsView, "access": AccessView, "traces": TracesView,
                  "replay": ReplayView, "audit": AuditView, "security": SecurityView, "durable": DurableView}
@@ -193,6 +196,8 @@ class SpeedApp(App):
             self.set_keymap(self.config.keys)
         if self.config.warning:
             self.notify(self.config.warning, severity="warning")
+        if self.operator.problem:
+            self.notify(self.operator.problem, title="operator key", severity="warning", timeout=10)
         if self.start_sources:
             reg = RegistrySource(self.bridge, self.root)
             jt = JournalTailer(self.bridge, self.root)
@@ -382,7 +387,7 @@ class SpeedApp(App):
         self.ops.call_from_trace(m.record, copy_only=m.copy_only)
 
     def on_grant_requested(self, m: msg.GrantRequested) -> None:
-        self.ops.grant(m.node, m.peer)
+        self.ops.grant(m.node, m.peer, revoke=m.revoke)
 
     def on_call_requested(self, m: msg.CallRequested) -> None:
         self.ops.open_call(m.caller, m.target, m.service, m.arguments, m.timeout)
@@ -424,8 +429,8 @@ class SpeedApp(App):
     def action_send(self) -> None:
         self.ops.send()
 
-    def open_grant(self, node: str | None = None, peer: str | None = None) -> None:
-        self.ops.grant(node, peer)
+    def open_grant(self, node: str | None = None, peer: str | None = None, revoke: bool = False) -> None:
+        self.ops.grant(node, peer, revoke=revoke)
 
     def open_call(self, caller: str | None = None, target: str = "", service: str = "",
                   arguments: dict | None = None, timeout: float = 5.0) -> None:
@@ -482,9 +487,10 @@ class SpeedApp(App):
 
     # ------------------------------------------------------------------ results of workers
     @work(thread=True, group="call")
-    def run_call(self, caller: str, target: str, service: str, arguments: dict, timeout: float) -> None:
+    def run_call(self, caller: str, target: str, service: str, arguments: dict, timeout: float,
+                 grant_first: bool = False, revoke_after: bool = False) -> None:
         try:
-            rec = self.actions.call(caller, target, service, arguments, timeout)
+            rec = self.actions.call(caller, target, service, arguments, timeout, grant_first, revoke_after)
         except ActionError as exc:
             self.post_message(msg.ActionDone("call", False, str(exc)))
             return
@@ -511,6 +517,8 @@ class SpeedApp(App):
     def on_action_done(self, m: msg.ActionDone) -> None:
         if not self._live():
             return
+        if m.action == "call" and not m.ok and isinstance(self.screen, CallScreen):
+            self.screen.show_failure(m.text)  # e.g. the grant before the call was refused
         if m.ok:
             self.notify(m.text or f"{m.action} done")
         else:

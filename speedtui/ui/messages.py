@@ -90,6 +90,7 @@ class CallFromTrace(Message):
 class GrantRequested(Message):
     node: str | None = None
     peer: str | None = None
+    revoke: bool = False  # open the dialog on "revoke"
 
 
 @dataclass
@@ -112,6 +113,8 @@ class RunCall(Message):
     service: str
     arguments: dict[str, Any]
     timeout: float
+    grant_first: bool = False  # have the target allow the caller first (operator key or own node)
+    revoke_after: bool = False  # and revoke those grants once the call is done
 
 
 @dataclass

@@ -92,21 +92,41 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        items = [(n, f"{n} ({acts.own[n].kind})") for n in acts.own_names()]
+        own = acts.own_names()
+        items = [(n, f"{n} ({acts.own[n].kind})") for n in own]
+        items += [(n, f"{n} (operator key)") for n in self.state.administered() if n not in own]
         if not items:
-            self.app.notify("this console has not started any node it may stop", severity="warning")
+            self.app.notify("no node to stop: this console started none, and none trusts its operator key"
+                            + ("" if self.app.operator.key else " (none is loaded: speedtui --operator-key PATH)"),
+                            severity="warning")
             return
-        self.app.push_screen(PickScreen("Stop which of this console's nodes?", items), self._stop_chosen)
+        self.app.push_screen(PickScreen("Stop which node?", items), self._stop_chosen)
 
     def _stop_chosen(self, name: str | None) -> None:
         if name:
-            self.app.push_screen(ConfirmScreen("Stop node", f"Stop {name}? It deregisters and its inbox stops "
+            how = ("" if name in self.app.actions.own_names() else
+                   " (a stop request signed with the operator key: it drains its inbox, then deregisters)")
+            self.app.push_screen(ConfirmScreen("Stop node", f"Stop {name}{how}? It deregisters and its inbox stops "
                                                "being read; calls to it fail until it is started again.",
                                                yes="Stop"), partial(self._stop_confirmed, name))
 
     def _stop_confirmed(self, name: str, yes: bool | None) -> None:
         if yes:
+            self.app.notify(f"stopping {name}…", timeout=3)
             self.run_action("stop", lambda: self.app.actions.stop(name), f"{name} stopped")
+
+    def cannot_change(self, node: str, peer: str | None = None) -> str:
+        """Why the console cannot change ``node``'s grants, and what to do (one sentence)."""
+        op = self.app.operator
+        if op.key is None:
+            return self.app.actions.no_operator_sentence(node) if self.app.actions else "no key loaded"
+        row = self.state.registry.by_name().get(node)
+        if row is None:
+            return f"{node} is not in the registry"
+        why = "it accepts no control requests" if not row.operators else "it trusts other operators only"
+        return (f"{node} does not trust this console's operator key {op.fingerprint} ({why}): restart it with "
+                f"`speed node --name {node} ... --operator {op.key.public_text}`"
+                + (f" (or with --allow {peer})" if peer else ""))
 
     def reap(self, name: str | None) -> None:
         if self.actions_or_warn() is None or not name:
@@ -125,17 +145,20 @@ class Operations:
             self.run_action("reap", lambda: self.app.actions.reap(name), f"{name}'s stale entry removed")
 
     # ------------------------------------------------------------------ grants
-    def grant(self, node: str | None = None, peer: str | None = None) -> None:
+    def grant(self, node: str | None = None, peer: str | None = None, revoke: bool = False) -> None:
         acts = self.actions_or_warn()
         if acts is None:
             return
         own = acts.own_alive()
-        if not own:
-            where = f" (the grant is needed on {node}, which it did not start)" if node else ""
-            self.app.notify(f"this console has no node of its own to grant on{where}: launch one (n)",
-                            severity="warning")
+        nodes = own + [n for n in self.state.administered() if n not in own]
+        note = self.cannot_change(node, peer) if node and node not in nodes else None
+        if not nodes:
+            self.app.notify(note or ("this console may change no node's grants: launch one (n), or load an "
+                                     "operator key that nodes trust (speedtui --operator-key PATH)"),
+                            severity="warning", timeout=10)
             return
-        self.app.push_screen(GrantScreen(own, self.state.graph(), node, peer), self._grant_chosen)
+        self.app.push_screen(GrantScreen(nodes, self.state.graph(), node, peer, revoke=revoke, note=note),
+                             self._grant_chosen)
 
     def _grant_chosen(self, choice: tuple[str, str, bool] | None) -> None:
         if choice:
@@ -150,7 +173,9 @@ class Operations:
         if acts is None:
             return
         self.app.push_screen(CallScreen(acts.own_in_process(), self.state.graph(), str(self.app.root),
-                                        self.state.key_path, caller, target, service, arguments, timeout))
+                                        self.state.key_path, caller, target, service, arguments, timeout,
+                                        self.state.administered(), self.cannot_change,
+                                        self.app.operator.key is not None))
 
     def run_call(self, m: msg.RunCall) -> None:
         acts = self.actions_or_warn()
@@ -162,7 +187,7 @@ class Operations:
             return
         if not isinstance(self.app.screen, CallScreen):
             self.app.notify(f"calling {m.caller} → {m.target}.{m.service}…")
-        self.app.run_call(m.caller, m.target, m.service, m.arguments, m.timeout)
+        self.app.run_call(m.caller, m.target, m.service, m.arguments, m.timeout, m.grant_first, m.revoke_after)
 
     def call_from_trace(self, rec: TraceRecord, copy_only: bool = False) -> None:
         if rec.type not in ("SPC_REQUEST", "SPC_RESPONSE"):
@@ -188,13 +213,16 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        self.app.push_screen(SendScreen(acts.own_in_process(), self.state.graph().names,
-                                        self.app.config.confirm_send), self._send_chosen)
+        graph = self.state.graph()
+        self.app.push_screen(SendScreen(acts.own_in_process(), graph.names, self.app.config.confirm_send, graph,
+                                        self.state.administered(), self.cannot_change,
+                                        self.app.operator.key is not None), self._send_chosen)
 
-    def _send_chosen(self, choice: tuple[str, str, Any, bool] | None) -> None:
+    def _send_chosen(self, choice: tuple[str, str, Any, bool, bool, bool] | None) -> None:
         if choice:
-            sender, to, data, confirm = choice
-            self.run_action("send", lambda: self.app.actions.send(sender, to, data, confirm),
+            sender, to, data, confirm, grant, revoke = choice
+            self.run_action("send", lambda: self.app.actions.send(sender, to, data, confirm, grant_first=grant,
+                                                                  revoke_after=revoke),
                             f"message {sender} → {to} delivered" + (" and confirmed" if confirm else ""))
 
     # ------------------------------------------------------------------ traces: envelope, call, replay

@@ -41,9 +41,10 @@ def palette_commands(app: "SpeedApp", views: list[tuple[str, str]]) -> Iterable[
     if not app.readonly and app.actions is not None:
         yield SystemCommand("Launch node", keyed("Start a node in this console or as a `speed node` process",
                                                  "app.launch"), app.action_launch)
-        yield SystemCommand("Stop node", keyed("Stop a node this console started", "app.stop"), app.action_stop_node)
-        yield SystemCommand("Grant or revoke", keyed("Change allow entries of this console's nodes", "app.grant"),
-                            app.action_grant)
+        yield SystemCommand("Stop node", keyed("Stop a node this console started or administers (operator key)",
+                                               "app.stop"), app.action_stop_node)
+        yield SystemCommand("Grant or revoke", keyed("Change allow entries of its nodes and of nodes trusting its "
+                                                     "operator key", "app.grant"), app.action_grant)
         yield SystemCommand("Fire SPC call", keyed("Call a service from one of this console's nodes", "app.call"),
                             app.action_call)
         yield SystemCommand("Send message", keyed("Send a MESSAGE from one of this console's nodes", "app.send"),

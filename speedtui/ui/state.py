@@ -40,6 +40,11 @@ class ConsoleState:
     lock_text: str = ""  # who holds the registry lock, when another process keeps it
     reader_problems: dict[str, str] = field(default_factory=dict)  # files the readers skip, and why
     history: RegistryHistory = field(default_factory=RegistryHistory)  # the registry as this console saw it
+    operator_fingerprint: str | None = None  # the console's operator key (its fingerprint only), if loaded
+
+    def administered(self) -> list[str]:
+        """The nodes that trust the console's operator key: it may grant, revoke and stop on them."""
+        return self.graph().administered(self.operator_fingerprint)
 
     def graph(self) -> AccessGraph:
         return AccessGraph(self.registry.rows)

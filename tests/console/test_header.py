@@ -38,3 +38,12 @@ def test_shorten_path():
     assert shorten_path("/dev/shm/speed", 20) == "/dev/shm/speed"
     assert shorten_path("/dev/shm/speed-demo/env", 12) == "…ed-demo/env"
     assert len(shorten_path("/a/b/c/d/e/f/g/h", MIN_DIR_CELLS)) == min(MIN_DIR_CELLS, 16)
+
+
+def test_the_operator_fingerprint_stays_at_80_columns():
+    """80 columns leave the header's info 67 cells (the rate takes 13): both fingerprints fit."""
+    info = HeaderInfo("/dev/shm/speed", "aa9974689b32b62a", (("online", 4), ("stale", 2)),
+                      operator="16ccdefa0b1e09bb")
+    assert header_text(info, 120).plain.endswith("key aa9974689b32b62a  operator 16ccdefa0b1e09bb")
+    narrow = header_text(info, 67).plain
+    assert len(narrow) <= 67 and narrow.endswith("key aa9974689b32b62a  op 16ccdefa0b1e09bb")

@@ -309,3 +309,38 @@ def test_traces_chunked_message_expanded(size, snap_compare, fixture_app):
         await pilot.pause()
 
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
+
+
+OPERATOR_SIZES = [(80, 24), (120, 36)]
+
+
+def operator_fixture_app(fixture_env, **kw):
+    """The fixture with a fixed operator key that billing and ledger trust (their entries list
+    its fingerprint, as `speed node --operator` writes them)."""
+    import json
+
+    from speed_runtime.core.control import OperatorKey
+    from speedtui.services.clock import FrozenClock
+    from speedtui.services.operator import OperatorChoice
+    from speedtui.ui.app import make_app
+
+    root, key, paths = fixture_env
+    op = OperatorKey(bytes(range(32)))
+    for name in ("billing", "ledger"):
+        path = root / "speed_registry" / f"{name}.node"
+        entry = json.loads(path.read_text())
+        entry.update(features=["control"], operators=[op.fingerprint])
+        path.write_text(json.dumps(entry, indent=1))
+    choice = OperatorChoice(key=op, path=root.parent / "operator.key")
+    return make_app(root, key, paths=paths, clock=FrozenClock(FIXED_NOW), dir_label="/fixture/speed", steady=True,
+                    operator=choice, **kw)
+
+
+@pytest.mark.parametrize("size", OPERATOR_SIZES, ids=[f"{w}x{h}" for w, h in OPERATOR_SIZES])
+def test_operator_fingerprint_in_the_header(size, snap_compare, fixture_env):
+    assert snap_compare(operator_fixture_app(fixture_env), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", OPERATOR_SIZES, ids=[f"{w}x{h}" for w, h in OPERATOR_SIZES])
+def test_access_marks_the_nodes_the_operator_administers(size, snap_compare, fixture_env):
+    assert snap_compare(operator_fixture_app(fixture_env), press=["3"], terminal_size=size)

@@ -1,10 +1,12 @@
 """The call and message dialogs: fire an SPC call (the result is shown in the dialog), send a
-MESSAGE; without a node of the console's own, both offer to start one."""
+MESSAGE; without a node of the console's own, both offer to start one.  Where the target does not
+allow the chosen caller and the console may change its grants (its own node, or one trusting the
+operator key), both offer to grant first and revoke afterwards."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from rich.text import Text
 from textual import on
@@ -34,25 +36,78 @@ def parse_args(text: str) -> tuple[dict | None, str]:
     return val, ""
 
 
-def no_own_node(what: str) -> ComposeResult:
+def no_own_node(what: str, operator: bool = True) -> ComposeResult:
     """Shown instead of the sender field when the console has no node to send from."""
     yield Static(Text.assemble(
         ("This console has no node of its own", "bold yellow"),
         (f" to {what} from (only nodes it runs can send). Start one: it registers as ", ""),
         (console_node_name(), "bold"), (" in this environment, runs inside the console and stops with it. "
-                                         "Other nodes must allow it before it can reach them.", "")),
+                                         "Other nodes must allow it before it can reach them", ""),
+        ("." if operator else ", and without an operator key (speedtui --operator-key PATH) the console "
+                              "cannot grant that on nodes it did not start.", "")),
         classes="no-own-node")
     yield Button(f"Start {console_node_name()}", id="start-console-node", variant="primary")
 
 
-class CallScreen(ModalScreen[None]):
+def grants_missing(graph: AccessGraph, caller: str | None, target: str, answer: bool) -> list[tuple[str, str]]:
+    """The (node, peer) grants a message from ``caller`` to ``target`` lacks (and its answer back)."""
+    if not caller or target not in graph.nodes or caller == target:
+        return []
+    out = [] if graph.may_write(caller, target) else [(target, caller)]
+    if answer and caller in graph.nodes and not graph.may_write(target, caller):
+        out.append((caller, target))
+    return out
+
+
+class GrantOffer:
+    """The part of the call and message dialogs that offers to grant first (and revoke after)."""
+
+    prefix = ""
+
+    def setup_offer(self, own: list[str], administered: Iterable[str],
+                    cannot_change: Callable[[str, str], str] | None) -> None:
+        self.changeable = set(own) | set(administered)
+        self.cannot_change = cannot_change
+
+    def offer_widgets(self) -> ComposeResult:
+        with Horizontal(classes="checks", id=f"{self.prefix}-grants"):
+            # an offer: nothing in the environment changes unless the operator ticks it
+            yield Checkbox("grant first", value=False, id=f"{self.prefix}-grant", compact=True)
+            yield Checkbox("revoke afterwards", value=True, id=f"{self.prefix}-revoke", compact=True)
+
+    def offer_lines(self, missing: list[tuple[str, str]], t: Text) -> bool:
+        """Explain the missing grants into ``t``; show the offer if the console can make them all."""
+        can = bool(missing) and all(node in self.changeable for node, _ in missing)
+        self.query_one(f"#{self.prefix}-grants").display = can
+        for node, peer in missing:
+            if node in self.changeable:
+                t.append(f"○ {node} does not allow {peer}: tick \"grant first\" to allow it (operator key or "
+                         "the console's node)\n", style="yellow")
+            else:
+                why = self.cannot_change(node, peer) if self.cannot_change else f"{node} cannot be changed from here"
+                t.append(f"✗ {node} does not allow {peer}: {why}\n", style="red")
+        return can
+
+    def offer_choice(self, missing: list[tuple[str, str]]) -> tuple[bool, bool]:
+        if not missing or not self.query_one(f"#{self.prefix}-grants").display:
+            return False, False
+        grant = self.query_one(f"#{self.prefix}-grant", Checkbox).value
+        return grant, grant and self.query_one(f"#{self.prefix}-revoke", Checkbox).value
+
+
+class CallScreen(GrantOffer, ModalScreen[None]):
     """Fire an SPC call; the call runs in a worker, the result is shown here."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Close"), Binding("ctrl+y", "copy", "Copy as command")]
+    prefix = "call"
 
     def __init__(self, own: list[str], graph: AccessGraph, root: str, key_path: str, caller: str | None = None,
-                 target: str = "", service: str = "", arguments: Any = None, timeout: float = 5.0) -> None:
+                 target: str = "", service: str = "", arguments: Any = None, timeout: float = 5.0,
+                 administered: Iterable[str] = (), cannot_change: Callable[[str, str], str] | None = None,
+                 operator: bool = True) -> None:
         super().__init__()
+        self.setup_offer(own, administered, cannot_change)
+        self.operator = operator
         self.own = own
         self.graph = graph
         self.root = root
@@ -69,7 +124,7 @@ class CallScreen(ModalScreen[None]):
                 yield Button("Copy (ctrl+y)", id="call-copy")
                 yield Button("Close", id="call-close")
             if not self.own:
-                yield from no_own_node("call")
+                yield from no_own_node("call", self.operator)
             with Horizontal(classes="formrow"):
                 if self.own:
                     with Vertical():
@@ -90,6 +145,7 @@ class CallScreen(ModalScreen[None]):
                 with Vertical(classes="narrow"):
                     yield Label("timeout s")
                     yield Input(value=self.init["timeout"], id="call-timeout")
+            yield from self.offer_widgets()
             yield Static(id="call-check", classes="preview")
             yield Static(id="call-result", classes="result")
 
@@ -140,6 +196,7 @@ class CallScreen(ModalScreen[None]):
         if v["timeout"] is None:
             problems.append("timeout must be a positive number of seconds")
         t = Text()
+        self.offer_lines(self.missing(v), t)
         if problems:
             for p in problems:
                 t.append(f"✗ {p}\n", style="red")
@@ -149,6 +206,9 @@ class CallScreen(ModalScreen[None]):
                                         self.key_path, v["timeout"]), style="dim")
         self.query_one("#call-check", Static).update(t)
         return "; ".join(problems)
+
+    def missing(self, v: dict[str, Any]) -> list[tuple[str, str]]:
+        return grants_missing(self.graph, v["caller"], v["target"], answer=True)
 
     @on(Input.Changed)
     @on(Select.Changed)
@@ -182,8 +242,11 @@ class CallScreen(ModalScreen[None]):
         if not v["caller"] or not v["target"] or not v["service"] or v["args_error"] or v["timeout"] is None:
             self.notify(self._check() or "incomplete call", severity="error")
             return
-        self.query_one("#call-result", Static).update(Text("calling…", style="yellow"))
-        self.app.post_message(RunCall(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"]))
+        grant, revoke = self.offer_choice(self.missing(v))
+        self.query_one("#call-result", Static).update(Text("granting, then calling…" if grant else "calling…",
+                                                           style="yellow"))
+        self.app.post_message(RunCall(v["caller"], v["target"], v["service"], v["arguments"], v["timeout"],
+                                      grant, revoke))
 
     def show_result(self, rec) -> None:
         t = Text()
@@ -197,6 +260,9 @@ class CallScreen(ModalScreen[None]):
             t.append(f"   latency {rec.latency_ms:.1f} ms", style="dim")
         self.query_one("#call-result", Static).update(t)
 
+    def show_failure(self, text: str) -> None:
+        self.query_one("#call-result", Static).update(Text.assemble(("not called: ", "bold red"), text))
+
     def action_copy(self) -> None:
         v = self.values()
         if v["target"] and v["service"] and v["arguments"] is not None:
@@ -205,11 +271,19 @@ class CallScreen(ModalScreen[None]):
             self.app.post_message(CopyText(line, "the `speed call` line"))
 
 
-class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] | None]):
+    """Send a MESSAGE; dismissed with (sender, to, data, confirm, grant first, revoke afterwards)."""
 
-    def __init__(self, own: list[str], names: list[str], confirm_default: bool = False) -> None:
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    prefix = "snd"
+
+    def __init__(self, own: list[str], names: list[str], confirm_default: bool = False,
+                 graph: AccessGraph | None = None, administered: Iterable[str] = (),
+                 cannot_change: Callable[[str, str], str] | None = None, operator: bool = True) -> None:
         super().__init__()
+        self.setup_offer(own, administered, cannot_change)
+        self.operator = operator
+        self.graph = graph if graph is not None else AccessGraph(())
         self.own = own
         self.names = names
         self.confirm_default = confirm_default
@@ -224,15 +298,23 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
                 yield Label("from (this console's node)")
                 yield Select([(n, n) for n in self.own], value=self.own[0], id="snd-from", allow_blank=False)
             else:
-                yield from no_own_node("send")
+                yield from no_own_node("send", self.operator)
             yield Label("to")
             yield Input(id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
             yield Label("data (any JSON value)")
             yield Input(value='{"hello": "world"}', id="snd-data")
             yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
+            yield from self.offer_widgets()
             yield Static(id="snd-check", classes="preview")
 
+    def missing(self) -> list[tuple[str, str]]:
+        sender, to, _, _ = self._values()
+        # with a revoke to follow, the console waits for the ACK (the answer needs the reverse grant)
+        answer = self.query_one("#snd-confirm", Checkbox).value or self.query_one("#snd-revoke", Checkbox).value
+        return grants_missing(self.graph, sender, to, answer=answer)
+
     def on_mount(self) -> None:
+        self._changed()
         if not self.own:  # Enter starts the console node: the one thing to do first
             self.query_one("#start-console-node", Button).focus()
         else:
@@ -250,12 +332,18 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
         return sender, to, data, err
 
     @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
     def _changed(self) -> None:
         try:
             _, _, _, err = self._values()
+            t = Text()
+            self.offer_lines(self.missing(), t)
         except NoMatches:  # the dialog is closing
             return
-        self.query_one("#snd-check", Static).update(Text(f"✗ {err}", style="red") if err else "")
+        if err:
+            t.append(f"✗ {err}", style="red")
+        self.query_one("#snd-check", Static).update(t)
 
     def on_input_submitted(self) -> None:
         self.on_button_pressed(Button.Pressed(self.query_one("#snd-go", Button)))
@@ -273,4 +361,5 @@ class SendScreen(ModalScreen[tuple[str, str, Any, bool] | None]):
             self.notify(err or ("start a console node first (the button above)" if not sender
                                 else "choose a receiver"), severity="error")
             return
-        self.dismiss((sender, to, data, self.query_one("#snd-confirm", Checkbox).value))
+        grant, revoke = self.offer_choice(self.missing())
+        self.dismiss((sender, to, data, self.query_one("#snd-confirm", Checkbox).value, grant, revoke))

@@ -115,28 +115,32 @@ class LaunchScreen(PreviewDialog):
 class GrantScreen(PreviewDialog):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, own: list[str], graph: AccessGraph, node: str | None = None, peer: str | None = None) -> None:
+    def __init__(self, own: list[str], graph: AccessGraph, node: str | None = None, peer: str | None = None,
+                 revoke: bool = False, note: str | None = None) -> None:
         super().__init__()
-        self.own = own
+        self.own = own  # the nodes the console may change: its own, and those trusting its operator key
         self.graph = graph
-        self.wanted = node  # where the grant is needed, perhaps on a node this console did not start
+        self.wanted = node  # where the grant is needed, perhaps on a node the console cannot change
         self.node = node if node in own else (own[0] if own else None)
         self.peer = peer if peer and peer != self.node else ""  # never a node granting itself
+        self.revoke = revoke
+        self.note = note  # why `wanted` cannot be changed from here, and what to do
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="grant-dialog"):
             yield Static("Grant or revoke an allow entry", classes="dialog-title")
             if self.wanted and self.wanted not in self.own:
-                yield Static(Text(f"The grant is needed on {self.wanted}, which this console did not start: "
-                                  f"its allow list is its own (restart it with --allow {self.peer or 'PEER'}). "
-                                  "Below: grants on the console's own nodes.", style="yellow"), classes="preview")
-            yield Label("on node (one this console started)")
+                note = self.note or (f"The grant is needed on {self.wanted}, which this console did not start: "
+                                     f"its allow list is its own (restart it with --allow {self.peer or 'PEER'}).")
+                yield Static(Text(f"{note} Below: the nodes this console may change.", style="yellow"),
+                             classes="preview", id="gr-note")
+            yield Label("on node (started by this console, or trusting its operator key)")
             yield Select([(n, n) for n in self.own], value=self.node, id="gr-node", allow_blank=False)
             yield Label("peer (the node that may write to it)")
             yield Input(value=self.peer, id="gr-peer", suggester=SuggestFromList(self.graph.names))
             with RadioSet(id="gr-mode", compact=True):
-                yield RadioButton("grant (allow)", value=True, id="gr-grant")
-                yield RadioButton("revoke", id="gr-revoke")
+                yield RadioButton("grant (allow)", value=not self.revoke, id="gr-grant")
+                yield RadioButton("revoke", value=self.revoke, id="gr-revoke")
             yield Static(id="gr-preview", classes="preview")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Apply", id="gr-go", variant="primary")
@@ -174,7 +178,7 @@ class GrantScreen(PreviewDialog):
             return
         node, peer, grant = self.values()
         if not node or not peer:
-            self.notify("choose one of the console's nodes and a peer", severity="error")
+            self.notify("choose a node and a peer", severity="error")
             return
         if node == peer:
             self.notify(f"{node} cannot grant itself: choose another peer", severity="error")

@@ -14,7 +14,8 @@ VIEW_HELP = [
     ("Leases", "every registry entry: status, lease countdown, heartbeat age, pid, fabrics, services, "
                "counters. / filter, s sort, e expiring soon, x reap a stale entry, click a header to sort."),
     ("Fabrics", "groups as a tree with rolled-up health; Enter on a fabric filters every view."),
-    ("Access", "who may write to whom (matrix and arrows); the explainer says if a call can work."),
+    ("Access", "who may write to whom (matrix and arrows); g grant, d revoke on a cell (✱: the node trusts "
+               "your operator key); the explainer says if a call can work."),
     ("Traces", "every traced envelope. / filter (node: type: outcome: text), p pause, f follow, "
                "o order, Enter envelope, c follow call, R replay, C open as call. A chunked message is one row "
                "(▸N): Enter shows its chunks; reliable sends show retransmissions and the final outcome."),

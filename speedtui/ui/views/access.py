@@ -85,13 +85,14 @@ class AccessView(Vertical):
 
     def refresh_view(self, force: bool = False) -> None:
         rows = self.state.registry.rows
-        sig = (tuple((r.name, r.status, r.allow, r.services, r.groups) for r in rows), self.state.fabric)
+        sig = (tuple((r.name, r.status, r.allow, r.services, r.groups, r.operators) for r in rows), self.state.fabric)
         if sig == self._sig:
             return
         self._sig = sig
         g = AccessGraph(rows)
         self._names = [r.name for r in sorted(rows, key=lambda r: r.name) if self.state.registry.in_fabric(r)]
-        self.query_one(AccessMatrix).set_matrix(self._names, g.matrix(self._names))
+        self.query_one(AccessMatrix).set_matrix(self._names, g.matrix(self._names),
+                                                frozenset(g.administered(self.state.operator_fingerprint)))
         self._draw_picture(g)
         all_names = g.names
         self.query_one("#ex-caller", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
@@ -132,7 +133,7 @@ class AccessView(Vertical):
             if self.state.readonly:
                 self.notify("read-only console: grants are disabled (--readonly)", severity="warning")
                 return
-            self.post_message(GrantRequested(node=event.reader, peer=event.writer))
+            self.post_message(GrantRequested(node=event.reader, peer=event.writer, revoke=event.revoke))
         else:
             self.set_pair(event.writer, event.reader)
 
@@ -163,7 +164,8 @@ class AccessView(Vertical):
         self.query_one(AccessMatrix).focus()
 
     def action_grant(self) -> None:
-        """The grant the explained call still needs, preferring one on a node this console runs."""
+        """The grant the explained call still needs, preferring one on a node this console runs
+        or administers (its operator key)."""
         caller = self.query_one("#ex-caller", Input).value.strip()
         target = self.query_one("#ex-target", Input).value.strip()
         if not caller or not target:
@@ -171,7 +173,7 @@ class AccessView(Vertical):
             return
         service = self.query_one("#ex-service", Input).value.strip()
         needed = grants_needed(self.state.graph(), caller, target, service or None)
-        own = set(self.state.own_nodes())
+        own = set(self.state.own_nodes()) | set(self.state.administered())
         node, peer = next((p for p in needed if p[0] in own), needed[0] if needed else (target, caller))
         self.post_message(GrantRequested(node=node, peer=peer))
 

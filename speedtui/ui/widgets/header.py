@@ -1,4 +1,5 @@
-"""Header: directory, key fingerprint (never the key), node counts, envelope-rate sparkline."""
+"""Header: directory, key fingerprint and operator key fingerprint (never a key), node counts,
+envelope-rate sparkline."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class HeaderInfo:
     readonly: bool = False
     fabric: str | None = None
     paused: bool = False
+    operator: str | None = None  # the operator key's fingerprint, if one is loaded
 
 
 def shorten_path(path: str, cells: int) -> str:
@@ -32,15 +34,15 @@ def shorten_path(path: str, cells: int) -> str:
 
 
 def header_text(info: HeaderInfo, width: int) -> Text:
-    """The header's left part in `width` cells: the counts lose their words first, then the
-    directory keeps only its end; the fingerprint and the badges always stay."""
+    """The header's left part in `width` cells: the counts lose their words first (and "operator"
+    becomes "op"), then the directory keeps only its end; the fingerprints and the badges always stay."""
     counts = dict(info.counts)
     for wordy in (True, False):
         t = _compose(info, counts, wordy, info.dir_label)
         if t.cell_len <= width:
             return t
     spare = width - (t.cell_len - len(info.dir_label))
-    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused else MIN_DIR_CELLS
+    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused or info.operator else MIN_DIR_CELLS
     return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)))
 
 
@@ -57,6 +59,9 @@ def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: s
         t.append(f" {mark} {n} {status}" if wordy else f" {mark}{n}", style=style)
     t.append("  key ", style="dim")
     t.append(info.fingerprint, style="bold")
+    if info.operator:
+        t.append("  operator " if wordy else "  op ", style="dim")
+        t.append(info.operator, style="bold")
     if info.fabric is not None:
         t.append(f"  fabric: {info.fabric or '(ungrouped)'}", style="bold magenta")
     if info.paused:
@@ -74,8 +79,10 @@ class SpeedHeader(Horizontal):
     """
     NARROW = 110  # below this many columns the sparkline gives its cells to the fingerprint
 
-    def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool) -> None:
+    def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool,
+                 operator: str | None = None) -> None:
         super().__init__()
+        self.operator = operator
         self.dir_label = dir_label
         self.fingerprint = fingerprint
         self.readonly = readonly
@@ -99,7 +106,7 @@ class SpeedHeader(Horizontal):
         if not hasattr(self, "_info"):
             return
         self._latest = HeaderInfo(self.dir_label, self.fingerprint, tuple(sorted(counts.items())), self.demo,
-                                  self.readonly, fabric, paused)
+                                  self.readonly, fabric, paused, self.operator)
         self._paint_info()
         # the current second is still filling: only complete seconds are shown, so the rate
         # repaints once a second under traffic instead of on every drain (10 a second)

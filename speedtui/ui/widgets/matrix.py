@@ -1,5 +1,6 @@
 """The access matrix as a grid you move over: a cell is "row may write to column"; Enter asks
-for that pair to be explained, g for the grant that opens it.  Columns are numbered like the
+for that pair to be explained, g for the grant that opens it, d for the revoke that closes it;
+a ✱ marks the nodes that trust the console's operator key.  Columns are numbered like the
 rows, so the grid fits any width."""
 
 from __future__ import annotations
@@ -20,23 +21,25 @@ class AccessMatrix(Static, can_focus=True):
         Binding("left,h", "move(0, -1)", "Left", show=False), Binding("right,l", "move(0, 1)", "Right", show=False),
         Binding("enter", "explain", "Explain pair", id="access.cell_explain"),
         Binding("g", "grant", "Grant pair", id="access.cell_grant"),
+        Binding("d", "revoke", "Revoke pair", id="access.cell_revoke"),
     ]
     row = reactive(0, init=False)
     col = reactive(1, init=False)
 
     class PairChosen(Message):
-        def __init__(self, writer: str, reader: str, grant: bool) -> None:
+        def __init__(self, writer: str, reader: str, grant: bool, revoke: bool = False) -> None:
             super().__init__()
-            self.writer, self.reader, self.grant = writer, reader, grant
+            self.writer, self.reader, self.grant, self.revoke = writer, reader, grant, revoke
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.names: list[str] = []
         self.cells: list[list[str]] = []
+        self.administered: frozenset[str] = frozenset()  # rows the console's operator key may change
 
-    def set_matrix(self, names: list[str], cells: list[list[str]]) -> None:
+    def set_matrix(self, names: list[str], cells: list[list[str]], administered: frozenset[str] = frozenset()) -> None:
         keep = self.pair()
-        self.names, self.cells = names, cells
+        self.names, self.cells, self.administered = names, cells, administered
         if keep and keep[0] in names and keep[1] in names:
             self.set_reactive(AccessMatrix.row, names.index(keep[0]))
             self.set_reactive(AccessMatrix.col, names.index(keep[1]))
@@ -72,7 +75,8 @@ class AccessMatrix(Static, can_focus=True):
         if not self.names:
             return Text("no nodes", style="dim")
         n = len(self.names)
-        label_w = min(16, max(len(x) for x in self.names)) + len(str(n)) + 1
+        mark_w = 2 if self.administered else 0
+        label_w = min(16, max(len(x) for x in self.names)) + len(str(n)) + 1 + mark_w
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("row may write to column\n", style="dim")
         t.append(" " * (label_w + 1))
@@ -80,7 +84,7 @@ class AccessMatrix(Static, can_focus=True):
             t.append(f"{j + 1:^3}", style="bold reverse" if j == self.col and self.has_focus else "bold")
         t.append("\n")
         for i, name in enumerate(self.names):
-            label = f"{i + 1} {name}"
+            label = f"{i + 1} " + ("✱ " if name in self.administered else "  " if mark_w else "") + name
             label = label if len(label) <= label_w else label[:label_w - 1] + "…"
             t.append(f"{label:<{label_w}} ", style="bold reverse" if i == self.row and self.has_focus else "bold")
             for j in range(n):
@@ -96,6 +100,8 @@ class AccessMatrix(Static, can_focus=True):
             t.append(": ⏎ explain, g grant" if w != r else ": itself", style="dim")
             t.append("\n")
         t.append(LEGEND, style="dim")
+        if self.administered:
+            t.append("\n✱ trusts your operator key: g/d", style="dim")
         return t
 
     def action_move(self, drow: int, dcol: int) -> None:
@@ -113,3 +119,8 @@ class AccessMatrix(Static, can_focus=True):
 
     def action_grant(self) -> None:
         self._chosen(True)
+
+    def action_revoke(self) -> None:
+        pair = self.pair()
+        if pair and pair[0] != pair[1]:
+            self.post_message(self.PairChosen(pair[0], pair[1], True, revoke=True))
