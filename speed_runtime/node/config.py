@@ -1,6 +1,7 @@
 """Every setting of a Node, with its default and its bounds, checked once at construction."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, fields
@@ -124,8 +125,9 @@ class NodeConfig:
             if getattr(self, name) is not None and "quota" not in self.features:
                 raise ConfigError(f"{name} settings belong to the quota extension: add features=['quota']")
 
-    @property
+    @functools.cached_property
     def uids(self) -> frozenset[int]:
+        """The owners whose inbox files are read (§5.5 step 2); asked for every file, so computed once."""
         return self.trusted_uids if self.trusted_uids is not None else frozenset({os.geteuid()})
 
 

@@ -64,8 +64,8 @@ class PendingNames:
 
     def remember(self, name: str, allowed: Container[str]) -> None:
         known = self._by_sender.get(name.partition(".")[0])
-        if known is not None and known.dropped is not None and not self._listing:
-            return  # cheap: a new file of a sender with names not remembered waits for the listing
+        if known is not None and (name in known.members or (known.dropped is not None and not self._listing)):
+            return  # cheap: known already, or a new file of a sender whose names wait for the listing
         parsed, _ = judge_name(name, allowed)
         sender = parsed.sender if parsed is not None else "?"
         names = self._by_sender.get(sender)

@@ -81,15 +81,23 @@ class ReadAhead:
         """Hold `name` and run `task` on the sender's lane; released when the task ends. False when
         the lanes have stopped with the node (the file stays in the inbox for the next instance)."""
         self.hold(sender, name, dir_fd)
+        return self.submit(lanes, sender, [(name, task)])
 
+    def submit(self, lanes: SerialLanes, sender: str, held: list[tuple[str, Callable[[], None]]]) -> bool:
+        """Run the tasks of held files on the sender's lane, in order, each releasing its file when
+        it ends; one hand-off for all. False (all released) when the lanes have stopped."""
+        try:
+            lanes.submit_many(sender, [self._released_after(sender, name, task) for name, task in held])
+        except RuntimeError:
+            for name, _ in held:
+                self.release(sender, name)
+            return False
+        return True
+
+    def _released_after(self, sender: str, name: str, task: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             try:
                 task()
             finally:
                 self.release(sender, name)
-        try:
-            lanes.submit(sender, run)
-        except RuntimeError:
-            self.release(sender, name)
-            return False
-        return True
+        return run

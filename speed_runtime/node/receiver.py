@@ -54,6 +54,7 @@ class Receiver:
         self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake())
         self._names = PendingNames()
         self._turn = 0  # rotates the sender that goes first in a pass
+        self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
         self._extensions_busy = False  # an extension's step left work for the next one
@@ -213,6 +214,15 @@ class Receiver:
         """Take files in turns, one per sender per turn (each sender's in sequence order), while
         the sender (and all) have room: a sender with a backlog waits behind one file of every
         other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
+        self._batch = {}
+        try:
+            self._take_in_turns()
+        finally:
+            batch, self._batch = self._batch, None
+            for sender, held in batch.items():
+                self.read_ahead.submit(self.lanes, sender, held)
+
+    def _take_in_turns(self) -> None:
         senders = self._names.senders()
         if senders:
             self._turn = (self._turn + 1) % len(senders)
@@ -325,7 +335,14 @@ class Receiver:
         """Hold an accepted file (it counts against the read-ahead and is not judged again) and run
         `task` on the sender's lane. The file stays in the inbox until the task removes it with
         `take(name)`; a task that leaves it lets a later listing look at it again. False when the
-        handlers' pool has stopped with the node (the file stays for the next instance)."""
+        handlers' pool has stopped with the node (the file stays for the next instance).
+        During a pass of the protocol thread the tasks of each sender are collected and handed to
+        its lane together at the end of the pass: one wake-up of a worker per sender and pass, not
+        one per message (that hand-off had halved the one-way rate)."""
+        if self._batch is not None and threading.current_thread() is self.thread:
+            self.read_ahead.hold(sender, name, self.inbox.fd)
+            self._batch.setdefault(sender, []).append((name, task))
+            return True
         return self.read_ahead.run_on_lane(self.lanes, sender, name, self.inbox.fd, task)
 
     def take(self, name: str) -> bool:

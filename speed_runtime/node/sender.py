@@ -141,9 +141,8 @@ class Sender:
         """After delivery: if the target stopped being the live instance we sealed for, withdraw
         the file, unless its receiver already took it."""
         if self._monitor.stamp_matches(target, stamp):
-            now_entry = entry
-        else:
-            now_entry = self._monitor.refresh(target)
+            return  # the entry judged live a moment ago is still the file's: the same instance, not leaving
+        now_entry = self._monitor.refresh(target)
         verdict = None if now_entry is None else judge(now_entry, time.time(), self._facts())
         if now_entry is not None and now_entry.id == entry.id and verdict.state == "online":
             return

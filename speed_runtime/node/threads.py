@@ -60,7 +60,8 @@ class WorkerPool:
             finally:
                 with self._cond:
                     self._busy -= 1
-                    self._cond.notify_all()
+                    if not self._tasks and not self._busy:  # for wait_idle; waking every idle worker
+                        self._cond.notify_all()             # after each task cost a third of a message
 
     def idle(self) -> bool:
         with self._cond:
@@ -107,6 +108,21 @@ class SerialLanes:
                 return
             self._lanes[key] = deque((task,))
         self._pool.submit(lambda: self._drain(key))
+
+    def submit_many(self, key: Hashable, tasks: list[Callable[[], None]]) -> None:
+        """`submit` of each task, in order, with one hand-off to the pool at most."""
+        with self._lock:
+            lane = self._lanes.get(key)
+            if lane is not None:
+                lane.extend(tasks)
+                return
+            self._lanes[key] = deque(tasks)
+        try:
+            self._pool.submit(lambda: self._drain(key))
+        except RuntimeError:
+            with self._lock:
+                self._lanes.pop(key, None)
+            raise
 
     def _drain(self, key: Hashable) -> None:
         while True:
