@@ -90,8 +90,8 @@ def send_command(target: str, data: Any, sender: str, root: Any, key: Any, confi
 
 def operator_command(command: str, target: str, peer: str | None, root: Any, key: Any,
                      operator_key: Any) -> SpeedCommand:
-    """`speed allow|revoke TARGET PEER` or `speed stop TARGET --wait`: a control request signed
-    with the operator key (README "## Operators")."""
+    """`speed allow|revoke TARGET PEER`, `speed lift TARGET SENDER` or `speed stop TARGET --wait`: a
+    control request signed with the operator key (README "## Operators")."""
     argv = ["speed", command, target, *([peer] if peer is not None else []), "--dir", str(root), "--key", str(key),
             "--operator-key", str(operator_key)]
     if command == "stop":

@@ -318,8 +318,9 @@ class ActionService:
     def _operator_request(self, command: str, target: str, peer: str | None) -> dict[str, Any]:
         """``speed allow|revoke|stop`` through the operator key, audited with that command line."""
         self._check_writable()
-        verb = {"allow": "grant", "revoke": "revoke", "stop": "stop"}[command]
-        detail = (f"{target} {'allows' if command == 'allow' else 'no longer allows'} {peer}" if peer is not None
+        verb = {"allow": "grant", "revoke": "revoke", "stop": "stop", "lift": "lift"}[command]
+        detail = (f"{peer}'s quarantine at {target}" if command == "lift" else
+                  f"{target} {'allows' if command == 'allow' else 'no longer allows'} {peer}" if peer is not None
                   else f"{target} (operator)")
         if self.operator.key is None:
             msg = self.no_operator_sentence(target)
@@ -330,12 +331,19 @@ class ActionService:
             op = self.operator_client()
             if command == "stop":
                 result = op.stop(target, wait=True)
+            elif command == "lift":
+                result = op.lift(target, peer)
             else:
                 result = (op.allow if command == "allow" else op.revoke)(target, peer)
         except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
             msg = self.describe(exc)
             self._record(verb, detail, cmd, ok=False, result=msg)
             raise ActionError(msg) from None
+        if command == "lift":
+            summary = ("quarantine lifted" if result.get("lifted") else "it was not quarantined"
+                       if result.get("scores") else f"{target} keeps no threat scores")
+            self._record(verb, detail, cmd, ok=bool(result.get("lifted")), result=summary)
+            return result
         summary = ("stopped" if command == "stop" else
                    ("allow=" + ",".join(result.get("allow", [])) + ("" if result.get("changed", True)
                                                                      else " (unchanged)")))

@@ -18,8 +18,8 @@ from ..models.history import AuditEntry
 from .actions import ActionError, ActionService
 from .history import AuditLog
 
-NO_REMOTE_LIFT = ("no control command lifts a quarantine at another node yet: its score decays by itself, "
-                  "or that node's own process lifts it with Node.lift_quarantine")
+NO_REMOTE_LIFT = ("start it trusting an operator key (speed node ... --operator PUBLIC-KEY) and run the console "
+                  "with that key (speedtui --operator-key PATH) to lift it from here; else its score decays by itself")
 
 
 class ExtensionError(Exception):
@@ -65,10 +65,16 @@ def audit_receipts(audit: AuditLog, root: Path, key_path: Any, name: str, ok: bo
 
 
 def lift_quarantine(actions: ActionService, receiver: str, sender: str) -> bool:
-    """Lift ``sender``'s quarantine at ``receiver``, one of the console's in-process nodes; False
-    when it was not quarantined. Audited (no `speed` command does this)."""
+    """Lift ``sender``'s quarantine at ``receiver``: one of the console's in-process nodes directly,
+    any other node that trusts the console's operator key with a control request (`speed lift`,
+    audited with that command line). Raises ActionError when it was not quarantined."""
     if receiver not in actions.own_in_process():
-        raise ActionError(f"{receiver} is not one of this console's in-process nodes: {NO_REMOTE_LIFT}")
+        result = actions._operator_request("lift", receiver, sender)
+        if not result.get("scores"):
+            raise ActionError(f"{receiver} keeps no threat scores (it runs without --feature quota): nothing to lift")
+        if not result.get("lifted"):
+            raise ActionError(f"{sender} is not quarantined at {receiver}: nothing to lift")
+        return True
     node = actions.get_node(receiver)
     try:
         lifted = node.lift_quarantine(sender)

@@ -26,9 +26,9 @@ class ExtOperations:
         if app.readonly or app.actions is None:
             app.notify("read-only console (or no key): a quarantine cannot be lifted from here", severity="warning")
             return
-        if receiver not in app.actions.own_in_process():
-            app.notify(f"{receiver} is not one of this console's in-process nodes: {ext.NO_REMOTE_LIFT}.",
-                       title="lift quarantine", severity="warning", timeout=10)
+        if receiver not in app.actions.own_in_process() and receiver not in app.state.administered():
+            app.notify(f"{receiver} is neither this console's node nor one that trusts its operator key: "
+                       f"{ext.NO_REMOTE_LIFT}.", title="lift quarantine", severity="warning", timeout=10)
             return
         app.ops.run_action("lift", partial(ext.lift_quarantine, app.actions, receiver, sender),
                            f"{sender}'s quarantine at {receiver} lifted")

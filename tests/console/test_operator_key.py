@@ -224,3 +224,44 @@ def test_speedtui_operator_key_option(tmp_path):
     from speedtui.__main__ import build_parser
 
     assert build_parser().parse_args(["--operator-key", "/x/op.key"]).operator_key == Path("/x/op.key")
+
+
+@run_async
+async def test_security_lifts_a_quarantine_at_a_node_trusting_the_key(procs, root, key_path, tmp_path):
+    """Issue 18: `l` in the Security view lifts a quarantine at a `speed node` process the console
+    did not start, through the control extension (`speed lift`), audited with that command."""
+    from speed_runtime import Node, generate_key_file
+
+    op_path = tmp_path / "operator.key"
+    op = generate_operator_key(op_path)
+    procs.start("guard", allow=["mallory"], trace=True, heartbeat=0.5,
+                extra=["--operator", op.public_text, "--feature", "quota", "--threat", "half_life=3600"])
+    forged = tmp_path / "other.key"
+    generate_key_file(forged)  # every envelope of mallory fails guard's tag
+    paths, app = operator_app(root, key_path, tmp_path, op_path)
+
+    def threat_state():
+        entry = json.loads((Path(root) / "speed_registry" / "guard.node").read_text())
+        return entry["counters"]["threat"].get("mallory", {}).get("state")
+
+    with Node(root, forged, "mallory", allow=["guard"]) as mallory:
+        for i in range(6):  # bad_tag weighs 30: the fourth reaches the threshold of 100
+            mallory.send("guard", i)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: threat_state() == "quarantined", timeout=30, what="the quarantine")
+            await pilot.press("8")
+            view = app.view_widget("security")
+            table = view.query_one("#security-table")
+            pair = ("guard", "mallory")
+            await wait_for(pilot, lambda: any((t.receiver, t.sender) == pair and t.quarantined for t in view.rows),
+                           timeout=30, what="the quarantined row")
+            table.cursor = table._index_of(pair)
+            await wait_for(pilot, lambda: view.selected() is not None and view.selected().sender == "mallory",
+                           what="the row selected")
+            view.show_detail(pair)
+            assert "trusts this console's operator key" in view.query_one("#security-detail").render().plain
+            await pilot.press("l")
+            await wait_for(pilot, lambda: threat_state() != "quarantined", timeout=30, what="the lift on disk")
+    lifts = [(e.action, e.command, e.ok) for e in AuditLog(paths.audit_log(Path(root))).entries() if e.action == "lift"]
+    assert lifts and lifts[-1][2] and f"speed lift guard mallory --dir {root}" in lifts[-1][1]
+    assert ("lift", {"sender": "mallory"}, "applied") in control_records(root, "guard")

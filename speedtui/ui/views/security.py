@@ -54,7 +54,7 @@ class SecurityView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("threat scores per receiver and sender (quota)"
-                     + ("" if self.state.readonly else "; [b]l[/b] lifts at this console's node"),
+                     + ("" if self.state.readonly else "; [b]l[/b] lifts (this console's nodes, and those trusting its key)"),
                      classes="section", id="security-title")
         yield FastTable(COLUMNS, frozen=2, id="security-table")
         yield Static(id="security-detail", classes="detail")
@@ -100,9 +100,12 @@ class SecurityView(Vertical):
                            style="bold red" if r.event == "quarantined" else "")
             if not events:
                 out.append("\n  no threat records journaled (does the receiver run with --trace?)", style="dim")
-            if t.quarantined and t.receiver not in self.state.own_nodes():
-                out.append(f"\n  {t.receiver} is not this console's node: no control command lifts it there yet.",
+            if t.quarantined and t.receiver in self.state.administered():
+                out.append(f"\n  l lifts it with a control request ({t.receiver} trusts this console's operator key)",
                            style="yellow")
+            elif t.quarantined and t.receiver not in self.state.own_nodes():
+                out.append(f"\n  {t.receiver} is not this console's node and does not trust its operator key: "
+                           "start it with --operator to lift from here", style="yellow")
         self.query_one("#security-detail", Static).update(out)
 
     def on_fast_table_highlighted(self, event: FastTable.Highlighted) -> None:
