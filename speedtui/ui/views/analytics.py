@@ -112,11 +112,11 @@ def summary_renderable(s: dict) -> Group:
     return Group(*parts)
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple], left: int = 2) -> Table:
+def _data_table(title: str, columns: tuple[str, ...], rows: list[tuple], left: int = 2) -> Table:
     """A plain table; the first `left` columns are left-aligned, the rest are numbers."""
-    t = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+    t = _table(title)
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i < left else "right")
+        _column(t, c, left=i < left)
     for r in rows:
         t.add_row(*(("-" if v is None else str(v)) for v in r))
     return t
@@ -129,7 +129,7 @@ def extension_tables(s: dict) -> list:
     m = s.get("messages") or {}
     if m.get("links"):
         mt = m.get("totals") or {}
-        parts.append(_table(
+        parts.append(_data_table(
             f"logical messages ({mt.get('sent', 0)} sent, {mt.get('chunks', 0)} chunks, "
             f"{mt.get('retransmissions', 0)} retransmissions, {mt.get('send_errors', 0)} send errors)",
             ("source", "target", "sent", "reliable", "chunks", "retrans", "acked", "send err", "delivered",
@@ -139,7 +139,7 @@ def extension_tables(s: dict) -> list:
              for r in m["links"]]))
     th = s.get("threats") or {}
     if th.get("pairs"):
-        parts.append(_table(
+        parts.append(_data_table(
             f"threat scores and quarantines ({(th.get('totals') or {}).get('quarantined_now', 0)} quarantined now)",
             ("receiver", "sender", "raised", "quarantined", "released", "lifted", "max score", "removed unread",
              "now"),
@@ -148,7 +148,7 @@ def extension_tables(s: dict) -> list:
               "quarantined" if r["quarantined_now"] else "") for r in th["pairs"]]))
     d = s.get("durable") or {}
     if d.get("links"):
-        parts.append(_table(
+        parts.append(_data_table(
             "durable messages",
             ("sender", "receiver", "stored", "delivered", "handled", "failed", "expired", "duplicates", "receipts",
              "send err"),
