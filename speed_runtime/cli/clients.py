@@ -164,19 +164,10 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     rows = [{"node": i.node, "target": i.target, "targetState": states[i.target], "stream": i.stream, "id": i.id,
              "ageSeconds": round(now - i.created, 1), "expiresInSeconds": round(i.expires_at - now, 1),
              "size": i.size} for i in items]
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return EXIT_OK
-    if not rows:
-        print(f"no durable messages wait in the outboxes of {args.dir}")
-        return EXIT_OK
     table = [("NODE", "TARGET", "TARGET STATE", "ID", "WAITING", "EXPIRES IN", "BYTES")]
     table += [(r["node"], r["target"], r["targetState"], str(r["id"]), f"{r['ageSeconds']:.1f}s",
                f"{r['expiresInSeconds']:.0f}s", str(r["size"])) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return EXIT_OK
+    return print_rows(args.json, rows, table, f"no durable messages wait in the outboxes of {args.dir}")
 
 
 def cmd_receipts(args: argparse.Namespace) -> int:
@@ -230,12 +221,6 @@ def cmd_registry(args: argparse.Namespace) -> int:
                      "heartbeatAge": round(verdict.age, 1), "pid": e.pid, "host": e.host,
                      "runtime": e.runtime, "groups": list(e.groups), "allow": list(e.allow),
                      "services": list(e.services), "id": e.id})
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return EXIT_OK
-    if not rows:
-        print(f"no registry entries in {args.dir}")
-        return EXIT_OK
     header = ("NAME", "STATE", "LEASE", "BEAT", "PID", "HOST", "RUNTIME", "FABRICS", "ALLOW", "SERVICES")
     table = [header]
     for r in rows:
@@ -246,9 +231,19 @@ def cmd_registry(args: argparse.Namespace) -> int:
         table.append((r["name"], state, f"{r['leaseLeft']:.1f}s", f"{r['heartbeatAge']:.1f}s", str(r["pid"]),
                       r["host"], r["runtime"], ",".join(r["groups"]) or "-", ",".join(r["allow"]) or "-",
                       ",".join(r["services"]) or "-"))
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return print_rows(args.json, rows, table, f"no registry entries in {args.dir}")
+
+
+def print_rows(as_json: bool, rows: list[dict], table: list[tuple], empty: str) -> int:
+    """The rows as JSON, or the table (its first row the header) in aligned columns, or `empty`."""
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    elif not rows:
+        print(empty)
+    else:
+        widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
     return EXIT_OK
 
 
