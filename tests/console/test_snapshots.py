@@ -311,7 +311,7 @@ def test_traces_chunked_message_expanded(size, snap_compare, fixture_app):
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
-OPERATOR_SIZES = [(80, 24), (120, 36)]
+OPERATOR_SIZES = [(80, 24), (120, 36), (160, 48)]
 
 
 def operator_fixture_app(fixture_env, **kw):
