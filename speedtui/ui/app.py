@@ -59,6 +59,7 @@ from .widgets.fast_table import FastTable
 from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
+TABS_NUMBERED_WIDTH = 96
 VIEWS = [("leases", "Leases"), ("fabrics", "Fabrics"), ("access", "Access"), ("traces", "Traces"),
          ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit"), ("security", "Security"),
          ("durable", "Durable")]
@@ -179,9 +180,23 @@ class SpeedApp(App):
             self.focus_view(self.active_view())  # keys keep working in the view afterwards
             getattr(self, f"action_{bid[4:]}")()
 
+    def on_resize(self, event) -> None:
+        self._label_tabs(event.size.width)
+
+    def _label_tabs(self, width: int) -> None:
+        # nine numbered tabs need 96 columns; narrower, they drop their numbers (the keys stay 1-9)
+        # rather than scroll the first or last ones out of sight
+        numbered = width >= TABS_NUMBERED_WIDTH
+        if getattr(self, "_tabs", None) is None or getattr(self, "_tabs_numbered", None) == numbered:
+            return
+        self._tabs_numbered = numbered
+        for i, (vid, label) in enumerate(VIEWS):
+            self._tabs.get_tab(vid).label = f"{i + 1} {label}" if numbered else label
+
     def on_mount(self) -> None:
         self._header = self.query_one(SpeedHeader)
         self._tabs = self.query_one("#views", TabbedContent)
+        self._label_tabs(self.size.width)
         self._views = {vid: self.query_one(f"#view-{vid}") for vid, _ in VIEWS}
         self.query_one("#banner").display = False
         for t in self._themes.values():

@@ -287,3 +287,21 @@ async def test_the_envelope_inspector_opens_with_its_sealed_bytes(tmp_path):
 
         shot = html.unescape(app.export_screenshot()).replace("\xa0", " ")
         assert "sealed bytes (154)" in shot and "authentic" in shot
+
+
+@run_async
+async def test_every_tab_is_whole_at_80_columns(fixture_app):
+    """Nine views: at 80 columns the numbered tabs scrolled the last ones off ("8 Secu"); narrow,
+    they drop their numbers (the keys 1-9 stay), wide they keep them."""
+    from textual.widgets import Tab
+
+    app = fixture_app(steady=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        tabs = list(app.query(Tab))
+        assert len(tabs) == 9 and all(t.region.right <= 80 and t.region.width > 0 for t in tabs)
+        assert [str(t.label) for t in tabs][:2] == ["Leases", "Fabrics"]
+        await pilot.resize_terminal(120, 36)
+        await pilot.pause()
+        assert str(app.query(Tab).first().label) == "1 Leases"
