@@ -25,7 +25,7 @@ static void check(int ok, const char *vector, const char *what)
     }
 }
 
-static uint8_t *hex_field(const jval *o, const char *key, size_t *len)
+uint8_t *kat_hex_field(const jval *o, const char *key, size_t *len)
 {
     const char *h = json_get_str(o, key);
     if (!h || strlen(h) % 2)
@@ -50,10 +50,10 @@ static void check_vector(const jval *v, const uint8_t file_key[32])
     if (!name)
         name = "(unnamed)";
     size_t key_len = 0, nonce_len = 0, hdr_len = 0, env_len = 0;
-    uint8_t *key = hex_field(v, "key_hex", &key_len);
-    uint8_t *nonce = hex_field(v, "nonce_hex", &nonce_len);
-    uint8_t *hdr = hex_field(v, "header_hex", &hdr_len);
-    uint8_t *env = hex_field(v, "envelope_hex", &env_len);
+    uint8_t *key = kat_hex_field(v, "key_hex", &key_len);
+    uint8_t *nonce = kat_hex_field(v, "nonce_hex", &nonce_len);
+    uint8_t *hdr = kat_hex_field(v, "header_hex", &hdr_len);
+    uint8_t *env = kat_hex_field(v, "envelope_hex", &env_len);
     const jval *payload = json_get(v, "payload_utf8");
     const char *filename = json_get_str(v, "filename");
     const char *type_name = json_get_str(v, "type_name");
@@ -136,8 +136,8 @@ static void check_invalid(const jval *v, const uint8_t file_key[32])
     if (!name)
         name = "(unnamed invalid)";
     size_t env_len = 0, key_len = 0;
-    uint8_t *env = hex_field(v, "envelope_hex", &env_len);
-    uint8_t *key = hex_field(v, "key_hex", &key_len);
+    uint8_t *env = kat_hex_field(v, "envelope_hex", &env_len);
+    uint8_t *key = kat_hex_field(v, "key_hex", &key_len);
     check(env && want, name, "invalid entry lacks envelope_hex or reason");
     if (env && want) {
         env_header h;

@@ -27,20 +27,6 @@ static void check(int ok, const char *name, const char *what)
     }
 }
 
-static uint8_t *hex_field(const jval *o, const char *key, size_t *len)
-{
-    const char *h = json_get_str(o, key);
-    if (!h || strlen(h) % 2)
-        return NULL;
-    *len = strlen(h) / 2;
-    uint8_t *out = xmalloc(*len + 1);
-    if (hex_decode(h, out, *len) != 0) {
-        free(out);
-        return NULL;
-    }
-    return out;
-}
-
 static int same_json(const jval *a, const jval *b)
 {
     if (!a || !b)
@@ -66,8 +52,8 @@ static uint8_t *open_vector(const jval *v, const uint8_t key[32], env_header *h,
 {
     const char *name = json_get_str(v, "name");
     size_t nonce_len = 0, plain_len = 0, env_len = 0;
-    uint8_t *nonce = hex_field(v, "nonce_hex", &nonce_len), *plain = hex_field(v, "plaintext_hex", &plain_len);
-    uint8_t *env = hex_field(v, "envelope_hex", &env_len);
+    uint8_t *nonce = kat_hex_field(v, "nonce_hex", &nonce_len), *plain = kat_hex_field(v, "plaintext_hex", &plain_len);
+    uint8_t *env = kat_hex_field(v, "envelope_hex", &env_len);
     uint64_t type = 0, flags = 0, seq = 0, ts = 0;
     env_header built = {.version = ENV_VERSION, .header_length = ENV_HEADER_LEN};
     int fields = nonce && nonce_len == ENV_NONCE_LEN && plain && env && json_get_u64(v, "type", &type) == 0 &&
@@ -122,7 +108,7 @@ static void check_envelope(const jval *v, const uint8_t key[32])
             const char *kind = json_get_str(v, "value_kind");
             if (kind && strcmp(kind, "bytes") == 0) {
                 size_t want_len = 0;
-                uint8_t *want = hex_field(v, "value_hex", &want_len);
+                uint8_t *want = kat_hex_field(v, "value_hex", &want_len);
                 check(data && data->type == J_STR && want && data->len == want_len &&
                           memcmp(data->str, want, want_len) == 0, name, "raw bytes differ");
                 free(want);
@@ -164,7 +150,7 @@ static void check_message(const jval *m, const jval *envelopes, const uint8_t ke
         jval *p = NULL;
         chunk_piece *piece = NULL;
         size_t chain_len = 0;
-        uint8_t *chain = v ? hex_field(v, "chain", &chain_len) : NULL;
+        uint8_t *chain = v ? kat_hex_field(v, "chain", &chain_len) : NULL;
         if (pt && chain && chain_len == ENV_TAG_LEN && !chunks_decode(h.type, h.flags, pt, len, &p, &piece)) {
             memcpy(piece->chain, chain, ENV_TAG_LEN);
             type = h.type;
@@ -207,7 +193,7 @@ static void check_invalid(const jval *c, const uint8_t key[32])
 {
     const char *name = json_get_str(c, "name");
     size_t env_len = 0, len = 0;
-    uint8_t *env = hex_field(c, "envelope_hex", &env_len), *pt = NULL;
+    uint8_t *env = kat_hex_field(c, "envelope_hex", &env_len), *pt = NULL;
     env_header h;
     const char *reason = env ? env_open(key, env, env_len, ENV_DEFAULT_MAX_PAYLOAD, &h, &pt, &len) : "no envelope";
     jval *p = NULL;
