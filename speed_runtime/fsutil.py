@@ -79,6 +79,16 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def file_time_uncertainty() -> float:
+    """How far a file's change time may lie before the moment it was really set: the kernel stamps
+    files from its coarse clock, which moves once per tick (4 ms here). Two ticks, to be safe."""
+    try:
+        return 2 * time.clock_getres(getattr(time, "CLOCK_REALTIME_COARSE", 5))
+    except OSError:
+        return 0.02
+
+
+FILE_TIME_UNCERTAINTY = file_time_uncertainty()
 HOSTNAME = socket.gethostname()
 BOOT_ID = read_boot_id()
 

@@ -18,6 +18,7 @@ from typing import Callable
 from .core.entry import RegistryEntry
 from .core.errors import BadEntryError
 from .core.liveness import STALE, HostFacts, Liveness, expires_at, judge, lease_seconds
+from .fsutil import FILE_TIME_UNCERTAINTY
 from .registry import FileStamp, Registry
 
 MAX_DEPARTED = 4096  # departed instances remembered (oldest forgotten first)
@@ -102,9 +103,12 @@ class RegistryMonitor:
         """An instance's entry went away (deregistered, reaped) or was replaced: it held the name
         until the earliest of now, the end of its lease, and its successor's registration — so a
         fenced instance (paused past its lease, name taken over) gains nothing from our delay."""
-        until = min(time.time(), entry.last_heartbeat + lease_seconds(entry))
+        fence = entry.last_heartbeat + lease_seconds(entry)
         if successor is not None:
-            until = min(until, successor.startup_timestamp or successor.last_heartbeat)
+            fence = min(fence, successor.startup_timestamp or successor.last_heartbeat)
+        # a file's change time can lie a tick before its real arrival: near a fence (a lease that ran
+        # out, a successor's registration), only an envelope that surely arrived before it counts
+        until = min(time.time(), fence - FILE_TIME_UNCERTAINTY)
         self._departed[(entry.name, entry.id_bytes)] = (entry, until)
         while len(self._departed) > MAX_DEPARTED:
             self._departed.popitem(last=False)

@@ -289,10 +289,10 @@ class Receiver:
             key, cap, decode = self.node.key, self.node.config.max_payload, self._decode
             judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap,  # noqa: E731
                                                      decode)
-        verdict = judge(monitor.get(sender), arrived_ms)
-        if stale_source(verdict):  # a sender that has just started: read its entry afresh once
-            verdict = judge(monitor.refresh(sender), arrived_ms)
-        if stale_source(verdict):  # or one that has gone since it delivered this file
+        # the entry as its file is now (one stat), never a cached one the registry watch has not yet
+        # replaced: an instance that lost its name must not be believed for a moment longer
+        verdict = judge(monitor.current(sender), arrived_ms)
+        if stale_source(verdict):  # a sender that has gone since it delivered this file
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
                 verdict = judge(departed, arrived_ms)

@@ -2,6 +2,7 @@
 Node's monitor, `speed registry`, `speed reap`); ten processes racing for one name give exactly one
 winner; a paused owner whose name was reclaimed gets none of its later envelopes accepted; a PID
 never decides that a live owner is dead. (SIGSTOP → `lost` itself is tests/runtime/test_processes.py.)"""
+import dataclasses
 import json
 import os
 import signal
@@ -144,6 +145,32 @@ def test_ten_processes_race_for_one_name_exactly_one_wins(procs):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_an_envelope_of_a_replaced_instance_is_rejected_before_the_registry_watch_catches_up(root, key):
+    """The receiver's cached entry of a sender must not outlive the file it was read from: an
+    envelope delivered after another instance took the name over is the fenced instance's, even
+    while the receiver's registry watch has not yet seen the change (a CI run accepted one)."""
+    got, rejected = [], []
+    with Node(root, key, "sink", allow=["chatty"], registry_rescan_seconds=3600, linger_seconds=0) as sink:
+        sink.on_message(lambda m: got.append(m.data))
+        sink.add_observer(lambda e: rejected.append(e.reason) if isinstance(e, EnvelopeTrace) and e.outcome == "rejected"
+                          else None)
+        with Node(root, key, "chatty", allow=["sink"], lease_seconds=60, heartbeat_seconds=20) as old:
+            old.send("sink", 1)
+            wait_until(lambda: got == [1], timeout=20, what="the first message")
+            sink.monitor.hint = lambda name: None            # the watch falls behind: no hint arrives
+            registry = Registry(root)
+            taken = dataclasses.replace(registry.read("chatty"), id=str(uuid.uuid4()), startup_timestamp=time.time(),
+                                        last_heartbeat=time.time())
+            tmp = os.path.join(root, "speed_registry", ".chatty.usurper")
+            with open(tmp, "wb") as f:
+                f.write(taken.to_json())
+            os.rename(tmp, registry.path("chatty"))           # another instance holds the name now
+            old.send("sink", 2)                               # the fenced instance has not noticed yet
+            wait_until(lambda: rejected or len(got) > 1, timeout=20, what="the fenced envelope's verdict")
+        assert got == [1]
+        assert rejected and set(rejected) == {"unknown_sender"}, rejected  # its closing EVENT is refused too
 
 
 def test_paused_owner_is_fenced_and_its_later_envelopes_are_rejected(root, key, key_path):

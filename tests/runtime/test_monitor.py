@@ -48,3 +48,22 @@ def test_current_reads_nothing_while_the_file_is_unchanged(root):
     registry.register(entry("b"), time.time())
     first = mon.current("b")
     assert mon.current("b") is first      # the same object: served from the cache, not parsed again
+
+
+def test_a_replaced_instance_keeps_only_what_surely_arrived_before_its_successor(root):
+    """A file's change time comes from the kernel's coarse clock and can lie a tick (4 ms) before
+    the real moment: an envelope stamped just before the successor registered may have arrived
+    after it, and a fenced instance gets nothing it cannot prove it delivered in time (a CI run
+    accepted one 1 ms inside the boundary)."""
+    registry, mon = monitor(root)
+    old = entry("b")
+    registry.register(old, time.time())
+    mon.current("b")
+    registry.deregister("b", old.id)
+    successor = entry("b", startup_timestamp=time.time())
+    registry.register(successor, time.time())
+    assert mon.current("b").id == successor.id
+    envelope = bytes(32) + old.id_bytes + bytes(64)
+    assert mon.departed("b", envelope, successor.startup_timestamp - 1.0) == old        # long before: its own
+    assert mon.departed("b", envelope, successor.startup_timestamp - 0.001) is None     # within a tick: fenced
+    assert mon.departed("b", envelope, successor.startup_timestamp + 1.0) is None
