@@ -351,7 +351,7 @@ class DurableExtension(Extension):
             self.ledgers.claim(sender, fields.stream, fields.id)
             message = dataclasses.replace(message_of(verdict, sender, size), durable_id=fields.id,
                                           redelivered=redelivered)
-            status = "failed" if node.handle_message(message) is not None else "handled"
+            status = "failed" if node.application.handle(message) is not None else "handled"
         receipt = ledger.issue(self.rkey, node.name, sender, fields.id, status, int(time.time() * 1000))
         self.ledgers.commit(sender, receipt, fields.base)
         receiver.take(name)  # after the receipt is on disk: the ledger and the inbox never disagree

@@ -18,10 +18,8 @@ v1 receiver would handle a copy twice).
 Receiver: one delivery to the handler per (sender, messageId) within this instance
 (core.reliable.Deliveries); a copy that comes while the first is in its handler is dropped (the
 ACK follows when the handler ends); one that comes after is dropped and acknowledged again.
-Acknowledgements are sent by one thread of their own, not by the handler's lane: what is ready
-for a sender when it gets to it goes in one ACK envelope (so a stream of small messages does not
-cost one ACK envelope each, and no handler waits for an ACK to be written; idle, an ACK leaves at
-once).
+Acknowledgements are sent by one thread of their own (ext/reliable_acks.py), not by the
+handler's lane.
 """
 from __future__ import annotations
 
@@ -43,6 +41,7 @@ from ..core.reliable import DONE, FLAG_RELIABLE, NEW, Delivered
 from ..node.threads import Deadlines, settle
 from ..transport import remove_entry
 from . import Extension, Outbound, speaks
+from .reliable_acks import Acknowledger
 
 _OVERHEAD = 1024  # bytes a pending message costs besides its value
 
@@ -88,22 +87,14 @@ class ReliableExtension(Extension):
         self._pending: dict[str, Pending] = {}
         self._pending_bytes = 0
         self._timers: Deadlines | None = None
-        self._acks: dict[str, list[tuple[int, str, str, str | None]]] = {}  # ready to be sent, per sender
-        self._acks_ready = threading.Condition()
-        self._acker: threading.Thread | None = None
-        self._stopping = False
+        self._acks = Acknowledger(node)
 
     def start(self) -> None:
         self._timers = Deadlines(f"speed-{self.node.name}-reliable")
-        self._acker = threading.Thread(target=self._send_acks, name=f"speed-{self.node.name}-acks", daemon=True)
-        self._acker.start()
+        self._acks.start()
 
     def stop(self) -> None:
-        with self._acks_ready:  # the handlers have ended (Node.close): what they acknowledged goes out first
-            self._stopping = True
-            self._acks_ready.notify()
-        if self._acker is not None:
-            self._acker.join()
+        self._acks.stop()  # the handlers have ended (Node.close): what they acknowledged goes out first
         if self._timers is not None:
             self._timers.stop()
         with self._lock:
@@ -361,7 +352,7 @@ class ReliableExtension(Extension):
         self.node.telemetry.count("duplicates")
         self._trace_in(sender, mid, "duplicate", verdict, assembled)
         if state == DONE:  # its ACK may have been lost: say it again
-            self._ack(sender, seq, mid, status, error)
+            self._acks.add(sender, seq, mid, status, error)
 
     def _after_handler(self, verdict, sender: str, mid: str, assembled: Assembled | None):
         before = verdict.finished
@@ -377,28 +368,8 @@ class ReliableExtension(Extension):
             with self._lock:
                 self.deliveries.finish(sender, mid, status, error)
             self._trace_in(sender, mid, "delivered", verdict, assembled, reason=None if exc is None else "handler_failed")
-            self._ack(sender, verdict.header.sequence, mid, status, error)
+            self._acks.add(sender, verdict.header.sequence, mid, status, error)
         return finished
-
-    def _ack(self, target: str, seq: int, mid: str, status: str, error: str | None) -> None:
-        with self._acks_ready:
-            self._acks.setdefault(target, []).append((seq, mid, status, error))
-            self._acks_ready.notify()
-
-    def _send_acks(self) -> None:
-        """The acknowledging thread: whatever is ready per sender, in one ACK envelope each."""
-        while True:
-            with self._acks_ready:
-                while not self._acks and not self._stopping:
-                    self._acks_ready.wait()
-                if not self._acks:
-                    return
-                ready, self._acks = self._acks, {}
-            for target, entries in ready.items():
-                for i in range(0, len(entries), reliable.MAX_ACKS):
-                    part = entries[i:i + reliable.MAX_ACKS]
-                    self.node.reply(target, EnvelopeType.ACK, reliable.ack_batch(self.node.name, target, part),
-                                    {"message_id": part[0][1]}, flags=FLAG_RELIABLE)
 
     # ================================================================== records
     def _trace(self, p: Pending, event: str, seq: int, reason: str | None = None, detail: str = "") -> None:

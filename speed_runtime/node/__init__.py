@@ -1,5 +1,6 @@
 """A SPEED node: the threads and the file system around the pure core (see node.py)."""
 from .config import NodeConfig
-from .node import RUNTIME, Node
+from .keeper import RUNTIME
+from .node import Node
 
 __all__ = ["Node", "NodeConfig", "RUNTIME"]

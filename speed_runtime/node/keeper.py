@@ -13,24 +13,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from ..core.entry import RegistryEntry
 from ..core.errors import LeaseLostError, RegistryLockError
-from ..fsutil import boottime, local_facts
+from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts
 from ..monitor import RegistryMonitor
 from ..registry import SUFFIX, Registry
 from ..transport import sweep_orphans, sweep_temporary_homes
 
 
+RUNTIME = "speed_runtime-python/0.1"
+
+
 class LeaseKeeper:
-    def __init__(self, node: Any, make_entry: Callable[[float, str], RegistryEntry]):
+    def __init__(self, node: Any):
         self.node = node
         cfg = node.config
         self.config = cfg
         self.registry = Registry(node.root, lock_timeout=cfg.lock_timeout)
         self.monitor = RegistryMonitor(self.registry, node.name, self._observed, local_facts)
-        self._make_entry = make_entry
+        self._started_at = 0.0
         self._last_renew_bt = 0.0
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -41,9 +44,23 @@ class LeaseKeeper:
         self.deaf_after = max(3 * cfg.rescan_seconds, 2 * cfg.heartbeat_seconds, cfg.lease_seconds / 2)
 
     # ------------------------------------------------------------------ the entry
+    def entry(self, now: float, status: str) -> RegistryEntry:
+        """The node's entry as it is now: its grants, services, counters and extensions' fields."""
+        node, cfg = self.node, self.config
+        fields: dict[str, Any] = {"counters": node.counters()}
+        for extension in node.extensions.values():
+            fields.update(extension.entry_fields())
+        return RegistryEntry(
+            name=node.name, id=node.id, last_heartbeat=now, pid=os.getpid(), host=HOSTNAME, status=status,
+            startup_timestamp=self._started_at, lease_seconds=cfg.lease_seconds,
+            heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(node.access.names()),
+            services=tuple(node.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
+            boot_time_heartbeat=boottime(), features=tuple(node.extensions), extra=fields)
+
     def register(self, now: float) -> bool:
+        self._started_at = now
         self._last_renew_bt = boottime()
-        return self.registry.register(self._make_entry(now, "online"), now, local_facts())
+        return self.registry.register(self.entry(now, "online"), now, local_facts())
 
     def publish(self, status: str | None = None) -> bool:
         """Write our entry now (a heartbeat, or a change of grants, services or status)."""
@@ -52,7 +69,7 @@ class LeaseKeeper:
         bt = boottime()
         late = bt - self._last_renew_bt > self.config.lease_seconds
         try:
-            self.registry.renew(self._make_entry(time.time(), status))
+            self.registry.renew(self.entry(time.time(), status))
         except LeaseLostError as exc:
             self.node.lose_lease(exc)
             return False

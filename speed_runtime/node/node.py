@@ -6,6 +6,7 @@
     callee    node/calls.py     SPC services: checks, per-service concurrency, deadlines
     keeper    node/keeper.py    the registry entry, the lease, the registry monitor and its thread
     telemetry node/telemetry.py counters, observers, health reports
+    application node/application.py  the application's handlers and receive() queue
 
 Threads: the protocol thread, the registry thread, a deadline thread, message handlers (lanes on
 a daemon pool) and service workers (a daemon pool).
@@ -13,7 +14,6 @@ a daemon pool) and service workers (a daemon pool).
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 import uuid
@@ -30,10 +30,11 @@ from ..core.keys import Key
 from ..core.message import Message
 from ..core.names import validate_name
 from ..core.services import Service, ServicePolicy, as_registered
-from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts, prepare_root
+from ..fsutil import local_facts, prepare_root
 from ..journal import JournalWriter
 from ..keyfile import load_key
 from ..transport import remove_home
+from .application import Application
 from .calls import Callee, Caller, ServiceTable
 from .config import NodeConfig
 from .grants import AccessRegistry
@@ -42,9 +43,6 @@ from .receiver import Receiver
 from .sender import Sender
 from .telemetry import Telemetry
 from .threads import Deadlines, WorkerPool, settle
-
-RUNTIME = "speed_runtime-python/0.1"
-
 
 class Node:
     """One SPEED node. Use as a context manager, or call start() and close().
@@ -69,12 +67,9 @@ class Node:
         self.journal: JournalWriter | None = None
         self._state = "new"
         self._state_lock = threading.Lock()
-        self._started_at = 0.0
-        self._handlers: list[Callable[[Message], None]] = []
-        self._lease_lost_handlers: list[Callable[[LeaseLostError], None]] = []
-        self._received: "queue.Queue[Message]" = queue.Queue()
+        self.application = Application(self.telemetry)
         self.services = ServiceTable()
-        self.keeper = LeaseKeeper(self, self._entry)
+        self.keeper = LeaseKeeper(self)
         self.monitor = self.keeper.monitor
         self.sender = Sender(self.root, self.name, self.id_bytes, self.key, self.config.max_payload, self.monitor,
                              local_facts, self.telemetry)
@@ -108,8 +103,7 @@ class Node:
             if cfg.trace:
                 self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes)
                 self.telemetry.observers.append(self.journal)
-            self._started_at = time.time()
-            reclaimed = self.keeper.register(self._started_at)
+            reclaimed = self.keeper.register(time.time())
         except BaseException:
             self._release()
             self._state = "closed"
@@ -217,17 +211,14 @@ class Node:
 
     def on_message(self, handler: Callable[[Message], None]) -> None:
         """Handle MESSAGEs on the sender's lane; without a handler they queue for receive()."""
-        self._handlers.append(handler)
+        self.application.on_message(handler)
 
     def on_lease_lost(self, handler: Callable[[LeaseLostError], None]) -> None:
-        self._lease_lost_handlers.append(handler)
+        self.application.on_lease_lost(handler)
 
     def receive(self, timeout: float | None = None) -> Message:
         """Next queued MESSAGE (only used when no on_message handler is set)."""
-        try:
-            return self._received.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no message arrived within {timeout} s") from None
+        return self.application.receive(timeout)
 
     def counters(self) -> dict[str, Any]:
         return self.telemetry.snapshot()
@@ -351,22 +342,9 @@ class Node:
         self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
         return False
 
-    def handle_message(self, message: Message) -> Exception | None:
-        """Run the application's handlers (or queue the message for receive()); what one raised."""
-        try:
-            if self._handlers:
-                for handler in list(self._handlers):
-                    handler(message)
-            else:
-                self._received.put(message)
-        except Exception as exc:
-            self.telemetry.count("handlerErrors")
-            return exc
-        return None
-
     def deliver_message(self, message: Message, header: Header) -> Exception | None:
         """Run the handlers, then answer an ACK or ERROR when the sender asked; what a handler raised."""
-        exc = self.handle_message(message)
+        exc = self.application.handle(message)
         if exc is not None:
             if header.ack_requested:
                 self.reply(message.sender, EnvelopeType.ERROR,
@@ -409,34 +387,11 @@ class Node:
         self.caller.fail_all(exc)
         for waiter in self.sender.pending_acks():
             settle(waiter, error=exc)
-        for handler in list(self._lease_lost_handlers):
-            try:
-                handler(exc)
-            except Exception:
-                self.telemetry.count("handlerErrors")
+        self.application.lease_lost(exc)
 
     def handler_failed(self, exc: BaseException) -> None:
         self.telemetry.count("handlerErrors")
 
-    # ----------------------------------------------------------------- the registry entry
-    def _entry(self, now: float, status: str) -> RegistryEntry:
-        cfg = self.config
-        return RegistryEntry(
-            name=self.name, id=self.id, last_heartbeat=now, pid=os.getpid(), host=HOSTNAME, status=status,
-            startup_timestamp=self._started_at, lease_seconds=cfg.lease_seconds,
-            heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(self.access.names()),
-            services=tuple(self.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
-            boot_time_heartbeat=boottime(), features=tuple(self.extensions),
-            extra={"counters": self.counters(), **self._extension_fields()},
-        )
-
-    def _extension_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {}
-        for extension in self.extensions.values():
-            fields.update(extension.entry_fields())
-        return fields
-
     def _publish(self) -> None:
         if self._state in ("running", "starting", "closing"):
             self.keeper.publish()
-
