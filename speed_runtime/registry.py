@@ -78,6 +78,7 @@ class Registry:
     def __init__(self, root: str, *, create: bool = True, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
         self.root = root
         self.dir = os.path.join(root, REGISTRY_DIR)
+        self._prefix = os.path.join(self.dir, "")  # path() is on every receive: no join each time
         self.lock_timeout = lock_timeout
         if create:
             ensure_private_dir(self.dir, what="registry directory")
@@ -126,7 +127,7 @@ class Registry:
 
     # ------------------------------------------------------------------ reading (no lock: renames are atomic)
     def path(self, name: str) -> str:
-        return os.path.join(self.dir, name + SUFFIX)
+        return self._prefix + name + SUFFIX
 
     def read(self, name: str) -> RegistryEntry | None:
         """The entry of `name`, None if there is none; BadEntryError if it is unreadable."""

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Iterable, NamedTuple
 
 from nacl import bindings as _sodium
-from nacl.exceptions import CryptoError
 
-from . import payloads
+from . import aead, payloads
 from .envelope import EnvelopeType, open_envelope
 from .errors import DeliveryError, EnvelopeError
 from .keys import Key
@@ -366,7 +365,7 @@ def seal_outbox_entry(meta: dict, body: bytes, key: Key, nonce: bytes) -> bytes:
     """magic, one JSON line of metadata (readable without the key: what waits where), then the
     payload sealed with ChaCha20-Poly1305 (the metadata line is its associated data)."""
     line = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode() + b"\n"
-    sealed = _sodium.crypto_aead_chacha20poly1305_ietf_encrypt(body, OUTBOX_MAGIC + line, nonce, key.raw)
+    sealed = aead.encrypt(body, OUTBOX_MAGIC + line, nonce, key.raw)
     return OUTBOX_MAGIC + line + nonce + sealed
 
 
@@ -386,10 +385,8 @@ def outbox_meta(data: bytes) -> dict:
 def open_outbox_entry(data: bytes, key: Key) -> tuple[dict, bytes]:
     meta = outbox_meta(data)
     end = data.index(b"\n", len(OUTBOX_MAGIC)) + 1
-    try:
-        body = _sodium.crypto_aead_chacha20poly1305_ietf_decrypt(bytes(data[end + 12:]), bytes(data[:end]),
-                                                                   bytes(data[end:end + 12]), key.raw)
-    except CryptoError:
-        raise ValueError("the outbox entry does not open with this key (altered, or another key)") from None
+    body = aead.decrypt(bytes(data[end + 12:]), bytes(data[:end]), bytes(data[end:end + 12]), key.raw)
+    if body is None:
+        raise ValueError("the outbox entry does not open with this key (altered, or another key)")
     return meta, body
 

@@ -12,9 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from nacl import bindings as _sodium
-from nacl.exceptions import CryptoError
-
+from . import aead
 from .errors import EnvelopeError
 from .keys import Key
 
@@ -96,7 +94,7 @@ def seal(header: Header, payload: bytes, key: Key, nonce: bytes) -> bytes:
     if header.payload_size != len(payload):
         header = header._replace(payload_size=len(payload))
     ad = header.encode()
-    sealed = _sodium.crypto_aead_chacha20poly1305_ietf_encrypt(payload, ad, nonce, key.raw)
+    sealed = aead.encrypt(payload, ad, nonce, key.raw)
     return b"".join((ad, nonce, sealed))
 
 
@@ -123,11 +121,9 @@ def open_envelope(data: bytes, key: Key, max_payload: int = DEFAULT_MAX_PAYLOAD)
     check_framing(len(data), header, max_payload)
     ad = bytes(data[:HEADER_SIZE])
     nonce = bytes(data[HEADER_SIZE:HEADER_SIZE + NONCE_SIZE])
-    try:
-        payload = _sodium.crypto_aead_chacha20poly1305_ietf_decrypt(
-            bytes(data[HEADER_SIZE + NONCE_SIZE:]), ad, nonce, key.raw)
-    except CryptoError:
-        raise EnvelopeError("bad_tag", "authentication failed: wrong key or tampered envelope") from None
+    payload = aead.decrypt(bytes(data[HEADER_SIZE + NONCE_SIZE:]), ad, nonce, key.raw)
+    if payload is None:
+        raise EnvelopeError("bad_tag", "authentication failed: wrong key or tampered envelope")
     if header.type not in _TYPE_NAMES:
         raise EnvelopeError("bad_payload", f"unknown envelope type {header.type}")
     return OpenedEnvelope(header, nonce, payload)

@@ -36,7 +36,7 @@ class NodeConfig:
     lane_workers: int = 4                      # threads running message handlers (one sender at a time each)
     spc_workers: int = 16                      # services running at once, in all
     service_concurrency: int = 4               # services running at once, per service
-    read_ahead: int = 8                        # envelopes taken from the inbox per sender before handled
+    read_ahead: int = 32                       # envelopes taken from the inbox per sender before handled
     read_ahead_total: int = 256                # … and from all senders together
     linger_seconds: float = 10.0               # on close: wait for receivers to take what we delivered
     drain_seconds: float = 30.0                # on close: the most time spent handling what is left in the inbox

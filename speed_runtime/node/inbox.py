@@ -21,7 +21,7 @@ from ..fsutil import close_quietly
 from ..inotify import INBOX_EVENTS, Watch
 from ..transport import prepare_home
 
-MAX_NAMES_PER_SENDER = 4096    # names remembered per sender while it waits for room
+MAX_NAMES_PER_SENDER = 16_384  # names remembered per sender while it waits for room (~5 MB)
 MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
 OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

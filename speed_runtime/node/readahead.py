@@ -4,6 +4,11 @@ Per sender at most `per_sender` of them, from all senders at most `total`: what 
 in the inbox, unread (the inbox is the queue). An accepted file stays in the inbox until its
 handler starts and `take` removes it (§5.5 step 6: remove, then dispatch); while it is held its
 name is never judged again (`taken`).
+
+The protocol thread, which waits while a sender (or all) is at its bound, is woken when that
+sender's held envelopes are down to half (a low-water mark), not at the first release: it then
+takes several files in one pass and hands them to the lane at once, instead of one file and one
+hand-off between threads per handled message.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._in_hand: dict[str, int] = {}  # per sender
         self._in_hand_total = 0
+        self._at_bound: set[str] = set()  # senders that reached their bound since the last wake-up
+        self._total_at_bound = False
         self.taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
 
     def idle(self) -> bool:
@@ -43,9 +50,13 @@ class ReadAhead:
 
     def hold(self, sender: str, name: str, dir_fd: int) -> None:
         with self._lock:
-            self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
+            count = self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
             self._in_hand_total += 1
             self.taken[name] = dir_fd
+            if count >= self.per_sender:
+                self._at_bound.add(sender)
+            if self._in_hand_total >= self.total:
+                self._total_at_bound = True
 
     def take(self, name: str, dir_fd: int) -> bool:
         """Remove an accepted file just before its handler runs: the moment it is taken. The name
@@ -72,9 +83,15 @@ class ReadAhead:
                 self._in_hand[sender] = count
             else:
                 self._in_hand.pop(sender, None)
-            was_full = count + 1 >= self.per_sender or self._in_hand_total >= self.total
             self._in_hand_total -= 1
-        if was_full:
+            wake = False
+            if sender in self._at_bound and count <= self.per_sender // 2:
+                self._at_bound.discard(sender)
+                wake = True
+            if self._total_at_bound and self._in_hand_total <= self.total // 2:
+                self._total_at_bound = False
+                wake = True
+        if wake:
             self._wake()
 
     def run_on_lane(self, lanes: SerialLanes, sender: str, name: str, dir_fd: int, task: Callable[[], None]) -> bool:

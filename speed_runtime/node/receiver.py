@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from .. import ext as extensions
-from ..core.receiving import Identity, Verdict, judge_envelope, judge_name, stale_source
+from ..core.receiving import Identity, Verdict, judge_envelope, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
@@ -246,14 +246,16 @@ class Receiver:
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
-        parsed, refused = judge_name(name, self.node.access)
+        # step 1 again, as grants stand now: PendingNames parsed the name ("?" for one that is not
+        # an envelope name, which no grant can allow)
+        refused = None if sender in self.node.access else "unauthorized"
         if not refused:
             for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
                 refused = extension.admit(sender, name)
                 if refused:
                     break
         if refused:
-            self.reject(name, sender if parsed else "?", file_seq, refused)
+            self.reject(name, sender, file_seq, refused)
             return True
         try:
             data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)

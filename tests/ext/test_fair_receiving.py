@@ -49,7 +49,7 @@ def test_names_of_an_overflowed_sender_are_skipped_without_parsing(monkeypatch):
 
 def test_a_backlog_waits_behind_one_file_of_every_other_sender(peers, root, key_path):
     """Files are taken in turns, one per sender per turn: the other sender's one file is among the
-    first two judged, not the ninth behind the backlog's read-ahead (8)."""
+    first two judged, not the 13th behind the backlog's read-ahead (32)."""
     r = peers.start_scripted("r", allow=["a", "b"], options={"trace": True})
     with Node(root, key_path, "a", allow=["r"]) as a, Node(root, key_path, "b", allow=["r"]) as b:
         with frozen(r):
