@@ -55,6 +55,7 @@ class Receiver:
         self._names = PendingNames()
         self._turn = 0  # rotates the sender that goes first in a pass
         self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
+        self._pass_entries: dict[str, Any] | None = None  # senders' entries as of this pass (_sender_entry)
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
         self._extensions_busy = False  # an extension's step left work for the next one
@@ -214,11 +215,11 @@ class Receiver:
         """Take files in turns, one per sender per turn (each sender's in sequence order), while
         the sender (and all) have room: a sender with a backlog waits behind one file of every
         other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
-        self._batch = {}
+        self._batch, self._pass_entries = {}, {}
         try:
             self._take_in_turns()
         finally:
-            batch, self._batch = self._batch, None
+            batch, self._batch, self._pass_entries = self._batch, None, None
             for sender, held in batch.items():
                 self.read_ahead.submit(self.lanes, sender, held)
 
@@ -291,9 +292,7 @@ class Receiver:
             key, cap, decode = self.node.key, self.node.config.max_payload, self._decode
             judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap,  # noqa: E731
                                                      decode)
-        # the entry as its file is now (one stat), never a cached one the registry watch has not yet
-        # replaced: an instance that lost its name must not be believed for a moment longer
-        verdict = judge(monitor.current(sender), arrived_ms)
+        verdict = judge(self._sender_entry(sender), arrived_ms)
         if stale_source(verdict):  # a sender that has gone since it delivered this file
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
@@ -302,6 +301,18 @@ class Receiver:
             for extension in self.node.extensions.values():
                 verdict = extension.rejudge(verdict, sender, data, arrived_ms)
         return verdict
+
+    def _sender_entry(self, sender: str):
+        """The sender's entry as its file is now (one stat), never a cached one the registry watch
+        has not yet replaced: an instance that lost its name is not believed a moment longer. One
+        look per sender and pass is enough: every file judged in a pass was delivered before the
+        pass began, and an instance still registered after that was registered when they came."""
+        entries = self._pass_entries
+        if entries is None or threading.current_thread() is not self.thread:
+            return self.node.monitor.current(sender)
+        if sender not in entries:
+            entries[sender] = self.node.monitor.current(sender)
+        return entries[sender]
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
                data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "") -> None:
