@@ -9,7 +9,6 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import aead
@@ -139,8 +138,7 @@ def envelope_filename(sender: str, source_id: bytes, sequence: int, nonce: bytes
     return f"{sender}.{source_id.hex()[:8]}.{sequence:020d}.{nonce.hex()[:8]}.env"
 
 
-@dataclass(frozen=True, slots=True)
-class FileName:
+class FileName(NamedTuple):  # a tuple: made for every file name the receiver meets, cheaply
     sender: str
     id8: str
     sequence: int

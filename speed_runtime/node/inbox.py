@@ -27,9 +27,47 @@ OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class _SortedKeys:
+    """(id8, sequence, file name) keys in ascending order. Taking the smallest is O(1) (a head
+    index; the list is compacted now and then), adding one in sequence order is an append."""
+
+    __slots__ = ("_items", "_head")
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, int, str]] = []
+        self._head = 0
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head
+
+    def add(self, key: tuple[str, int, str]) -> None:
+        items = self._items
+        if len(items) == self._head or key > items[-1]:
+            items.append(key)  # the usual case: files arrive in sequence order
+        else:
+            bisect.insort(items, key, lo=self._head)
+
+    def smallest(self) -> tuple[str, int, str]:
+        return self._items[self._head]
+
+    def largest(self) -> tuple[str, int, str]:
+        return self._items[-1]
+
+    def pop_smallest(self) -> tuple[str, int, str]:
+        item = self._items[self._head]
+        self._head += 1
+        if self._head >= 1024 and self._head * 2 >= len(self._items):
+            del self._items[:self._head]
+            self._head = 0
+        return item
+
+    def pop_largest(self) -> tuple[str, int, str]:
+        return self._items.pop()
+
+
 @dataclass
 class _SenderNames:
-    keys: list[tuple[str, int, str]] = field(default_factory=list)  # (id8, sequence, file name), ascending
+    keys: _SortedKeys = field(default_factory=_SortedKeys)
     members: set[str] = field(default_factory=set)
     # the smallest name not remembered for want of room (None: every file of this sender is known);
     # names from it on wait for a listing, so that nothing is judged before a smaller sequence
@@ -78,15 +116,15 @@ class PendingNames:
         if not full and self._count >= MAX_NAMES:
             self._overflowed, full = True, True
         if full:
-            if not names.keys or key >= names.keys[-1]:
+            if not names.keys or key >= names.keys.largest():
                 self._drop(names, key)
                 return
-            evicted = names.keys.pop()  # a smaller name makes room: the largest waits for a listing
+            evicted = names.keys.pop_largest()  # a smaller name makes room: the largest waits for a listing
             names.members.discard(evicted[2])
             self._count -= 1
             self._drop(names, evicted)
         names.members.add(name)
-        bisect.insort(names.keys, key)
+        names.keys.add(key)
         self._count += 1
 
     @staticmethod
@@ -97,7 +135,7 @@ class PendingNames:
     def _takeable(self, names: _SenderNames) -> bool:
         if not names.keys:
             return False
-        if names.dropped is not None and names.keys[0] >= names.dropped:
+        if names.dropped is not None and names.keys.smallest() >= names.dropped:
             self.need_listing = True  # what lies below it is not known yet
             return False
         return True
@@ -112,7 +150,7 @@ class PendingNames:
 
     def pop(self, sender: str) -> tuple[str, int, str]:
         names = self._by_sender[sender]
-        item = names.keys.pop(0)
+        item = names.keys.pop_smallest()
         names.members.discard(item[2])
         self._count -= 1
         if names.dropped is not None and len(names.members) <= MAX_NAMES_PER_SENDER // 2:
@@ -125,7 +163,7 @@ class PendingNames:
 
     def push_back(self, sender: str, item: tuple[str, int, str]) -> None:
         names = self._by_sender.setdefault(sender, _SenderNames())
-        bisect.insort(names.keys, item)
+        names.keys.add(item)
         names.members.add(item[2])
         self._count += 1
 
