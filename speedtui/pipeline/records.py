@@ -96,7 +96,7 @@ DEFAULT_LABEL = "other rejection"
 
 #: timestamps outside [0, MAX_TS) make a line malformed (guards against Infinity / garbage)
 MAX_TS = 1e11
-#: Spark's JSON reader options that match reference.parse_line's rules
+#: Spark's JSON reader options that match lines.parse_line's rules
 JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false",
                 "allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "false"}
 
@@ -121,7 +121,7 @@ def read_records(spark, paths: list[str]):
 
     The reader skips blank lines, reads a line holding a JSON array of objects as one record per
     object, and gives a row of nulls (malformed) for any other line that is not an object;
-    reference.parse_values follows the same rules."""
+    lines.parse_values follows the same rules."""
     if not paths:
         return with_validity(spark.createDataFrame([], spark_schema()))
     return with_validity(spark.read.schema(spark_schema()).options(**JSON_OPTIONS).json(paths))

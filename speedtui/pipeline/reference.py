@@ -7,181 +7,17 @@ count the same malformed lines.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import time
 from collections import defaultdict
-from typing import Any, Iterable
 
-from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, PipelineError, choose_bucket,
-                     parse_time)
-from .records import (COUNTED_KINDS, ERROR_CODES, FIELDS, KIND_REQUIRED, MAX_TS, MESSAGE_COLUMNS,
-                      RECEIVER_MESSAGE_EVENTS, TERMINAL_EVENTS, THREAT_EVENTS, reason_label)
-from .sections import durable_section, messages_section, threats_section
+from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, parse_time
+from .lines import iter_files, open_journal, parse_values
+from .records import COUNTED_KINDS, ERROR_CODES, TERMINAL_EVENTS, reason_label
+from .reference_extensions import ExtensionRollup
 from .summary import availability, build_summary
-
-_WS = " \t\r\n"
-#: the fields a record of an extension kind keeps (message, threat, durable; health, control)
-_EXT_FIELDS = ("dir", "peer", "type", "outcome", "reason", "event", "size", "chunks", "reliable", "score",
-               "stream", "id", "status")
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"non-numeric number {name}")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-_raw_decode = _DECODER.raw_decode
-_LMIN, _LMAX = -(1 << 63), 1 << 63
-
-
-def _as_str(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    return json.dumps(v, separators=(",", ":"))
-
-
-def _as_long(v: Any) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63):
-        return v
-    return None
-
-
-def _as_double(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf if v > 0 else -math.inf
-
-
-def _as_bool(v: Any) -> bool | None:
-    return v if v is True or v is False else None
-
-
-_CONVERT = {name: {"string": _as_str, "bigint": _as_long, "double": _as_double, "boolean": _as_bool}[typ]
-            for name, typ in FIELDS}
-
-
-def parse_values(line: str) -> tuple:
-    """What Spark's JSON reader makes of one journal line: usually one record (a dict) or None
-    (malformed); nothing for a blank line; for a JSON array of objects one entry per object (an
-    array holding anything else is one malformed entry)."""
-    text = line.lstrip(_WS)
-    if not text:
-        return ()
-    try:
-        obj = _raw_decode(text)[0]
-    except (ValueError, RecursionError):
-        return (None,)
-    if obj.__class__ is dict:
-        return (record_of(obj),)
-    if obj.__class__ is list and all(v.__class__ is dict for v in obj):
-        return tuple(record_of(v) for v in obj)
-    return (None,)
-
-
-def parse_line(line: str) -> dict | None:
-    """The record of a line holding one JSON object, None if it is malformed."""
-    values = parse_values(line)
-    return values[0] if len(values) == 1 else None
-
-
-def record_of(obj: dict) -> dict | None:
-    """The record of one JSON object (all known fields, None when absent), or None if it is not
-    a valid record. kind defaults to "envelope". (Written for speed: the common types are checked
-    inline, anything unusual goes through the _as_* converters.)"""
-    g = obj.get
-    ts = g("ts")
-    if ts.__class__ is not float:
-        ts = _as_double(ts)
-        if ts is None:
-            return None
-    node = g("node")
-    if node.__class__ is not str:
-        node = _as_str(node)
-        if node is None:
-            return None
-    if not (0 <= ts < MAX_TS):
-        return None
-    kind = g("kind")
-    if kind is None or kind == "envelope":
-        d, peer, typ, outcome = g("dir"), g("peer"), g("type"), g("outcome")
-        if d.__class__ is not str or peer.__class__ is not str or typ.__class__ is not str \
-                or outcome.__class__ is not str:
-            d, peer, typ, outcome = _as_str(d), _as_str(peer), _as_str(typ), _as_str(outcome)
-            if d is None or peer is None or typ is None or outcome is None:
-                return None
-        seq, size = g("seq"), g("size")
-        if seq.__class__ is not int or not (_LMIN <= seq < _LMAX):
-            seq = _as_long(seq)
-        if size.__class__ is not int or not (_LMIN <= size < _LMAX):
-            size = _as_long(size)
-        rec = {"kind": "envelope", "ts": ts, "node": node, "dir": d, "peer": peer, "type": typ,
-               "outcome": outcome, "seq": seq, "size": size}
-        for k in ("reason", "requestId", "service", "status", "errorCode"):
-            v = g(k)
-            rec[k] = v if v is None or v.__class__ is str else _as_str(v)
-        lat = g("latencyMs")
-        rec["latencyMs"] = lat if lat is None or lat.__class__ is float else _as_double(lat)
-        chunks = g("chunks")
-        rec["chunks"] = None if chunks is None else _as_long(chunks)
-        return rec
-    if kind.__class__ is not str:
-        kind = _as_str(kind)
-    if kind == "lease":
-        subject, event = g("subject"), g("event")
-        if subject.__class__ is not str:
-            subject = _as_str(subject)
-        if event.__class__ is not str:
-            event = _as_str(event)
-        if subject is None or event is None:
-            return None
-        return {"kind": "lease", "ts": ts, "node": node, "subject": subject, "event": event}
-    required = KIND_REQUIRED.get(kind)
-    if required is None:
-        return None
-    rec = {"kind": kind, "ts": ts, "node": node}
-    for name in _EXT_FIELDS:
-        rec[name] = _CONVERT[name](g(name))
-    for name in required:
-        if rec[name] is None:
-            return None
-    return rec
-
-
-def iter_files(inputs: Iterable[str]) -> list[str]:
-    files = []
-    for p in inputs:
-        p = p[len("file://"):] if p.startswith("file://") else p
-        if os.path.isdir(p):
-            for name in sorted(os.listdir(p)):
-                full = os.path.join(p, name)
-                if not name.startswith((".", "_")) and os.path.isfile(full):
-                    files.append(full)
-        elif os.path.exists(p):
-            files.append(p)
-        else:
-            raise PipelineError(f"trace path {os.path.abspath(p)} does not exist.")
-    return files
-
-
-def _open(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, "r", encoding="utf-8", errors="replace", buffering=1 << 20)
-
 
 def _pct(sorted_vals: list[float], p: float) -> float | None:
     n = len(sorted_vals)
@@ -220,12 +56,12 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
     calls: dict[tuple, list] = {}
     security: dict[tuple, list] = {}
     lease_events: dict[str, list] = defaultdict(list)
-    ext = _Extensions()
+    ext = ExtensionRollup()
     chunk_envelopes = 0
     noid = 0
     parse = parse_values
     for path in files:
-        with _open(path) as fh:
+        with open_journal(path) as fh:
             for line in fh:
                 for rec in parse(line):  # one record per line, but none or several for rare lines
                     lines += 1
@@ -386,137 +222,6 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
         availability=tables["availability"], burst_threshold=burst_threshold,
         accuracy=PERCENTILE_ACCURACY, engine="reference", **ext.sections(chunk_envelopes, bucket))
     return {"summary": summary, "tables": tables}
-
-
-class _Extensions:
-    """The records of the extension kinds, rolled up as the Spark job does (rollup.py tags 6-8)."""
-
-    def __init__(self):
-        self.kinds: dict[str, int] = defaultdict(int)
-        self.msg: dict[tuple, list] = {}      # (source, target, event, reason, minute) -> n, rel, chunks, bytes, tmin, tmax
-        self.threat: dict[tuple, list] = {}   # (receiver, sender, event, minute) -> n, score, tmin, tmax
-        self.qrej: dict[tuple, list] = {}     # (receiver, sender, minute) -> n, tmin, tmax
-        self.dur: dict[tuple, list] = {}      # (node, peer, event, status) -> n, tmin, tmax
-
-    def add(self, rec: dict) -> None:
-        kind, ts = rec["kind"], rec["ts"]
-        self.kinds[kind] += 1
-        minute = int(math.floor(ts / 60)) * 60
-        if kind == "message":
-            ev = rec["event"]
-            src, dst = (rec["peer"], rec["node"]) if ev in RECEIVER_MESSAGE_EVENTS else (rec["node"], rec["peer"])
-            reason = rec["reason"] if ev in ("send-error", "voided") else None
-            m = _span(self.msg, (src, dst, ev, reason, minute), ts, [0, 0, 0, 0])
-            m[0] += 1
-            m[1] += rec["reliable"] is True
-            m[2] += 1 if rec["chunks"] is None else rec["chunks"]
-            m[3] += rec["size"] or 0
-        elif kind == "threat":
-            t = _span(self.threat, (rec["node"], rec["peer"], rec["event"], minute), ts, [0, None])
-            t[0] += 1
-            if rec["score"] is not None and (t[1] is None or rec["score"] > t[1]):
-                t[1] = rec["score"]
-        elif kind == "durable":
-            _span(self.dur, (rec["node"], rec["peer"], rec["event"], rec["status"]), ts, [0])[0] += 1
-
-    def quarantined(self, receiver: str, sender: str, minute: int, ts: float) -> None:
-        _span(self.qrej, (receiver, sender, minute), ts, [0])[0] += 1
-
-    def tables(self) -> dict[str, list]:
-        messages: dict[tuple, dict] = {}
-        for (src, dst, ev, _reason, minute), (n, rel, chunks, size, tmin, tmax) in self.msg.items():
-            row = messages.get((src, dst, minute))
-            if row is None:
-                row = messages[(src, dst, minute)] = {
-                    "source": src, "target": dst, "minute": minute, **{c: 0 for c, _ in MESSAGE_COLUMNS},
-                    "reliable": 0, "chunks": 0, "bytes": 0, "first_ts": tmin, "last_ts": tmax}
-            for col, event in MESSAGE_COLUMNS:
-                if ev == event:
-                    row[col] += n
-            if ev == "sent":
-                row["reliable"] += rel
-                row["chunks"] += chunks
-                row["bytes"] += size
-            row["first_ts"], row["last_ts"] = min(row["first_ts"], tmin), max(row["last_ts"], tmax)
-        threats: dict[tuple, dict] = {}
-
-        def threat_row(key, tmin, tmax):
-            row = threats.get(key)
-            if row is None:
-                row = threats[key] = {"receiver": key[0], "sender": key[1], "minute": key[2],
-                                      **{ev: 0 for ev in THREAT_EVENTS}, "max_score": None,
-                                      "quarantined_rejections": 0, "first_ts": tmin, "last_ts": tmax}
-            row["first_ts"], row["last_ts"] = min(row["first_ts"], tmin), max(row["last_ts"], tmax)
-            return row
-        for (receiver, sender, ev, minute), (n, score, tmin, tmax) in self.threat.items():
-            row = threat_row((receiver, sender, minute), tmin, tmax)
-            if ev in THREAT_EVENTS:
-                row[ev] += n
-            if score is not None and (row["max_score"] is None or score > row["max_score"]):
-                row["max_score"] = score
-        for key, (n, tmin, tmax) in self.qrej.items():
-            threat_row(key, tmin, tmax)["quarantined_rejections"] += n
-        durable = [{"node": k[0], "peer": k[1], "event": k[2], "status": k[3], "records": v[0],
-                    "first_ts": v[1], "last_ts": v[2]} for k, v in sorted(self.dur.items(), key=lambda kv: str(kv[0]))]
-        return {"messages": [messages[k] for k in sorted(messages, key=lambda k: (k[2], k[0], k[1]))],
-                "threats": [threats[k] for k in sorted(threats, key=lambda k: (k[2], k[0], k[1]))],
-                "durable": durable}
-
-    def sections(self, chunk_envelopes: int, bucket: int) -> dict:
-        """The summary sections, from the same per-link / per-minute counts the Spark job collects."""
-        links: dict[tuple, list] = defaultdict(lambda: [0, 0, 0, 0])
-        minutes: dict[tuple, int] = defaultdict(int)
-        reasons: dict[tuple, int] = defaultdict(int)
-        for (src, dst, ev, reason, minute), (n, rel, chunks, size, _, _) in self.msg.items():
-            link = links[(src, dst, ev)]
-            for i, v in enumerate((n, rel, chunks, size)):
-                link[i] += v
-            minutes[(minute, ev)] += n
-            if ev in ("send-error", "voided"):
-                reasons[(ev, reason if reason is not None else "unknown")] += n
-        pairs: dict[tuple, list] = {}
-        tmins: dict[tuple, list] = {}
-        for (receiver, sender, ev, minute), (n, score, tmin, tmax) in self.threat.items():
-            p = pairs.setdefault((receiver, sender, ev), [0, None, tmin, tmax])
-            p[0] += n
-            p[1] = score if p[1] is None or (score is not None and score > p[1]) else p[1]
-            p[2], p[3] = min(p[2], tmin), max(p[3], tmax)
-            t = tmins.setdefault((minute, ev), [0, None])
-            t[0] += n
-            t[1] = score if t[1] is None or (score is not None and score > t[1]) else t[1]
-        qrej: dict[tuple, list] = {}
-        for (receiver, sender, _minute), (n, tmin, tmax) in self.qrej.items():
-            q = qrej.setdefault((receiver, sender), [0, tmin, tmax])
-            q[0] += n
-            q[1], q[2] = min(q[1], tmin), max(q[2], tmax)
-        dur: dict[tuple, int] = defaultdict(int)
-        for (node, peer, ev, status), (n, _, _) in self.dur.items():
-            dur[(node, peer, ev, status)] += n
-        return {
-            "messages": messages_section(
-                [{"source": k[0], "target": k[1], "event": k[2], "n": v[0], "rel": v[1], "chunks": v[2], "bytes": v[3]}
-                 for k, v in links.items()],
-                [{"minute": k[0], "event": k[1], "n": v} for k, v in minutes.items()],
-                [{"event": k[0], "reason": k[1], "n": v} for k, v in reasons.items()], chunk_envelopes, bucket),
-            "threats": threats_section(
-                [{"receiver": k[0], "sender": k[1], "event": k[2], "n": v[0], "score": v[1], "first_ts": v[2],
-                  "last_ts": v[3]} for k, v in pairs.items()],
-                [{"minute": k[0], "event": k[1], "n": v[0], "score": v[1]} for k, v in tmins.items()],
-                [{"receiver": k[0], "sender": k[1], "n": v[0], "first_ts": v[1], "last_ts": v[2]}
-                 for k, v in qrej.items()], bucket),
-            "durable": durable_section([{"node": k[0], "peer": k[1], "event": k[2], "status": k[3], "n": v}
-                                        for k, v in dur.items()]),
-        }
-
-
-def _span(groups: dict, key: tuple, ts: float, init: list) -> list:
-    """The group of key (made from init + [tmin, tmax] on first sight), its time span widened to ts."""
-    g = groups.get(key)
-    if g is None:
-        g = groups[key] = [*init, ts, ts]
-    else:
-        g[-2], g[-1] = min(g[-2], ts), max(g[-1], ts)
-    return g
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience

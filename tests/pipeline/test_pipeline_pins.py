@@ -10,7 +10,7 @@ import pytest
 
 from speed_runtime.core import records as runtime
 from speedtui.pipeline import records
-from speedtui.pipeline.reference import parse_line
+from speedtui.pipeline.lines import parse_line
 
 #: reasons contract 1.1 (section 8) adds; the runtime may not journal them yet, the pipeline must know them
 CONTRACT_1_1_REASONS = ("bad_sequence", "unexpected_response")

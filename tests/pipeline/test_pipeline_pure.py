@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from speedtui.pipeline.common import choose_bucket, parse_time
 from speedtui.pipeline.records import reason_label
-from speedtui.pipeline.reference import analyze, parse_line
+from speedtui.pipeline.lines import parse_line
+from speedtui.pipeline.reference import analyze
 from speedtui.pipeline.simulate import simulate
 
 from pipeline_journals import MALFORMED
