@@ -11,52 +11,25 @@ command.  Observer events of the console's own nodes go to the Bridge.
 from __future__ import annotations
 
 import shlex
-import subprocess
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..models.errors import describe_call_error, describe_failure
 from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
 from ..models.history import AuditEntry, CallRecord
-from ..models.traces import TraceRecord, record_of
+from ..models.traces import TraceRecord
 from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
 from .operator import OperatorChoice
-from .processes import _close_pipes, _drain, _read_line, _terminate, console_node_name, speed_command
+from .own_nodes import ActionError, OwnNode, launch_in_process, launch_process, stop_own  # noqa: F401  (re-exported)
+from .processes import console_node_name
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
-
-
-class ActionError(Exception):
-    """An action that could not be done; the message is shown to the operator."""
-
-
-@dataclass
-class OwnNode:
-    spec: NodeSpec
-    node: Any = None  # speed_runtime.Node
-    proc: subprocess.Popen | None = None
-    started: float = 0.0
-    unsubscribe: Any = None
-    output: list[str] = field(default_factory=list)
-    reader: threading.Thread | None = None  # drains the process's stdout
-    stoppable: bool = True  # False for a node someone else drives (the demo's traffic driver)
-
-    @property
-    def kind(self) -> str:
-        return "in-process" if self.node is not None else "process"
-
-    @property
-    def alive(self) -> bool:
-        if self.node is not None:
-            return getattr(self.node, "state", "running") == "running"
-        return self.proc is not None and self.proc.poll() is None
 
 
 @dataclass(frozen=True)
@@ -91,19 +64,6 @@ class ActionService:
     def _record(self, action: str, detail: str, command: str, ok: bool = True, result: str = "") -> None:
         self.audit.record(AuditEntry(ts=time.time(), action=action, detail=detail, command=command, ok=ok,
                                      result=result))
-
-    def _observer(self, name: str):
-        bridge = self.bridge
-
-        def observe(event: Any) -> None:
-            try:
-                rec = record_of(event, source="observer")
-            except Exception:  # noqa: BLE001 - never break the runtime's thread
-                return
-            if rec is not None:
-                bridge.push_records([rec])
-
-        return observe
 
     def own_alive(self) -> list[str]:
         """Every running node this console started, in-process or process."""
@@ -149,7 +109,8 @@ class ActionService:
             with self._lock:
                 if spec.name in self.own and self.own[spec.name].alive:
                     raise ActionError(f"this console already runs a node named {spec.name}")
-            own = self._launch_in_process(spec) if spec.in_process else self._launch_process(spec, ready_timeout)
+            own = (launch_in_process(self.root, self.key, spec, self.bridge) if spec.in_process
+                   else launch_process(self.root, self.key, spec, ready_timeout))
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self._record("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
@@ -157,55 +118,6 @@ class ActionService:
         with self._lock:
             self.own[spec.name] = own
         self._record("launch", f"{spec.name} ({where})", cmd, result="ready")
-        return own
-
-    def _launch_in_process(self, spec: NodeSpec) -> OwnNode:
-        import speed_runtime
-        from speed_runtime.demo import DEMO_SERVICES
-
-        kwargs: dict[str, Any] = dict(groups=list(spec.groups), allow=list(spec.allow), trace=spec.trace)
-        if spec.lease_seconds:
-            kwargs["lease_seconds"] = spec.lease_seconds
-        if spec.heartbeat_seconds:
-            kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
-        node = speed_runtime.Node(str(self.root), self.key.runtime_key or str(self.key.path), spec.name, **kwargs)
-        for s in spec.services:
-            if s not in DEMO_SERVICES:
-                raise ActionError(f"unknown demo service {s!r}; choose from {', '.join(DEMO_SERVICES)}")
-            node.register(s, DEMO_SERVICES[s])
-        unsub = None
-        if not spec.trace:  # with tracing on, the journal already brings every event
-            unsub = node.add_observer(self._observer(spec.name))
-        node.start()
-        return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub)
-
-    def _launch_process(self, spec: NodeSpec, ready_timeout: float) -> OwnNode:
-        # --control-stdin: grants and revokes reach the process (set_allow)
-        args = node_command(self.root, self.key.path, spec, control_stdin=True).exec_argv(speed_command())
-        # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
-        err_file = tempfile.TemporaryFile()
-        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
-                                start_new_session=True, text=True)
-        err_file_ref = err_file
-        own = OwnNode(spec=spec, proc=proc, started=time.time())
-        line = _read_line(proc, ready_timeout)
-        if not line.startswith("ready"):
-            err = ""
-            if proc.poll() is None:
-                _terminate(proc)
-            try:
-                err_file_ref.seek(0)
-                err = err_file_ref.read(65536).decode(errors="replace").strip()
-            except (OSError, ValueError):
-                pass
-            err_file_ref.close()
-            detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
-            raise ActionError(f"speed node {spec.name} did not start: {detail}")
-        err_file_ref.close()  # the child keeps its own descriptor
-        own.output.append(line)
-        own.reader = threading.Thread(target=_drain, args=(proc, own.output), name=f"speedtui-out-{spec.name}",
-                                      daemon=True)
-        own.reader.start()
         return own
 
     def start_console_node(self, name: str | None = None) -> OwnNode:
@@ -219,21 +131,9 @@ class ActionService:
         if own is None:
             self._operator_request("stop", name, None)
             return
-        self._stop_own(own)
+        stop_own(own)
         self._record("stop", f"{name} ({own.kind})",
                      f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
-
-    def _stop_own(self, own: OwnNode) -> None:
-        if own.node is not None:
-            try:
-                own.node.close()
-            except Exception:  # noqa: BLE001
-                pass
-        if own.proc is not None:
-            _terminate(own.proc, close=False)
-            if own.reader is not None:
-                own.reader.join(10)  # EOF once the process is gone
-            _close_pipes(own.proc)
 
     def stop_all(self) -> None:
         with self._lock:
@@ -241,7 +141,7 @@ class ActionService:
             client, self._operator_client = self._operator_client, None
         if client is not None:
             client.close()
-        threads = [threading.Thread(target=self._stop_own, args=(o,)) for o in owns]
+        threads = [threading.Thread(target=stop_own, args=(o,)) for o in owns]
         for t in threads:
             t.start()
         for t in threads:
