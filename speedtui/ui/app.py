@@ -4,12 +4,10 @@ actions run in thread workers and report back with messages."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-from speed_runtime.fsutil import TRACES_DIR
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -18,12 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Static, TabbedContent, TabPane
 
 from ..models.access import AccessGraph
-from ..models.history import AuditEntry
-from ..models.keycheck import KeyCheck
-from ..models.registry import RegistryModel, lock_banner
-from ..models.replays import ReplayTracker
-from ..models.timetravel import RegistryHistory
-from ..models.traces import TraceRecord, TraceStore
+from ..models.traces import TraceRecord
 from ..paths import Paths
 from ..services import runtime as rt
 from ..services.actions import ActionError, ActionService
@@ -33,19 +26,17 @@ from ..services.config import Config
 from ..services.history import AuditLog, CallHistory
 from ..services.journal_history import JournalHistory
 from ..services.operator import OperatorChoice
-from ..services.registry import host_facts
-from ..services.sources import JournalTailer, RegistrySource
 from . import messages as msg
+from .feed import Feed
 from .gc_pacer import CollectorPacer
+from .navigation import Navigator
 from .ext_operations import ExtOperations
 from .operations import Operations
 from .palette import help_rows, palette_commands
-from .screens.calls import CallScreen
 from .screens.help import HelpScreen
-from .screens.jump import JumpScreen, JumpTarget, jump_targets
-from .screens.timetravel import TimeTravelScreen
+from .screens.jump import JumpTarget
 from .state import ConsoleState
-from .themes import load_themes, resolve_theme_name
+from .themes import ThemeKeeper
 from .views.access import AccessView
 from .views.analytics import AnalyticsView
 from .views.audit import AuditView
@@ -55,11 +46,9 @@ from .views.leases import LeasesView
 from .views.replay import ReplayView
 from .views.security import SecurityView
 from .views.traces import TracesView
-from .widgets.fast_table import FastTable
 from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
-TABS_NUMBERED_WIDTH = 96
 VIEWS = [("leases", "Leases"), ("fabrics", "Fabrics"), ("access", "Access"), ("traces", "Traces"),
          ("replay", "Replay"), ("analytics", "Analytics"), ("audit", "Audit"), ("security", "Security"),
          ("durable", "Durable")]
@@ -111,26 +100,17 @@ class SpeedApp(App):
         self.calls = CallHistory(self.paths.call_history(self.root))
         self.actions = None if key is None else ActionService(self.root, key, self.bridge, self.audit, self.calls,
                                                                self.clock, readonly, operator=self.operator)
-        secret = key.secret if key is not None else None
-        self.state = ConsoleState(
-            root=self.root, root_label=self.dir_label, registry=RegistryModel(),
-            traces=TraceStore(capacity=trace_capacity or self.config.trace_buffer), replays=ReplayTracker(),
-            keycheck=KeyCheck(lambda data: rt.key_verifies(data, secret) if secret is not None else None),
-            key_path=str(key.path) if key is not None else "KEY", readonly=readonly, steady=steady,
-            audit_entries=self.audit.entries, call_entries=self.calls.entries,
-            own_replay_state=self.actions.own_replay_state if self.actions else (lambda name: None),
-            own_nodes=self.actions.own_alive if self.actions else list, now=self.clock.time,
-            history=RegistryHistory(), operator_fingerprint=self.operator.fingerprint)
+        self.state = ConsoleState.build(self.root, self.dir_label, key, self.actions, self.audit, self.calls,
+                                        self.clock.time, trace_capacity or self.config.trace_buffer,
+                                        readonly=readonly, steady=steady,
+                                        operator_fingerprint=self.operator.fingerprint)
         self.registry = self.state.registry
         self.traces = self.state.traces
         self.sources: list = []
-        self._themes = load_themes([self.paths.config_dir / "themes"])
-        self._requested_theme = resolve_theme_name(theme) if theme else None
-        self._dirty = True
-        self._reg_dirty = True
+        self.theme_keeper = ThemeKeeper(self, self.config, [self.paths.config_dir / "themes"], theme)
         self._stopped = False
-        self._banner = ""
-        self._health_version = 0
+        self.feed = Feed(self)  # the data flow: bridge -> models -> the active view
+        self.nav = Navigator(self, VIEWS)  # views, focus, fabric filter, jumps, time travel
         self.gc_pacer = CollectorPacer() if pace_gc else None
         self.journal_history: JournalHistory | None = None  # time travel's reader, kept between trips
         self.ops = Operations(self)
@@ -181,32 +161,15 @@ class SpeedApp(App):
             getattr(self, f"action_{bid[4:]}")()
 
     def on_resize(self, event) -> None:
-        self._label_tabs(event.size.width)
-
-    def _label_tabs(self, width: int) -> None:
-        # nine numbered tabs need 96 columns; narrower, they drop their numbers (the keys stay 1-9)
-        # rather than scroll the first or last ones out of sight
-        numbered = width >= TABS_NUMBERED_WIDTH
-        if getattr(self, "_tabs", None) is None or getattr(self, "_tabs_numbered", None) == numbered:
-            return
-        self._tabs_numbered = numbered
-        for i, (vid, label) in enumerate(VIEWS):
-            self._tabs.get_tab(vid).label = f"{i + 1} {label}" if numbered else label
+        self.nav.label_tabs(event.size.width)
 
     def on_mount(self) -> None:
         self._header = self.query_one(SpeedHeader)
         self._tabs = self.query_one("#views", TabbedContent)
-        self._label_tabs(self.size.width)
+        self.nav.label_tabs(self.size.width)
         self._views = {vid: self.query_one(f"#view-{vid}") for vid, _ in VIEWS}
         self.query_one("#banner").display = False
-        for t in self._themes.values():
-            self.register_theme(t)
-        name = self._requested_theme or resolve_theme_name(self.config.theme)
-        if name not in self.available_themes:
-            if self.config.warning is None:
-                self.notify(f"unknown theme {name!r}; using speed-dark", severity="warning")
-            name = "speed-dark"
-        self.theme = name
+        self.theme_keeper.apply()
         if self.config.keys:
             self.set_keymap(self.config.keys)
         if self.config.warning:
@@ -214,13 +177,7 @@ class SpeedApp(App):
         if self.operator.problem:
             self.notify(self.operator.problem, title="operator key", severity="warning", timeout=10)
         if self.start_sources:
-            reg = RegistrySource(self.bridge, self.root)
-            jt = JournalTailer(self.bridge, self.root)
-            reg.step()  # first read synchronously: the first frame already shows the environment
-            jt.step()
-            self.sources = [reg, jt]
-            for s in self.sources:
-                s.start()
+            self.sources = self.feed.start_readers()
         if self.demo is not None and hasattr(self.demo, "attach"):
             self.demo.attach(self)
         self.drain()
@@ -243,86 +200,22 @@ class SpeedApp(App):
             event.widget.cursor_blink = False
 
     def watch_theme(self, theme: str) -> None:
-        if theme in self._themes and theme != self.config.theme:
-            self.config.theme = theme
-            try:
-                self.config.save()
-            except OSError:
-                pass
+        if hasattr(self, "theme_keeper"):  # Textual sets a theme before __init__ has made ours
+            self.theme_keeper.remember(theme)
 
     def theme_names(self) -> list[str]:
-        return list(self._themes)
+        return self.theme_keeper.names()
 
     # ------------------------------------------------------------------ data flow
     def _live(self) -> bool:
         return not self._stopped and self.is_running
 
     def drain(self) -> None:
-        if not self._live():
-            return
-        d = self.bridge.drain()
-        now = self.clock.time()
-        replays = self.state.replays
-        if d.records:
-            self.traces.add(d.records)
-            self._tell(replays.match_records(d.records))
-            self.state.keycheck.observe(d.records)
-            self._dirty = True
-        if self.traces.health_version != self._health_version:  # a node reported (or cleared) a problem
-            self._health_version = self.traces.health_version
-            self.registry.health = self.traces.health_marks(now)
-            if d.registry is None:
-                self.registry.refresh(now, host_facts(self.clock.boottime()))
-                self._reg_dirty = True
-        if d.registry is not None:
-            self.registry.update(d.registry, now, host_facts(self.clock.boottime()))
-            self.state.history.observe(now, self.registry.rows)
-            self._reg_dirty = True
-        if d.lock is not None:
-            self.state.lock_text = lock_banner(d.lock.pid, d.lock.seconds, d.lock.problem)
-        self._note_problems(d.problems)
-        self.traces.bad_lines += d.bad_lines
-        self.traces.dropped += d.dropped
-        for note in d.notes:
-            if isinstance(note, tuple) and note and note[0] == "error":
-                self.log.warning(note[1])
-        if d.registry is not None:
-            self._tell(replays.match_counters(self.registry.by_name(), self.traces.journaling))
-        self._tell(replays.expire(now))
-        self._show_banner("\n".join(t for t in (self.state.lock_text, self.state.keycheck.banner()) if t))
-        if self._reg_dirty or self._dirty:
-            self.refresh_active(registry=self._reg_dirty)
-            self._reg_dirty = self._dirty = False
-
-    def _tell(self, notes) -> None:
-        for n in notes:
-            self.notify(n.text, title="replay", severity="error" if n.alarming else "information")
-
-    def _note_problems(self, problems: dict[str, str | None]) -> None:
-        """Files a reader skips: listed in the traces status line, and told once."""
-        for where, text in problems.items():
-            if text is None:
-                self.state.reader_problems.pop(where, None)
-                continue
-            if self.state.reader_problems.get(where) != text:
-                self.notify(text, title=f"{where} skipped", severity="warning", timeout=8)
-            self.state.reader_problems[where] = text
-            self._dirty = True
-
-    def _show_banner(self, text: str) -> None:
-        if text != self._banner:
-            self._banner = text
-            banner = self.query_one("#banner", Static)
-            banner.update("\n".join(f"⚠ {line}" for line in text.splitlines()))
-            banner.display = bool(text)
+        if self._live():
+            self.feed.drain()
 
     def tick(self) -> None:
-        """Once a second: lease countdowns and heartbeat ages move even without file events."""
-        now = self.clock.time()
-        self.registry.health = self.traces.health_marks(now)  # a passing problem's mark goes after a minute
-        self.registry.refresh(now, host_facts(self.clock.boottime()))
-        self.state.history.observe(now, self.registry.rows)  # a lease that ran out is a change to remember
-        self._reg_dirty = True
+        self.feed.tick()
 
     def active_view(self) -> str:
         return self._tabs.active or "leases"
@@ -349,36 +242,35 @@ class SpeedApp(App):
         self.focus_view(vid)
 
     def focus_view(self, vid: str) -> None:
-        w = self.view_widget(vid)
-        target = {"fabrics": "#fabrics-tree", "access": "#access-matrix", "audit": "#calls-table"}.get(vid)
-        found = w.query(target) if target else w.query(FastTable)
-        if not found:
-            found = w.query("Button")
-        if found:
-            found.first().focus()
+        self.nav.focus_view(vid)
+
+    def set_fabric(self, fabric: str | None) -> None:
+        self.nav.set_fabric(fabric)
+
+    def show_node(self, name: str) -> None:
+        self.nav.show_node(name)
+
+    def jump_targets(self) -> dict[str, JumpTarget]:
+        return self.nav.jump_targets()
+
+    def jump_to(self, target: JumpTarget) -> None:
+        self.nav.jump_to(target)
+
+    def action_jump(self) -> None:
+        self.nav.jump()
+
+    def action_time_travel(self, at: float | None = None) -> None:
+        """The registry and traffic at a past moment (the selected trace's time in Traces, else a
+        minute ago)."""
+        self.nav.time_travel(at)
 
     def action_show(self, vid: str) -> None:
         self._tabs.active = vid
         self.focus_view(vid)  # at once: keys typed right after the switch go to the new view
 
     # ------------------------------------------------------------------ requests from views and dialogs
-    def set_fabric(self, fabric: str | None) -> None:
-        self.state.fabric = fabric
-        self.registry.fabric = fabric
-        self.view_widget("traces").apply_filter()
-        self.view_widget(self.active_view()).refresh_view(force=True)
-        self.update_header()
-        self.notify(f"fabric filter: {fabric or '(ungrouped)'}" if fabric is not None else "showing all fabrics")
-
     def on_choose_fabric(self, m: msg.ChooseFabric) -> None:
         self.set_fabric(m.fabric)
-
-    def show_node(self, name: str) -> None:
-        self.action_show("leases")
-        leases = self.view_widget("leases")
-        leases.refresh_view(force=True)
-        if not leases.query_one(FastTable).move_to_key(name):
-            self.notify(f"{name} is not listed (a filter may hide it)", severity="warning")
 
     def on_show_node(self, m: msg.ShowNode) -> None:
         self.show_node(m.name)
@@ -461,44 +353,7 @@ class SpeedApp(App):
         self.push_screen(HelpScreen(help_rows(self, VIEWS), str(self.paths.config_file)))
 
     def action_next_theme(self) -> None:
-        names = self.theme_names()
-        cur = self.theme if self.theme in names else names[0]
-        self.theme = names[(names.index(cur) + 1) % len(names)]
-        self.notify(f"theme: {self.theme}")
-
-    def jump_targets(self) -> dict[str, JumpTarget]:
-        rows = self.registry.rows
-        return jump_targets(VIEWS, [r.name for r in rows], sorted({s for r in rows for s in r.services}))
-
-    def action_jump(self) -> None:
-        # after the dialog has gone and given focus back (which would switch back to its tab)
-        self.push_screen(JumpScreen(self.jump_targets()),
-                         lambda t: self.call_after_refresh(self.jump_to, t) if t else None)
-
-    def action_time_travel(self, at: float | None = None) -> None:
-        """The registry and traffic at a past moment: the selected trace's time in Traces, else a
-        minute ago."""
-        if at is None:
-            rec = self.view_widget("traces").selected() if self.active_view() == "traces" else None
-            at = rec.ts if rec is not None else self.clock.time() - 60.0
-        if self.journal_history is None:
-            self.journal_history = JournalHistory(self.root)
-        self.push_screen(TimeTravelScreen(at, self.journal_history, self.state.history, self.own_records,
-                                          self.clock.time, self.steady))
-
-    def own_records(self, start: float, end: float) -> list[TraceRecord]:
-        """Records of the console's own nodes that no journal holds (observer events), in [start, end]."""
-        return [r for src in (self.traces.ring, self.traces.leases) for r in src
-                if r.source == "observer" and start <= r.ts <= end and r.kind in ("envelope", "lease", "health")]
-
-    def jump_to(self, target: JumpTarget) -> None:
-        if target.kind == "view":
-            self.action_show(target.name)
-        elif target.kind == "node":
-            self.show_node(target.name)
-        else:  # a service: the nodes offering it
-            self.action_show("leases")
-            self.view_widget("leases").query_one("#leases-filter", Input).value = target.name
+        self.theme_keeper.next()
 
     # ------------------------------------------------------------------ results of workers
     @work(thread=True, group="call")
@@ -512,52 +367,25 @@ class SpeedApp(App):
         self.post_message(msg.CallFinished(rec))
 
     def on_call_finished(self, m: msg.CallFinished) -> None:
-        if not self._live():
-            return
-        rec = m.record
-        if isinstance(self.screen, CallScreen):
-            self.screen.show_result(rec)
-        else:
-            detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
-                      else f"{rec.error_code or 'failed'}: {rec.error_message}")
-            self.notify(f"{rec.caller} → {rec.target}.{rec.service}: {detail} ({rec.latency_ms:.1f} ms)",
-                        severity="information" if rec.status == "SUCCESS" else "error")
-        self.view_widget("audit").refresh_view(force=True)
+        if self._live():
+            self.ops.call_finished(m.record)
 
     def on_replay_injected(self, m: msg.ReplayInjected) -> None:
         if self._live():
             self.ops.replay_injected(m.result)
-            self._after_action()
+            self.ops.after_action()
 
     def on_action_done(self, m: msg.ActionDone) -> None:
-        if not self._live():
-            return
-        if m.action == "call" and not m.ok and isinstance(self.screen, CallScreen):
-            self.screen.show_failure(m.text)  # e.g. the grant before the call was refused
-        if m.ok:
-            self.notify(m.text or f"{m.action} done")
-        else:
-            self.notify(m.text, title=f"{m.action} failed", severity="error", timeout=8)
-        self._after_action()
+        if self._live():
+            self.ops.action_done(m)
 
-    def _after_action(self) -> None:
-        for s in self.sources:
-            s.poke()
-        self.view_widget("audit").refresh_view(force=True)
-
-    # ------------------------------------------------------------------ analytics
     def on_pipeline_progress(self, m: msg.PipelineProgress) -> None:
         if self._live():
             self.view_widget("analytics").progress(m.fraction, m.text)
 
     def on_pipeline_finished(self, m: msg.PipelineFinished) -> None:
-        if not self._live():
-            return
-        self.view_widget("analytics").finished(m.ok, m.summary, m.error)
-        self.audit.record(AuditEntry(
-            ts=self.clock.time(), action="analyze", detail=f"journals in {self.root / 'speed_traces'}",
-            command=f"speedtui analyze --dir {self.root}",
-            ok=m.ok, result="" if m.ok else m.error))
+        if self._live():
+            self.ops.pipeline_finished(m)
 
     # ------------------------------------------------------------------ command palette
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -4,11 +4,12 @@ thread worker.  The app routes requests here; results come back to it as typed m
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..models.commands import NodeSpec, speed_call_command
-from ..models.history import AuditEntry
+from ..models.history import AuditEntry, CallRecord
 from ..models.traces import TraceRecord
 from ..services import runtime as rt
 from ..services.actions import ActionError, ActionService, ReplayResult
@@ -277,3 +278,38 @@ class Operations:
                                     result=f"{len(m.lines)} lines"))
         app.notify(str(path), title=f"exported {m.detail}", timeout=10)
         app.view_widget("audit").refresh_view(force=True)
+
+    # ------------------------------------------------------------------ results of workers
+    def call_finished(self, rec: CallRecord) -> None:
+        app = self.app
+        if isinstance(app.screen, CallScreen):
+            app.screen.show_result(rec)
+        else:
+            detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
+                      else f"{rec.error_code or 'failed'}: {rec.error_message}")
+            app.notify(f"{rec.caller} → {rec.target}.{rec.service}: {detail} ({rec.latency_ms:.1f} ms)",
+                       severity="information" if rec.status == "SUCCESS" else "error")
+        app.view_widget("audit").refresh_view(force=True)
+
+    def action_done(self, m: msg.ActionDone) -> None:
+        app = self.app
+        if m.action == "call" and not m.ok and isinstance(app.screen, CallScreen):
+            app.screen.show_failure(m.text)  # e.g. the grant before the call was refused
+        if m.ok:
+            app.notify(m.text or f"{m.action} done")
+        else:
+            app.notify(m.text, title=f"{m.action} failed", severity="error", timeout=8)
+        self.after_action()
+
+    def after_action(self) -> None:
+        """Look at the environment now (the readers' next pass would be later) and show the audit."""
+        for source in self.app.sources:
+            source.poke()
+        self.app.view_widget("audit").refresh_view(force=True)
+
+    def pipeline_finished(self, m: msg.PipelineFinished) -> None:
+        app = self.app
+        app.view_widget("analytics").finished(m.ok, m.summary, m.error)
+        app.audit.record(AuditEntry(
+            ts=app.clock.time(), action="analyze", detail=f"journals in {app.root / 'speed_traces'}",
+            command=f"speedtui analyze --dir {app.root}", ok=m.ok, result="" if m.ok else m.error))

@@ -14,6 +14,7 @@ from ..models.registry import RegistryModel
 from ..models.replays import ReplayTracker
 from ..models.timetravel import RegistryHistory
 from ..models.traces import TraceStore
+from ..services.runtime import key_verifies
 
 
 def _no_replay_state(name: str) -> dict[str, Any] | None:
@@ -41,6 +42,21 @@ class ConsoleState:
     reader_problems: dict[str, str] = field(default_factory=dict)  # files the readers skip, and why
     history: RegistryHistory = field(default_factory=RegistryHistory)  # the registry as this console saw it
     operator_fingerprint: str | None = None  # the console's operator key (its fingerprint only), if loaded
+
+    @classmethod
+    def build(cls, root: Path, root_label: str, key: Any, actions: Any, audit: Any, calls: Any,
+              now: Callable[[], float], trace_capacity: int, **options: Any) -> "ConsoleState":
+        """The models of a console on ROOT: `key` (or None: envelopes cannot be checked), the
+        ActionService for its own nodes (or None), its audit log and call history."""
+        secret = key.secret if key is not None else None
+        return cls(root=root, root_label=root_label, registry=RegistryModel(),
+                   traces=TraceStore(capacity=trace_capacity), replays=ReplayTracker(),
+                   keycheck=KeyCheck(lambda data: key_verifies(data, secret) if secret is not None else None),
+                   key_path=str(key.path) if key is not None else "KEY",
+                   audit_entries=audit.entries, call_entries=calls.entries,
+                   own_replay_state=actions.own_replay_state if actions else _no_replay_state,
+                   own_nodes=actions.own_alive if actions else list, now=now, history=RegistryHistory(),
+                   **options)
 
     def administered(self) -> list[str]:
         """The nodes that trust the console's operator key: it may grant, revoke and stop on them."""

@@ -69,3 +69,42 @@ def load_themes(extra_dirs: list[Path] | None = None) -> dict[str, Theme]:
 
 def resolve_theme_name(name: str) -> str:
     return ALIASES.get(name, name)
+
+
+class ThemeKeeper:
+    """The console's themes: the built-in and user ones registered with the app, the one chosen
+    (the command line's, else the config's; an unknown name falls back to speed-dark with a
+    warning), a change remembered in the config, and cycling with `t`."""
+
+    def __init__(self, app: Any, config: Any, extra_dirs: list[Path], requested: str | None) -> None:
+        self.app, self.config = app, config
+        self.themes = load_themes(extra_dirs)
+        self.requested = resolve_theme_name(requested) if requested else None
+
+    def names(self) -> list[str]:
+        return list(self.themes)
+
+    def apply(self) -> None:
+        app = self.app
+        for theme in self.themes.values():
+            app.register_theme(theme)
+        name = self.requested or resolve_theme_name(self.config.theme)
+        if name not in app.available_themes:
+            if self.config.warning is None:
+                app.notify(f"unknown theme {name!r}; using speed-dark", severity="warning")
+            name = "speed-dark"
+        app.theme = name
+
+    def remember(self, theme: str) -> None:
+        if theme in self.themes and theme != self.config.theme:
+            self.config.theme = theme
+            try:
+                self.config.save()
+            except OSError:
+                pass  # the theme still changes; it is just not kept for the next start
+
+    def next(self) -> None:
+        app, names = self.app, self.names()
+        current = app.theme if app.theme in names else names[0]
+        app.theme = names[(names.index(current) + 1) % len(names)]
+        app.notify(f"theme: {app.theme}")
