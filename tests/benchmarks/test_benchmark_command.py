@@ -46,3 +46,12 @@ def test_chunks_benchmark_tiny_mode_reports_every_measurement():
     loss = report["loss"]
     assert loss["kills"] == 1 and loss["sent"] > 0 and loss["neverHandled"] == 0
     assert loss["handledTwiceWithinAnInstance"] == 0
+
+
+def test_receiver_cpu_benchmark_reports_its_figures_live_and_from_a_backlog():
+    for extra in ([], ["--backlog"]):
+        result = subprocess.run([sys.executable, "benchmarks/receiver_cpu.py", "--senders", "2", "--messages", "300",
+                                 *extra], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "300 messages" in result.stdout and re.search(r"receiver CPU \d+ µs user \+ \d+ µs system", result.stdout)
+        assert ("drained at" in result.stdout) == bool(extra)
