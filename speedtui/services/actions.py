@@ -26,7 +26,7 @@ from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
 from .operator import OperatorChoice
-from .own_nodes import ActionError, OwnNode, launch_in_process, launch_process, stop_own  # noqa: F401  (re-exported)
+from .own_nodes import ActionError, OwnNode, launch_in_process, launch_process, stop_own
 from .processes import console_node_name
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")

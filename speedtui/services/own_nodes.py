@@ -89,7 +89,6 @@ def launch_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, ready_timeout: f
     err_file = tempfile.TemporaryFile()
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
                             start_new_session=True, text=True)
-    err_file_ref = err_file
     own = OwnNode(spec=spec, proc=proc, started=time.time())
     line = _read_line(proc, ready_timeout)
     if not line.startswith("ready"):
@@ -97,14 +96,14 @@ def launch_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, ready_timeout: f
         if proc.poll() is None:
             _terminate(proc)
         try:
-            err_file_ref.seek(0)
-            err = err_file_ref.read(65536).decode(errors="replace").strip()
+            err_file.seek(0)
+            err = err_file.read(65536).decode(errors="replace").strip()
         except (OSError, ValueError):
             pass
-        err_file_ref.close()
+        err_file.close()
         detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
         raise ActionError(f"speed node {spec.name} did not start: {detail}")
-    err_file_ref.close()  # the child keeps its own descriptor
+    err_file.close()  # the child keeps its own descriptor
     own.output.append(line)
     own.reader = threading.Thread(target=_drain, args=(proc, own.output), name=f"speedtui-out-{spec.name}",
                                   daemon=True)

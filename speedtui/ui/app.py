@@ -200,8 +200,7 @@ class SpeedApp(App):
             event.widget.cursor_blink = False
 
     def watch_theme(self, theme: str) -> None:
-        if hasattr(self, "theme_keeper"):  # Textual sets a theme before __init__ has made ours
-            self.theme_keeper.remember(theme)
+        self.theme_keeper.remember(theme)
 
     def theme_names(self) -> list[str]:
         return self.theme_keeper.names()
