@@ -120,7 +120,12 @@ def test_audit(size, snap_compare, fixture_app, fixture_env):
 
 
 @sized
-def test_help_screen(size, snap_compare, fixture_app):
+def test_help_screen(size, snap_compare, fixture_app, monkeypatch):
+    # the help names the config file, which lives under pytest's temporary directory: its length
+    # depends on the user running the tests (/tmp/pytest-of-USER/...) and moved the scroll bar
+    from speedtui.ui import app as app_module
+    real = app_module.HelpScreen
+    monkeypatch.setattr(app_module, "HelpScreen", lambda rows, _path: real(rows, "/fixture/config/config.json"))
     assert snap_compare(app_for(fixture_app), press=["question_mark"], terminal_size=size)
 
 
