@@ -61,9 +61,10 @@ def test_hostile_inbox_entries_in_a_real_process(procs, root, key, workdir):
         expected[2] = "bad_file"
         os.mkfifo(os.path.join(inbox, name(3)))
         expected[3] = "bad_file"
-        os.mkdir(os.path.join(inbox, name(4)))
-        with open(os.path.join(inbox, name(4), "inside"), "w") as f:
+        os.mkdir(os.path.join(workdir, "dir"))  # made outside: the node may remove an empty directory at once
+        with open(os.path.join(workdir, "dir", "inside"), "w") as f:
             f.write("x")
+        os.rename(os.path.join(workdir, "dir"), os.path.join(inbox, name(4)))
         expected[4] = "bad_file"
         os.link(linked, os.path.join(inbox, name(5)))
         expected[5] = "bad_file"
