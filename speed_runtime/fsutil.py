@@ -2,9 +2,11 @@
 host name and processes."""
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import stat
+import sys
 import time
 
 from .core.errors import DirectoryError
@@ -119,3 +121,46 @@ def close_quietly(*fds: int) -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+
+# Two system calls made through ctypes.PyDLL, which keeps the GIL across the call. A handler lane
+# removes each accepted file just before its handler runs (§5.5 step 6) and wakes the protocol
+# thread when its read-ahead has room again, while the protocol thread reads and judges the next
+# files. os.unlink and os.write release the GIL, and a thread that released it waits to take it
+# back until the other releases it too: the two threads then traded the GIL at every system call,
+# and the receiver's CPU per message grew by half (docs/BENCHMARKS.md, "receiver CPU"). Removing a
+# name from a local directory and writing a byte to a non-blocking pipe take microseconds, less
+# than two hand-offs of the GIL. Where libc lacks them, the os functions are used.
+_FS_ENCODING = sys.getfilesystemencoding()
+try:
+    _LIBC = ctypes.PyDLL(None, use_errno=True)
+    _UNLINKAT, _WRITE = _LIBC.unlinkat, _LIBC.write
+    _UNLINKAT.argtypes, _UNLINKAT.restype = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int), ctypes.c_int
+    _WRITE.argtypes, _WRITE.restype = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t), ctypes.c_ssize_t
+except (OSError, AttributeError):
+    _UNLINKAT = _WRITE = None
+
+
+def unlink_keeping_gil(dir_fd: int, name: str) -> None:
+    """os.unlink(name, dir_fd=dir_fd), with the same errors, without releasing the GIL (above)."""
+    if _UNLINKAT is None:
+        os.unlink(name, dir_fd=dir_fd)
+    elif _UNLINKAT(dir_fd, name.encode(_FS_ENCODING, "surrogateescape"), 0) != 0:  # os.fsencode, inline
+        _raise_errno(name)
+
+
+def write_keeping_gil(fd: int, data: bytes) -> int:
+    """os.write(fd, data) for a descriptor that never blocks (a non-blocking pipe), with the same
+    errors, without releasing the GIL (above)."""
+    if _WRITE is None:
+        return os.write(fd, data)
+    written = _WRITE(fd, data, len(data))
+    if written < 0:
+        _raise_errno(None)
+    return written
+
+
+def _raise_errno(name: str | None):
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err), *((name,) if name is not None else ()))  # OSError picks the subclass

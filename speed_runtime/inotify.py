@@ -15,6 +15,8 @@ import struct
 import threading
 from typing import Hashable
 
+from .fsutil import write_keeping_gil
+
 IN_MODIFY = 0x00000002
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_FROM = 0x00000040
@@ -145,7 +147,7 @@ class Watch:
             if self._wake_w < 0:
                 return
             try:
-                os.write(self._wake_w, b"x")
+                write_keeping_gil(self._wake_w, b"x")  # called by handler lanes: see fsutil
             except (BlockingIOError, OSError):
                 pass  # a wake-up is already pending
 

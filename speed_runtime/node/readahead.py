@@ -12,10 +12,10 @@ hand-off between threads per handled message.
 """
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable
 
+from ..fsutil import unlink_keeping_gil
 from .threads import SerialLanes
 
 
@@ -34,13 +34,15 @@ class ReadAhead:
         with self._lock:
             return self._in_hand_total == 0
 
+    # full() and has_room() read without the lock: they are asked by the protocol thread, the only
+    # one that adds to the counts (hold), and a count another thread lowers at the same moment only
+    # means a file is taken at the next pass instead of this one. A lock here cost two acquisitions
+    # per received file.
     def full(self) -> bool:
-        with self._lock:
-            return self._in_hand_total >= self.total
+        return self._in_hand_total >= self.total
 
     def has_room(self, sender: str) -> bool:
-        with self._lock:
-            return self._in_hand_total < self.total and self._in_hand.get(sender, 0) < self.per_sender
+        return self._in_hand_total < self.total and self._in_hand.get(sender, 0) < self.per_sender
 
     def has_room_for_any(self, senders: list[str]) -> bool:
         with self._lock:
@@ -61,16 +63,14 @@ class ReadAhead:
     def take(self, name: str, dir_fd: int) -> bool:
         """Remove an accepted file just before its handler runs: the moment it is taken. The name
         leaves `taken` only after the unlink, so a listing in between never judges it again.
-        False when its sender withdrew it (transport.retract)."""
-        with self._lock:
-            fd = self.taken.get(name, dir_fd)
+        False when its sender withdrew it (transport.retract). (A single get or pop of a dict needs
+        no lock.)"""
         try:
-            os.unlink(name, dir_fd=fd)
+            unlink_keeping_gil(self.taken.get(name, dir_fd), name)
         except FileNotFoundError:
             return False
         finally:
-            with self._lock:
-                self.taken.pop(name, None)
+            self.taken.pop(name, None)
         return True
 
     def release(self, sender: str, name: str | None = None) -> None:
@@ -102,19 +102,22 @@ class ReadAhead:
 
     def submit(self, lanes: SerialLanes, sender: str, held: list[tuple[str, Callable[[], None]]]) -> bool:
         """Run the tasks of held files on the sender's lane, in order, each releasing its file when
-        it ends; one hand-off for all. False (all released) when the lanes have stopped."""
+        it ends; one task on the lane for all of them. False (all released) when the lanes have
+        stopped."""
         try:
-            lanes.submit_many(sender, [self._released_after(sender, name, task) for name, task in held])
+            lanes.submit(sender, lambda: self._run_held(sender, held, lanes.on_error))
         except RuntimeError:
             for name, _ in held:
                 self.release(sender, name)
             return False
         return True
 
-    def _released_after(self, sender: str, name: str, task: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
+    def _run_held(self, sender: str, held: list[tuple[str, Callable[[], None]]],
+                  on_error: Callable[[BaseException], None]) -> None:
+        for name, task in held:
             try:
                 task()
+            except BaseException as exc:  # one bad task must not stop the sender's later ones
+                on_error(exc)
             finally:
                 self.release(sender, name)
-        return run

@@ -98,25 +98,16 @@ class SerialLanes:
         self._pool = pool
         self._lock = threading.Lock()
         self._lanes: dict[Hashable, deque[Callable[[], None]]] = {}
-        self._on_error = on_error
+        self.on_error = on_error  # what a task raised
 
     def submit(self, key: Hashable, task: Callable[[], None]) -> None:
+        """Run `task` after the lane's earlier tasks; RuntimeError when the pool has stopped."""
         with self._lock:
             lane = self._lanes.get(key)
             if lane is not None:
                 lane.append(task)
                 return
             self._lanes[key] = deque((task,))
-        self._pool.submit(lambda: self._drain(key))
-
-    def submit_many(self, key: Hashable, tasks: list[Callable[[], None]]) -> None:
-        """`submit` of each task, in order, with one hand-off to the pool at most."""
-        with self._lock:
-            lane = self._lanes.get(key)
-            if lane is not None:
-                lane.extend(tasks)
-                return
-            self._lanes[key] = deque(tasks)
         try:
             self._pool.submit(lambda: self._drain(key))
         except RuntimeError:
@@ -135,7 +126,7 @@ class SerialLanes:
             try:
                 task()
             except BaseException as exc:  # one bad task must not stall its lane
-                self._on_error(exc)
+                self.on_error(exc)
 
 
 class Deadlines:
