@@ -123,7 +123,6 @@ def close_quietly(*fds: int) -> None:
                 pass
 
 
-
 # Two system calls made through ctypes.PyDLL, which keeps the GIL across the call. A handler lane
 # removes each accepted file just before its handler runs (§5.5 step 6) and wakes the protocol
 # thread when its read-ahead has room again, while the protocol thread reads and judges the next
@@ -131,15 +130,30 @@ def close_quietly(*fds: int) -> None:
 # back until the other releases it too: the two threads then traded the GIL at every system call,
 # and the receiver's CPU per message grew by half (docs/BENCHMARKS.md, "receiver CPU"). Removing a
 # name from a local directory and writing a byte to a non-blocking pipe take microseconds, less
-# than two hand-offs of the GIL. Where libc lacks them, the os functions are used.
+# than two hand-offs of the GIL. The unlink only where that holds: on a file system backed by a
+# disk it may wait for the disk, and every thread of the node (its lease renewal too) would wait
+# with it, so the receiver keeps the GIL only for an inbox in memory (tmpfs or ramfs: /dev/shm, the
+# default root; `in_memory`). Where libc lacks these functions, the os ones are used.
 _FS_ENCODING = sys.getfilesystemencoding()
+_MEMORY_FILE_SYSTEMS = (0x01021994, 0x858458F6)  # TMPFS_MAGIC, RAMFS_MAGIC (linux/magic.h)
 try:
     _LIBC = ctypes.PyDLL(None, use_errno=True)
-    _UNLINKAT, _WRITE = _LIBC.unlinkat, _LIBC.write
+    _UNLINKAT, _WRITE, _FSTATFS = _LIBC.unlinkat, _LIBC.write, _LIBC.fstatfs
     _UNLINKAT.argtypes, _UNLINKAT.restype = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int), ctypes.c_int
     _WRITE.argtypes, _WRITE.restype = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t), ctypes.c_ssize_t
+    _FSTATFS.argtypes, _FSTATFS.restype = (ctypes.c_int, ctypes.c_void_p), ctypes.c_int
 except (OSError, AttributeError):
-    _UNLINKAT = _WRITE = None
+    _UNLINKAT = _WRITE = _FSTATFS = None
+
+
+def in_memory(fd: int) -> bool:
+    """Whether the open directory `fd` is on tmpfs or ramfs (fstatfs(2); False when unknown)."""
+    if _FSTATFS is None:
+        return False
+    buf = ctypes.create_string_buffer(256)  # struct statfs: 120 bytes on 64-bit Linux, f_type first
+    if _FSTATFS(fd, buf) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF in _MEMORY_FILE_SYSTEMS
 
 
 def unlink_keeping_gil(dir_fd: int, name: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Container
 
 from ..core.receiving import judge_name
-from ..fsutil import close_quietly
+from ..fsutil import close_quietly, in_memory
 from ..inotify import INBOX_EVENTS, Watch
 from ..transport import prepare_home
 
@@ -178,6 +178,7 @@ class InboxDirectory:
         self.root, self.name, self.watch = root, name, watch
         self.path, self.tmp_path = prepare_home(root, name)
         self.fd = os.open(self.path, _DIR)
+        self.in_memory = in_memory(self.fd)  # tmpfs: a handler lane may remove files keeping the GIL (fsutil)
         self._old: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
 
     def watch_events(self) -> None:
@@ -200,6 +201,7 @@ class InboxDirectory:
         fresh = os.open(self.path, _DIR)
         self._old.append((self.fd, time.monotonic()))
         self.fd = fresh
+        self.in_memory = in_memory(fresh)
         self.watch_events()
         return True
 

@@ -12,11 +12,16 @@ hand-off between threads per handled message.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Callable
 
 from ..fsutil import unlink_keeping_gil
 from .threads import SerialLanes
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    os.unlink(name, dir_fd=dir_fd)
 
 
 class ReadAhead:
@@ -60,13 +65,13 @@ class ReadAhead:
             if self._in_hand_total >= self.total:
                 self._total_at_bound = True
 
-    def take(self, name: str, dir_fd: int) -> bool:
+    def take(self, name: str, dir_fd: int, keep_gil: bool) -> bool:
         """Remove an accepted file just before its handler runs: the moment it is taken. The name
         leaves `taken` only after the unlink, so a listing in between never judges it again.
-        False when its sender withdrew it (transport.retract). (A single get or pop of a dict needs
-        no lock.)"""
+        False when its sender withdrew it (transport.retract). `keep_gil` for a directory in memory
+        (fsutil.unlink_keeping_gil). (A single get or pop of a dict needs no lock.)"""
         try:
-            unlink_keeping_gil(self.taken.get(name, dir_fd), name)
+            (unlink_keeping_gil if keep_gil else _unlink)(self.taken.get(name, dir_fd), name)
         except FileNotFoundError:
             return False
         finally:

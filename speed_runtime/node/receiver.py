@@ -361,7 +361,7 @@ class Receiver:
 
     def take(self, name: str) -> bool:
         """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""
-        return self.read_ahead.take(name, self.inbox.fd)
+        return self.read_ahead.take(name, self.inbox.fd, self.inbox.in_memory)
 
 
 def _describe(exc: BaseException) -> str:

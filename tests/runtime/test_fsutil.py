@@ -1,4 +1,5 @@
-"""fsutil's unlink that keeps the GIL: the same effect and the same errors as os.unlink."""
+"""fsutil's system calls that keep the GIL: the same effects and errors as the os functions, and
+where the receiver may use them."""
 import os
 
 import pytest
@@ -39,3 +40,33 @@ def test_removes_a_file_and_raises_what_os_unlink_raises(home, unlink):
     with pytest.raises(NotADirectoryError):
         unlink(fd, "f/b")
     assert sorted(os.listdir(path)) == ["dir", "f"]
+
+
+def test_in_memory_tells_tmpfs_from_other_file_systems(tmp_path):
+    # the receiver keeps the GIL across its unlinks only for an inbox in memory (an unlink on a disk
+    # may wait for the disk, and every thread of the node with it)
+    shm = os.open("/dev/shm", os.O_RDONLY | os.O_DIRECTORY)
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert fsutil.in_memory(shm) is True
+        assert fsutil.in_memory(proc) is False
+    finally:
+        os.close(shm)
+        os.close(proc)
+    assert fsutil.in_memory(-1) is False  # EBADF: unknown, so not in memory
+
+
+def test_write_keeping_gil_writes_and_raises_what_os_write_raises():
+    r, w = os.pipe2(os.O_NONBLOCK)
+    try:
+        assert fsutil.write_keeping_gil(w, b"xy") == 2
+        assert os.read(r, 10) == b"xy"
+        with pytest.raises(BlockingIOError):  # a full pipe: a wake-up is already pending
+            while True:
+                fsutil.write_keeping_gil(w, b"x" * 65536)
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(OSError) as raised:
+        fsutil.write_keeping_gil(w, b"x")
+    assert raised.value.errno == 9  # EBADF
