@@ -39,10 +39,12 @@ class ReadAhead:
         with self._lock:
             return self._in_hand_total == 0
 
-    # full() and has_room() read without the lock: they are asked by the protocol thread, the only
-    # one that adds to the counts (hold), and a count another thread lowers at the same moment only
-    # means a file is taken at the next pass instead of this one. A lock here cost two acquisitions
-    # per received file.
+    # full() and has_room() read without the lock (single reads of an int and a dict are atomic in
+    # CPython). They are asked by the protocol thread before it holds a file, and it adds to the
+    # counts itself; a count another thread lowers at the same moment only means a file is taken at
+    # the next pass, and one an extension raises from another thread (durable, chunks) may let one
+    # file more in for a moment: the bounds are memory bounds, not exact. The lock cost two
+    # acquisitions per received file.
     def full(self) -> bool:
         return self._in_hand_total >= self.total
 
