@@ -56,7 +56,6 @@ class Receiver:
         self._turn = 0  # rotates the sender that goes first in a pass
         self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
         self._pass_entries: dict[str, Any] | None = None  # senders' entries as of this pass (_sender_entry)
-        self._pass_thread = 0  # the thread ident of the protocol thread while it is in a pass
         self.last_progress = time.monotonic()
         self._hints: list[str] = []  # names to look at again, from other threads
         self._extensions_busy = False  # an extension's step left work for the next one
@@ -216,11 +215,11 @@ class Receiver:
         """Take files in turns, one per sender per turn (each sender's in sequence order), while
         the sender (and all) have room: a sender with a backlog waits behind one file of every
         other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
-        self._batch, self._pass_entries, self._pass_thread = {}, {}, threading.get_ident()
+        self._batch, self._pass_entries = {}, {}
         try:
             self._take_in_turns()
         finally:
-            batch, self._batch, self._pass_entries, self._pass_thread = self._batch, None, None, 0
+            batch, self._batch, self._pass_entries = self._batch, None, None
             for sender, held in batch.items():
                 self.read_ahead.submit(self.lanes, sender, held)
 
@@ -309,7 +308,7 @@ class Receiver:
         look per sender and pass is enough: every file judged in a pass was delivered before the
         pass began, and an instance still registered after that was registered when they came."""
         entries = self._pass_entries
-        if entries is None or threading.get_ident() != self._pass_thread:
+        if entries is None or threading.get_ident() != self.thread.ident:
             return self.node.monitor.current(sender)
         if sender not in entries:
             entries[sender] = self.node.monitor.current(sender)
@@ -353,7 +352,7 @@ class Receiver:
         During a pass of the protocol thread the tasks of each sender are collected and handed to
         its lane together at the end of the pass: one wake-up of a worker per sender and pass, not
         one per message (that hand-off had halved the one-way rate)."""
-        if self._batch is not None and threading.get_ident() == self._pass_thread:
+        if self._batch is not None and threading.get_ident() == self.thread.ident:
             self.read_ahead.hold(sender, name, self.inbox.fd)
             self._batch.setdefault(sender, []).append((name, task))
             return True
