@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Container
 
 from ..core.receiving import judge_name
@@ -24,6 +23,7 @@ from ..transport import prepare_home
 MAX_NAMES_PER_SENDER = 16_384  # names remembered per sender while it waits for room (~5 MB)
 MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
 OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
+_NEVER = float("inf")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -65,13 +65,17 @@ class _SortedKeys:
         return self._items.pop()
 
 
-@dataclass
 class _SenderNames:
-    keys: _SortedKeys = field(default_factory=_SortedKeys)
-    members: set[str] = field(default_factory=set)
-    # the smallest name not remembered for want of room (None: every file of this sender is known);
-    # names from it on wait for a listing, so that nothing is judged before a smaller sequence
-    dropped: tuple[str, int, str] | None = None
+    """One sender's remembered names (made for most files: a plain class, not a dataclass)."""
+
+    __slots__ = ("keys", "members", "dropped")
+
+    def __init__(self) -> None:
+        self.keys = _SortedKeys()
+        self.members: set[str] = set()
+        # the smallest name not remembered for want of room (None: every file of this sender is known);
+        # names from it on wait for a listing, so that nothing is judged before a smaller sequence
+        self.dropped: tuple[str, int, str] | None = None
 
 
 class PendingNames:
@@ -133,7 +137,7 @@ class PendingNames:
             names.dropped = key
 
     def _takeable(self, names: _SenderNames) -> bool:
-        if not names.keys:
+        if not names.members:  # the same names as keys (a set's length is not a Python call)
             return False
         if names.dropped is not None and names.keys.smallest() >= names.dropped:
             self.need_listing = True  # what lies below it is not known yet
@@ -142,7 +146,7 @@ class PendingNames:
 
     def senders(self) -> list[str]:
         """Senders with a name that may be judged now."""
-        return sorted(s for s, names in self._by_sender.items() if self._takeable(names))
+        return sorted([s for s, names in self._by_sender.items() if self._takeable(names)])
 
     def has(self, sender: str) -> bool:
         names = self._by_sender.get(sender)
@@ -157,7 +161,7 @@ class PendingNames:
             self.need_listing = True  # room for half: a listing now finds the rest, in sequence order
         if self._overflowed and self._count <= MAX_NAMES // 2:
             self._overflowed, self.need_listing = False, True
-        if not names.keys and names.dropped is None:
+        if not names.members and names.dropped is None:
             del self._by_sender[sender]
         return item
 
@@ -206,7 +210,9 @@ class InboxDirectory:
         return True
 
     def next_old_check(self) -> float:
-        return min((seen + 0.25 for _, seen in self._old), default=float("inf"))
+        if not self._old:  # the usual case, asked at every step
+            return _NEVER
+        return min(seen + 0.25 for _, seen in self._old)
 
     def drain_old(self, taken: dict[str, int], remember: Callable[[str], None]) -> None:
         """Move what senders (with descriptors opened before the replacement) still deliver to a

@@ -190,7 +190,8 @@ class Receiver:
         if self.node.may_receive():
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
-            self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
+            if self.node.extensions:
+                self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
             self._receive()
             if draining and not self._names and not self._names.need_listing:
                 self.draining.clear()

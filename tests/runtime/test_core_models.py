@@ -153,6 +153,48 @@ def test_payload_validation():
             payloads.decode_payload(bad, etype)
 
 
+_JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                            max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(), _JSON_VALUES, max_size=5))
+def test_payload_codec_is_the_standard_librarys(obj):
+    """encode_payload and decode_payload call json's C encoder and scanner directly: the same
+    bytes, the same values and the same errors as json.dumps/json.loads with the payload settings."""
+    std = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        expected = std.encode(obj).encode()
+    except ValueError as exc:  # NaN or infinity
+        with pytest.raises(ValueError, match=str(exc)):
+            payloads.encode_payload(obj)
+        return
+    assert payloads.encode_payload(obj) == expected
+    assert payloads._loads(expected.decode()) == json.loads(expected)
+
+
+@pytest.mark.parametrize("text", ['{"a":1}', ' \n{"a":1}\t ', '{"a":1} x', "", "  ", "[1]", '{"a":NaN}',
+                                  '\ufeff{"a":1}', '{"a":1}{"b":2}', '{"a":"\\ud800"}', '{"a":1e400}', "[" * 5000])
+def test_payload_parse_accepts_and_refuses_what_json_loads_does(text):
+    try:
+        expected = repr(json.loads(text))
+    except (ValueError, RecursionError) as exc:  # (decode_payload turns either into bad_payload)
+        with pytest.raises(RecursionError if isinstance(exc, RecursionError) else ValueError):
+            payloads._loads(text)
+    else:
+        assert repr(payloads._loads(text)) == expected
+
+
+def test_payload_encoder_keeps_the_circular_reference_check():
+    loop: dict = {}
+    loop["self"] = loop
+    for _ in range(2):  # and a failed encoding leaves nothing behind for the next
+        with pytest.raises(ValueError, match="Circular reference"):
+            payloads.encode_payload(loop)
+    assert payloads.encode_payload({"a": [loop is loop]}) == b'{"a":[true]}'
+
+
 def test_bytes_messages_are_base64():
     p = payloads.message("a", "b", b"\x00\xff")
     assert p["encoding"] == "base64" and p["data"] == "AP8="
