@@ -163,7 +163,7 @@ class ControlExtension(Extension):
             self._reject(name, parsed.sender, ControlVerdict(exc.reason, detail=exc.detail))
             return
         key, window = node.key, int(node.config.replay_window * 1000)
-        opened = node.receiver.judge_as_delivered(parsed.sender, data, arrived, lambda entry, arrived_ms: open_control(
+        opened = node.receiver.judge_as_delivered(parsed.sender, data, arrived, lambda entry, arrived_ms, *_: open_control(
             parsed.sender, data, key, self._me, entry, arrived_ms, window))
         if not opened.accepted:
             self._reject(name, parsed.sender, ControlVerdict(opened.reason, detail=opened.detail))

@@ -274,34 +274,37 @@ class Receiver:
         if not verdict.accepted:
             self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
             return True
-        self.dispatch(verdict, sender, data, name)
+        self.dispatcher.dispatch(verdict, sender, data, name)
         return True
 
     def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
-                           judge: Callable[[Any, int], Verdict] | None = None) -> Verdict:
+                           judge: Callable[[Any, int, str, bytes], Verdict] | None = None) -> Verdict:
         """Judge at the file's arrival: an envelope that waited in the inbox (the queue) is judged
         against the clock and the sender's entry as they were when it was delivered, so a backlog
         does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22).
-        `judge(sender_entry, arrived_ms)` is the judgement (default: §5.5 steps 3–5)."""
+        `judge(sender_entry, arrived_ms, sender, data)` is the judgement (default: §5.5 steps 3–5)."""
         monitor = self.node.monitor
         # how long the file waited, on the kernel's clock that stamped its change time, as a time
         # on this runtime's clock
         waited = max(0.0, time.clock_gettime(time.CLOCK_REALTIME) - arrived)
         arrived = time.time() - waited
         arrived_ms = int(arrived * 1000)
-        if judge is None:
-            key, cap, decode = self.node.key, self.node.config.max_payload, self._decode
-            judge = lambda entry, ms: judge_envelope(sender, data, key, self.me, entry, self.replay, ms, cap,  # noqa: E731
-                                                     decode)
-        verdict = judge(self._sender_entry(sender), arrived_ms)
+        judge = judge or self._judge_v1  # (a method, not a closure made for every envelope)
+        verdict = judge(self._sender_entry(sender), arrived_ms, sender, data)
+        if verdict.reason is None:
+            return verdict
         if stale_source(verdict):  # a sender that has gone since it delivered this file
             departed = monitor.departed(sender, data, arrived)
             if departed is not None:
-                verdict = judge(departed, arrived_ms)
+                verdict = judge(departed, arrived_ms, sender, data)
         if not verdict.accepted:  # §9: an extension may accept what it defines differently (durable)
             for extension in self.node.extensions.values():
                 verdict = extension.rejudge(verdict, sender, data, arrived_ms)
         return verdict
+
+    def _judge_v1(self, sender_entry: Any, arrived_ms: int, sender: str, data: bytes) -> Verdict:
+        return judge_envelope(sender, data, self.node.key, self.me, sender_entry, self.replay, arrived_ms,
+                              self.node.config.max_payload, self._decode)
 
     def _sender_entry(self, sender: str):
         """The sender's entry as its file is now (one stat), never a cached one the registry watch
