@@ -12,24 +12,26 @@ from ..core.access import granted, revoked
 class AccessRegistry:
     def __init__(self, names: Iterable[str] = ()):
         self._lock = threading.Lock()
-        self._names: frozenset[str] = granted(frozenset(), *names)
+        # the granted names now: an immutable set, replaced whole (the protocol thread tests every
+        # file's sender with `in self.current`, a C-level lookup, not a method call)
+        self.current: frozenset[str] = granted(frozenset(), *names)
 
     def allow(self, *names: str) -> bool:
         """Grant `names`; True if this changed anything."""
         with self._lock:
-            before, self._names = self._names, granted(self._names, *names)
-            return self._names != before
+            before, self.current = self.current, granted(self.current, *names)
+            return self.current != before
 
     def revoke(self, *names: str) -> bool:
         with self._lock:
-            before, self._names = self._names, revoked(self._names, *names)
-            return self._names != before
+            before, self.current = self.current, revoked(self.current, *names)
+            return self.current != before
 
     def __contains__(self, name: object) -> bool:
-        return name in self._names
+        return name in self.current
 
     def snapshot(self) -> frozenset[str]:
-        return self._names
+        return self.current
 
     def names(self) -> list[str]:
-        return sorted(self._names)
+        return sorted(self.current)

@@ -63,6 +63,7 @@ class Receiver:
         self.drained = threading.Event()
         self._stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        self.protocol_ident: int | None = None  # the thread's ident (Thread.ident is a property: asked per file)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, registry_dir: str | None) -> None:
@@ -128,6 +129,7 @@ class Receiver:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
+        self.protocol_ident = threading.get_ident()
         next_listing = 0.0
         backoff = 0.0
         while not self._stopping.is_set():
@@ -206,7 +208,7 @@ class Receiver:
     # ------------------------------------------------------------------ knowing what is there
     def _remember(self, name: str) -> None:
         if name not in self.read_ahead.taken:  # accepted and waiting for its handler: not to be judged again
-            self._names.remember(name, self.node.access)
+            self._names.remember(name, self.node.access.current)
 
     def _has_work(self) -> bool:
         return bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders())
@@ -250,7 +252,7 @@ class Receiver:
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
         # step 1 again, as grants stand now: PendingNames parsed the name ("?" for one that is not
         # an envelope name, which no grant can allow)
-        refused = None if sender in self.node.access else "unauthorized"
+        refused = None if sender in self.node.access.current else "unauthorized"
         if not refused:
             for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
                 refused = extension.admit(sender, name)
@@ -271,7 +273,7 @@ class Receiver:
         verdict = self.judge_as_delivered(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
-        if not verdict.accepted:
+        if verdict.reason is not None:
             self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
             return True
         self.dispatcher.dispatch(verdict, sender, data, name)
@@ -312,7 +314,7 @@ class Receiver:
         look per sender and pass is enough: every file judged in a pass was delivered before the
         pass began, and an instance still registered after that was registered when they came."""
         entries = self._pass_entries
-        if entries is None or threading.get_ident() != self.thread.ident:
+        if entries is None or threading.get_ident() != self.protocol_ident:
             return self.node.monitor.current(sender)
         if sender not in entries:
             entries[sender] = self.node.monitor.current(sender)
@@ -356,7 +358,7 @@ class Receiver:
         During a pass of the protocol thread the tasks of each sender are collected and handed to
         its lane together at the end of the pass: one wake-up of a worker per sender and pass, not
         one per message (that hand-off had halved the one-way rate)."""
-        if self._batch is not None and threading.get_ident() == self.thread.ident:
+        if self._batch is not None and threading.get_ident() == self.protocol_ident:
             self.read_ahead.hold(sender, name, self.inbox.fd)
             self._batch.setdefault(sender, []).append((name, task))
             return True
