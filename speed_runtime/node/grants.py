@@ -30,8 +30,5 @@ class AccessRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self.current
 
-    def snapshot(self) -> frozenset[str]:
-        return self.current
-
     def names(self) -> list[str]:
         return sorted(self.current)

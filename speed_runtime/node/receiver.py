@@ -63,7 +63,7 @@ class Receiver:
         self.drained = threading.Event()
         self._stopping = threading.Event()
         self.thread: threading.Thread | None = None
-        self.protocol_ident: int | None = None  # the thread's ident (Thread.ident is a property: asked per file)
+        self._protocol_ident: int | None = None  # the thread's ident (Thread.ident is a property: asked per file)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, registry_dir: str | None) -> None:
@@ -129,7 +129,7 @@ class Receiver:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
-        self.protocol_ident = threading.get_ident()
+        self._protocol_ident = threading.get_ident()
         next_listing = 0.0
         backoff = 0.0
         while not self._stopping.is_set():
@@ -314,7 +314,7 @@ class Receiver:
         look per sender and pass is enough: every file judged in a pass was delivered before the
         pass began, and an instance still registered after that was registered when they came."""
         entries = self._pass_entries
-        if entries is None or threading.get_ident() != self.protocol_ident:
+        if entries is None or threading.get_ident() != self._protocol_ident:
             return self.node.monitor.current(sender)
         if sender not in entries:
             entries[sender] = self.node.monitor.current(sender)
@@ -358,7 +358,7 @@ class Receiver:
         During a pass of the protocol thread the tasks of each sender are collected and handed to
         its lane together at the end of the pass: one wake-up of a worker per sender and pass, not
         one per message (that hand-off had halved the one-way rate)."""
-        if self._batch is not None and threading.get_ident() == self.protocol_ident:
+        if self._batch is not None and threading.get_ident() == self._protocol_ident:
             self.read_ahead.hold(sender, name, self.inbox.fd)
             self._batch.setdefault(sender, []).append((name, task))
             return True
