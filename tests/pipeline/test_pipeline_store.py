@@ -184,3 +184,28 @@ def test_store_in_use_and_damaged_state_are_one_sentence(spark, tmp_path, source
         analyse(spark, j, tmp_path / "store", tmp_path / "report")
     s = analyse(spark, j, tmp_path / "store", tmp_path / "report", rebuild=True)
     agree(s, j.expected())
+
+
+def _session_state(spark) -> tuple:
+    cached = spark._jsparkSession.sharedState().cacheManager().isEmpty()
+    return (spark.conf.get("spark.sql.adaptive.enabled"), spark.conf.get("spark.sql.shuffle.partitions"), cached)
+
+
+def test_report_leaves_the_session_as_it_found_it_also_when_a_write_fails(spark, tmp_path, source, monkeypatch):
+    """The report runs with its own settings and keeps the merged roll-ups in memory while it
+    runs (batches.rollup_queries): a reused session (the console's) gets its settings back and
+    holds no cached data afterwards, also when one of the concurrent table writes fails."""
+    import speedtui.pipeline.batches as batches
+    from speedtui.pipeline import PipelineError
+    j = Journals(tmp_path, source)
+    for name in source:
+        j.append(name, 200)
+    before = _session_state(spark)
+    assert before[2], "the session held cached data before the test"
+    analyse(spark, j, tmp_path / "store", tmp_path / "report")
+    assert _session_state(spark) == before
+    # a table whose query fails while it is written, beside the other writes
+    monkeypatch.setattr(batches, "threats_sql", lambda rows: f"SELECT raise_error('injected failure') AS x FROM {rows}")
+    with pytest.raises(PipelineError, match="injected failure"):
+        analyse(spark, j, tmp_path / "store", tmp_path / "report")
+    assert _session_state(spark) == before
