@@ -41,10 +41,20 @@ def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=No
      .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
     if step:
         step("calls")
-    _read(spark, [batch_dir], ROW_PARTS).createOrReplaceTempView("speed_batch")
-    spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_DONE}")
-    spark.sql(spc_open_sql("speed_batch")).coalesce(1).write.mode("overwrite").parquet(f"{batch_dir}/{SPC_OPEN}")
+    with rollup_queries(spark, [batch_dir]):
+        _read(spark, [batch_dir], ROW_PARTS).createOrReplaceTempView("speed_batch")
+        _write_all(spark, [(spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1), f"{batch_dir}/{SPC_DONE}"),
+                           (spark.sql(spc_open_sql("speed_batch")).coalesce(1), f"{batch_dir}/{SPC_OPEN}")])
     _drop_call_rows(spark, f"{batch_dir}/{ROW_PARTS}")
+
+
+def _write_all(spark, writes: list) -> None:
+    """Write (DataFrame, URI) pairs as Parquet, WRITERS at a time; the first failure is raised once
+    every write has ended."""
+    with ThreadPoolExecutor(WRITERS, thread_name_prefix="speed-pipeline-write") as pool:
+        pending = [pool.submit(df.write.mode("overwrite").parquet, uri) for df, uri in writes]
+    for f in pending:
+        f.result()
 
 
 def _drop_call_rows(spark, rows_uri: str) -> None:
