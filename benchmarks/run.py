@@ -341,9 +341,10 @@ def goals(summary: dict[str, dict[str, float]]) -> str:
         ("one-way rate, 1 sender ≥ 60% of floor", one / frate, one / frate >= 0.6),
         ("one-way rate, 8 senders ≥ 60% of floor", eight / frate, eight / frate >= 0.6),
         ("journals cost ≤ 15% of throughput", 1 - journal / one, 1 - journal / one <= 0.15),
-        *[(f"SPC round trip faster than {q}'s request/response (×)", rtt / q_rtt, rtt < q_rtt)
+        *[(f"SPC round trip ÷ {q}'s request/response round trip, ahead below 1 (×)", rtt / q_rtt, rtt < q_rtt)
           for q, (q_rtt, _) in queues.items()],
-        *[(f"one-way rate ahead of {q} (×)", one / q_rate, one > q_rate) for q, (_, q_rate) in queues.items()],
+        *[(f"one-way rate ÷ {q}'s one-way rate, ahead above 1 (×)", one / q_rate, one > q_rate)
+          for q, (_, q_rate) in queues.items()],
     ]
     out = ["| goal (64 B) | measured | met |", "| --- | --- | --- |"]
     for name, value, ok in rows:
