@@ -28,6 +28,9 @@ ROW_PARTS = "rows"
 SPC_DONE = "spc_done"
 SPC_OPEN = "spc_open"
 DDL = {ROW_PARTS: ROWS_DDL, SPC_DONE: SPC_DONE_DDL, SPC_OPEN: SPC_OPEN_DDL}
+#: a batch's roll-ups on disk: rows/tag=N/day=YYYY-MM-DD (the UTC day of the records), so a reader of
+#: the store can take one kind of roll-up, or some days of it, without listing the rest
+ROW_PARTITIONS = ("tag", "day")
 
 
 def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=None,
@@ -38,7 +41,7 @@ def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=No
         step("parse")
     read_records(spark, paths).createOrReplaceTempView("speed_records")
     (spark.sql(batch_rows_sql("speed_records", since, until, batch_id))
-     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{batch_dir}/{ROW_PARTS}"))
+     .write.mode("overwrite").option("compression", "lz4").partitionBy(*ROW_PARTITIONS).parquet(f"{batch_dir}/{ROW_PARTS}"))
     if step:
         step("calls")
     with rollup_queries(spark, [batch_dir]):
@@ -142,10 +145,10 @@ def compact(spark, batch_dirs: list[str], new_dir: str, accuracy: int = PERCENTI
     _views(spark, batch_dirs, accuracy)
     legs = ("sum(nreq) AS nreq, sum(nresp) AS nresp, min(resp_ts) AS resp_ts, "
             "min_by(code, resp_ts) AS code, min_by(lat, resp_ts) AS lat")
-    (spark.sql(f"""SELECT tag, a, b, c, d, m, x, sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin,
+    (spark.sql(f"""SELECT tag, a, b, c, d, m, x, day, sum(n) AS n, sum(bytes) AS bytes, min(tmin) AS tmin,
                           max(tmax) AS tmax, {legs}, sum(chunks) AS chunks, sum(rel) AS rel,
-                          max(score) AS score FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7""")
-     .write.mode("overwrite").option("compression", "lz4").partitionBy("tag").parquet(f"{new_dir}/{ROW_PARTS}"))
+                          max(score) AS score FROM speed_rows GROUP BY 1, 2, 3, 4, 5, 6, 7, 8""")
+     .write.mode("overwrite").option("compression", "lz4").partitionBy(*ROW_PARTITIONS).parquet(f"{new_dir}/{ROW_PARTS}"))
     spark.sql(merge_spc_sql("speed_done")).coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_DONE}")
     (spark.sql(f"SELECT a, b, c, d, {legs} FROM speed_open GROUP BY 1, 2, 3, 4")
      .coalesce(1).write.mode("overwrite").parquet(f"{new_dir}/{SPC_OPEN}"))

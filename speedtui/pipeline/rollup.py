@@ -5,7 +5,9 @@ A *batch* is what one run ingests: either every line of the inputs (``speedtui a
 or what is new in the journals since the last run (the incremental store, store.py). Its roll-ups
 are a few Parquet datasets:
 
-``rows/tag=N``   one hash aggregation over the parsed lines, keyed by (tag, a, b, c, d, m, x):
+``rows/tag=N/day=D``
+                 one hash aggregation over the parsed lines, keyed by (tag, a, b, c, d, m, x, day),
+                 day the UTC date of the records (none for lines without a time and for call legs):
                  0 traffic (source, target, type, minute), 1 rejections (node, reason, peer,
                  minute), 2 SPC call legs (caller, target, requestId, service; only until the
                  batch is split, below), 3 lease events (subject, writer, event, ts), 4 accepted
@@ -36,7 +38,7 @@ _RECEIVER_EVENTS = "(" + ", ".join(f"'{e}'" for e in RECEIVER_MESSAGE_EVENTS) + 
 CODE_OTHER = len(ERROR_CODES) + 1
 ERR_COLUMNS = tuple(f"err_{ec}" for ec in ERROR_CODES) + ("err_OTHER",)
 
-ROWS_DDL = ("tag int, a string, b string, c string, d string, m bigint, x double, n bigint, "
+ROWS_DDL = ("tag int, a string, b string, c string, d string, m bigint, x double, day date, n bigint, "
             "bytes bigint, tmin double, tmax double, nreq bigint, nresp bigint, resp_ts double, "
             "code int, lat double, chunks bigint, rel bigint, score double")
 SPC_SUMS = ("calls", "answered", "successes", "errors", "no_response", *ERR_COLUMNS, "latency_count")
@@ -96,6 +98,7 @@ SELECT tag,
             WHEN tag = {DURABLE} THEN status END AS d,
        IF(tag IN ({TRAFFIC}, {REJECTED}, {MESSAGE}, {THREAT}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
        IF(tag = {LEASE}, ts, NULL) AS x,
+       IF(tag = {CALL}, NULL, date_add(DATE'1970-01-01', CAST(floor(ts / 86400) AS INT))) AS day,
        count(1) AS n, sum(IF(tag IN ({TRAFFIC}, {MESSAGE}), coalesce(size, 0), 0)) AS bytes,
        min(IF(tag = {LINES}, NULL, ts)) AS tmin, max(IF(tag = {LINES}, NULL, ts)) AS tmax,
        sum(IF(tag = {CALL} AND is_req, 1, 0)) AS nreq, sum(IF(tag = {CALL} AND is_resp, 1, 0)) AS nresp,
@@ -104,7 +107,7 @@ SELECT tag,
                     ELSE 0 END) AS chunks,
        sum(IF(tag = {MESSAGE} AND coalesce(reliable, FALSE), 1, 0)) AS rel,
        max(IF(tag = {THREAT}, score, NULL)) AS score
-FROM e GROUP BY 1, 2, 3, 4, 5, 6, 7"""
+FROM e GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"""
 
 
 def _call_aggs(accuracy: int) -> str:

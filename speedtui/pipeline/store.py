@@ -24,9 +24,11 @@ from .batches import compact, report, write_batch
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, PipelineError
 from .journals import copy_range, scan
 
-#: /2: roll-ups with the extension kinds (a /1 store counted their records as malformed)
-STATE_SCHEMA = "speed-analytics-store/2"
-OLD_SCHEMAS = ("speed-analytics-store/1",)
+#: /3: roll-ups partitioned by kind and UTC day; /2 by kind only; /1 counted the extension kinds'
+#: records as malformed. An older store is refused with what it lacks.
+STATE_SCHEMA = "speed-analytics-store/3"
+OLD_SCHEMAS = {"speed-analytics-store/1": "counted extension records as malformed",
+               "speed-analytics-store/2": "did not partition its roll-ups by day"}
 MAX_BATCHES = 8
 #: a staged chunk is cut at about this size, so Spark reads chunks in parallel
 CHUNK_BYTES = 64 * 1024 * 1024
@@ -54,8 +56,8 @@ class Store:
             raise PipelineError(f"the analytics store {self.path} is damaged ({exc}): "
                                 f"rebuild it with `speedtui analyze --rebuild`.") from None
         if isinstance(state, dict) and state.get("schema") in OLD_SCHEMAS:
-            raise PipelineError(f"the analytics store {self.path} was made by an older version that counted "
-                                f"extension records as malformed: rebuild it with `speedtui analyze --rebuild`.")
+            raise PipelineError(f"the analytics store {self.path} was made by an older version that "
+                                f"{OLD_SCHEMAS[state['schema']]}: rebuild it with `speedtui analyze --rebuild`.")
         if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
             raise PipelineError(f"{self.state_file} is not a {STATE_SCHEMA} state: rebuild the "
                                 f"store with `speedtui analyze --rebuild`.")

@@ -132,13 +132,15 @@ def test_incremental_store_counts_the_extension_records(spark, ext, tmp_path):
         assert got[key] == s[key], key
 
 
-def test_a_store_of_the_older_schema_asks_for_a_rebuild(spark, ext, tmp_path):
+@pytest.mark.parametrize("schema, lacks", [("speed-analytics-store/1", "counted extension records as malformed"),
+                                           ("speed-analytics-store/2", "did not partition its roll-ups by day")])
+def test_a_store_of_an_older_schema_asks_for_a_rebuild(spark, ext, tmp_path, schema, lacks):
     from speedtui.pipeline import PipelineError
     root, _, s, _ = ext
     store = tmp_path / "store"
     store.mkdir()
-    (store / "state.json").write_text(json.dumps({"schema": "speed-analytics-store/1", "files": {}, "batches": []}))
-    with pytest.raises(PipelineError, match=r"older version .* rebuild it with `speedtui analyze --rebuild`\.$"):
+    (store / "state.json").write_text(json.dumps({"schema": schema, "files": {}, "batches": []}))
+    with pytest.raises(PipelineError, match=rf"older version that {lacks}: rebuild it with `speedtui analyze --rebuild`\.$"):
         run_incremental([root], str(store), str(tmp_path / "r"), spark=spark)
     got = run_incremental([root], str(store), str(tmp_path / "r"), spark=spark, rebuild=True)
     assert got["messages"] == s["messages"]

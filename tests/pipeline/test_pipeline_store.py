@@ -160,6 +160,33 @@ def test_many_batches_are_compacted_with_the_same_answers(spark, tmp_path, sourc
     assert s["ingest"]["batches"] == 2
 
 
+def test_roll_ups_are_partitioned_by_utc_day_across_midnight_and_compaction(spark, tmp_path, monkeypatch):
+    """Journals that cross midnight UTC: each batch's roll-ups are in one directory per kind and
+    day (rows/tag=N/day=YYYY-MM-DD), also after compaction, and the answers are the reference's."""
+    import speedtui.pipeline.store as store_mod
+    monkeypatch.setattr(store_mod, "MAX_BATCHES", 1)
+    d = tmp_path / "src"
+    simulate(str(d), nodes=3, records=2000, seed=4, start_ts=1_764_201_000.0, minutes=40, malformed=0.0)  # 23:50 UTC
+    src = {p[:-len(".jsonl")]: open(d / p).read().splitlines() for p in sorted(os.listdir(d))}
+    j = Journals(tmp_path, src)
+    store, out = tmp_path / "store", tmp_path / "report"
+
+    def days() -> set[str]:
+        (batch,) = os.listdir(store / "batches")
+        rows = store / "batches" / batch / "rows"
+        return {day for tag in os.listdir(rows) if tag.startswith("tag=")
+                for day in os.listdir(rows / tag) if day.startswith("day=")}
+
+    for name in src:
+        j.append(name, 100)                                 # the first six minutes or so
+    agree(analyse(spark, j, store, out), j.expected())
+    assert days() == {"day=2025-11-26"}
+    for name in src:
+        j.append(name, 10_000)
+    agree(analyse(spark, j, store, out), j.expected())      # a second batch, then compacted into one
+    assert days() == {"day=2025-11-26", "day=2025-11-27"}
+
+
 def test_fifo_and_symlink_are_not_read(spark, tmp_path, source):
     j = Journals(tmp_path, source)
     name = sorted(source)[0]
