@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from speedtui.pipeline.commands import add_subcommands
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

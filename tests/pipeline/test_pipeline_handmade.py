@@ -3,7 +3,6 @@ from tests/pipeline/conftest.py:write_hand_journals."""
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from speedtui.pipeline.job import PERCENTILE_ACCURACY, SUMMARY_SCHEMA, TABLES, run_pipeline
 from speedtui.pipeline.reference import analyze
 
-from pipeline_journals import MALFORMED, T0, env, write_hand_journals
+from pipeline_journals import MALFORMED, T0, write_hand_journals
 
 
 def rows(spark, out, table):

@@ -47,7 +47,7 @@ def test_labels_and_helpers():
 
 def test_simulator_deterministic_and_consistent(tmp_path):
     a = simulate(str(tmp_path / "a"), nodes=4, records=5000, seed=11, minutes=30)
-    b = simulate(str(tmp_path / "b"), nodes=4, records=5000, seed=11, minutes=30, workers=1)
+    simulate(str(tmp_path / "b"), nodes=4, records=5000, seed=11, minutes=30, workers=1)
     for name in os.listdir(tmp_path / "a"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     assert abs(a["records"] - 5000) < 50
