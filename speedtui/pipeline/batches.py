@@ -15,7 +15,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket
+from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, hadoop_path
 from .records import COUNTED_KINDS, TERMINAL_EVENTS, read_records
 from .rollup import (CALL, DURABLE, LINES, MESSAGE, OTHER, REJECTED, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, THREAT,
                      TRAFFIC, batch_rows_sql, driver_facts_sql, durable_sql, merge_spc_sql, messages_sql,
@@ -44,27 +44,31 @@ def write_batch(spark, paths: list[str], batch_dir: str, *, since=None, until=No
      .write.mode("overwrite").option("compression", "lz4").partitionBy(*ROW_PARTITIONS).parquet(f"{batch_dir}/{ROW_PARTS}"))
     if step:
         step("calls")
-    with rollup_queries(spark, [batch_dir]):
+    with rollup_queries(spark, [batch_dir]), _writes() as start:
         _read(spark, [batch_dir], ROW_PARTS).createOrReplaceTempView("speed_batch")
-        _write_all(spark, [(spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1), f"{batch_dir}/{SPC_DONE}"),
-                           (spark.sql(spc_open_sql("speed_batch")).coalesce(1), f"{batch_dir}/{SPC_OPEN}")])
+        start(_parquet, spark.sql(spc_done_sql("speed_batch", accuracy)).coalesce(1), f"{batch_dir}/{SPC_DONE}")
+        start(_parquet, spark.sql(spc_open_sql("speed_batch")).coalesce(1), f"{batch_dir}/{SPC_OPEN}")
     _drop_call_rows(spark, f"{batch_dir}/{ROW_PARTS}")
 
 
-def _write_all(spark, writes: list) -> None:
-    """Write (DataFrame, URI) pairs as Parquet, WRITERS at a time; the first failure is raised once
-    every write has ended."""
+@contextmanager
+def _writes():
+    """Table writes WRITERS at a time (each is a Spark job of a fixed cost; concurrent ones share
+    it): start(fn, *args) runs one; leaving waits for every write, then raises the first failure."""
     with ThreadPoolExecutor(WRITERS, thread_name_prefix="speed-pipeline-write") as pool:
-        pending = [pool.submit(df.write.mode("overwrite").parquet, uri) for df, uri in writes]
+        pending = []
+        yield lambda fn, *args: pending.append(pool.submit(fn, *args))
     for f in pending:
         f.result()
 
 
+def _parquet(df, uri: str) -> None:
+    df.write.mode("overwrite").parquet(uri)
+
+
 def _drop_call_rows(spark, rows_uri: str) -> None:
     """The call legs are now in spc_done/spc_open: remove their partition (Hadoop FS: any URI)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{rows_uri}/tag={CALL}")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs, path = hadoop_path(spark, f"{rows_uri}/tag={CALL}")
     if fs.exists(path):
         fs.delete(path, True)
 
@@ -89,12 +93,9 @@ WRITERS = 4
 
 def _rollup_bytes(spark, batch_dirs: list[str]) -> int:
     """The bytes of the roll-ups of batch_dirs (Hadoop FS: any URI)."""
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
     total = 0
     for d in batch_dirs:
-        path = jvm.org.apache.hadoop.fs.Path(d)
-        fs = path.getFileSystem(conf)
+        fs, path = hadoop_path(spark, d)
         if fs.exists(path):
             total += fs.getContentSummary(path).getLength()
     return total
@@ -175,7 +176,7 @@ def report(spark, batch_dirs: list[str], out_uri: str, *, since=None, until=None
 def _report(spark, out_uri, since, until, burst_threshold, accuracy, step) -> dict:
     spark.sql(security_sql("speed_rows", burst_threshold)).createOrReplaceTempView("speed_security")
     spark.sql(spc_table_sql("speed_spc_merged")).createOrReplaceTempView("speed_spc")
-    writes = [
+    tables = [
         (spark.sql(traffic_sql("speed_rows")).sortWithinPartitions("minute", "source", "target", "type"), "traffic"),
         (spark.table("speed_security").coalesce(1), "security"),
         (spark.sql(messages_sql("speed_rows")).sortWithinPartitions("minute", "source", "target"), "messages"),
@@ -183,8 +184,9 @@ def _report(spark, out_uri, since, until, burst_threshold, accuracy, step) -> di
         (spark.sql(durable_sql("speed_rows")).coalesce(1), "durable"),
         (spark.table("speed_spc").coalesce(1), "spc"),
     ]
-    with ThreadPoolExecutor(WRITERS, thread_name_prefix="speed-report-write") as pool:
-        pending = [pool.submit(df.write.mode("overwrite").parquet, f"{out_uri}/{name}") for df, name in writes]
+    with _writes() as start:         # every write has ended when this block is left: then the views may go
+        for df, name in tables:
+            start(_parquet, df, f"{out_uri}/{name}")
         got: dict[str, list] = defaultdict(list)
         for r in spark.sql(driver_facts_sql("speed_rows", "speed_security", "speed_spc")).collect():
             got[r["part"]].append(json.loads(r["j"]))
@@ -202,18 +204,12 @@ def _report(spark, out_uri, since, until, burst_threshold, accuracy, step) -> di
             prio = 0 if r["c"] in TERMINAL_EVENTS else (2 if r["c"] in ("registered", "reclaimed", "observed_join") else 1)
             events[r["a"]].extend([(r["x"], prio, r["b"], r["c"])] * int(r["n"]))
         av = availability(events, win_start, win_end)
-        pending += [
-            pool.submit(_small_table, spark, top, "source string, target string, envelopes long, bytes long, "
-                        "messages long, spc_requests long, first_ts double, last_ts double, rank int",
-                        f"{out_uri}/top_talkers"),
-            pool.submit(_small_table, spark, av, "node string, online_seconds double, window_seconds double, "
-                        "availability double, sessions long, restarts long, crashes long, graceful_departures long, "
-                        "lost_leases long, late_renewals long, online_at_end boolean, first_ts double, "
-                        "last_ts double", f"{out_uri}/availability")]
-        for f in pending:            # every write finished (or failed) before the views go
-            f.exception()
-        for f in pending:
-            f.result()
+        start(_small_table, spark, top, "source string, target string, envelopes long, bytes long, "
+              "messages long, spc_requests long, first_ts double, last_ts double, rank int", f"{out_uri}/top_talkers")
+        start(_small_table, spark, av, "node string, online_seconds double, window_seconds double, "
+              "availability double, sessions long, restarts long, crashes long, graceful_departures long, "
+              "lost_leases long, late_renewals long, online_at_end boolean, first_ts double, "
+              "last_ts double", f"{out_uri}/availability")
 
     tb: dict[int, list] = defaultdict(lambda: [0, 0])
     for r in got["minutes"]:

@@ -58,6 +58,12 @@ def local_path(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
+def hadoop_path(spark, uri: str):
+    """(Hadoop FileSystem, Path) of uri in spark's JVM: file operations on any URI Spark writes to."""
+    path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
 def choose_bucket(start: float | None, end: float | None) -> int:
     if start is None or end is None:
         return BUCKET_CHOICES[0]

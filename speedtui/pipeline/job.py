@@ -21,8 +21,8 @@ if __package__ in (None, ""):  # run as a script (spark-submit): import the pack
 
 from .batches import report, write_batch  # noqa: E402
 from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_SCHEMA, TABLES,  # noqa: E402,F401
-                     JavaMissingError, PipelineError, choose_bucket, has_scheme, is_local, local_path,
-                     parse_time)
+                     JavaMissingError, PipelineError, choose_bucket, hadoop_path, has_scheme, is_local,
+                     local_path, parse_time)
 from .records import reason_label  # noqa: E402,F401
 from .session import Progress, check_java, make_spark  # noqa: E402,F401
 from .summary import build_summary, format_summary, load_summary, write_summary  # noqa: E402,F401
@@ -176,9 +176,8 @@ def remove_tree(spark, uri: str) -> None:
     if is_local(uri):
         shutil.rmtree(local_path(uri), ignore_errors=True)
         return
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    fs, path = hadoop_path(spark, uri)
+    fs.delete(path, True)
 
 
 def main(argv: list[str] | None = None) -> int:

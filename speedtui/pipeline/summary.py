@@ -7,8 +7,8 @@ import math
 import os
 import time
 
-from .common import (SUMMARY_SCHEMA, SUMMARY_TOP, TABLES, PipelineError, empty_message, is_local, iso,
-                     local_path)
+from .common import (SUMMARY_SCHEMA, SUMMARY_TOP, TABLES, PipelineError, empty_message, hadoop_path, is_local,
+                     iso, local_path)
 from .records import COUNTED_KINDS, GRACEFUL_EVENTS, SELF_EVENTS, TERMINAL_EVENTS
 from .sections import durable_section, messages_section, threats_section
 
@@ -108,9 +108,7 @@ def write_summary(spark, out_uri: str, summary: dict) -> None:
             f.write(data)
         os.replace(tmp, path)
         return
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(f"{out_uri}/summary.json")
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    fs, hpath = hadoop_path(spark, f"{out_uri}/summary.json")
     stream = fs.create(hpath, True)
     try:
         stream.write(bytearray(data))
