@@ -29,17 +29,18 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("target")
-    p.add_argument("service")
+    p.add_argument("target", help="the node that offers the service")
+    p.add_argument("service", help="the service's name")
     p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
     p.add_argument("--as", dest="name", default=None, help="caller node name (default: speed-cli-<random>)")
-    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for the result, and for room in the target's inbox (default 10)")
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("target")
+    p.add_argument("target", help="the node the message is for")
     p.add_argument("data", nargs="?", help="JSON value (or --file)")
     p.add_argument("--file", metavar="PATH", help="send the raw bytes of this regular file (beyond about 750 KiB the "
                                                   "target must speak the chunks extension; up to 64 MiB)")
@@ -51,7 +52,9 @@ def add_parsers(sub) -> None:
                    help="store the message in the outbox of --as NAME first (it waits there until TARGET takes it)")
     p.add_argument("--ttl", type=seconds, default=None, metavar="SECONDS",
                    help="with --durable: give up after this long (default a day)")
-    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for room in the target's inbox and, with --confirm, --reliable or "
+                        "--durable, for the answer (default 10)")
     p.set_defaults(func=cmd_send)
 
     p = sub.add_parser("outbox", help="list the durable messages waiting in outboxes, and where")

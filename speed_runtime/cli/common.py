@@ -15,7 +15,7 @@ from ..keyfile import load_key
 EXIT_OK, EXIT_REMOTE, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 EXIT_NOT_TRUSTED = 6  # the target does not trust this operator (control requests)
 EXIT_CODES = ("0 ok, 1 remote error, 2 usage/config, 3 unavailable/access denied, 4 timeout, 5 lease lost, "
-              "6 the target does not trust this operator")
+              "6 the target does not trust this operator, 141 standard output closed by its reader")
 
 
 def default_dir() -> str:
@@ -73,7 +73,7 @@ def json_arg(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{what} is not valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from None
+        raise ConfigError(f"{what} must be valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from None
 
 
 def log_to_stderr() -> None:

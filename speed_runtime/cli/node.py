@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("node", help="run a headless node until SIGINT/SIGTERM")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="the node's name: 1 to 64 of A-Z a-z 0-9 _ -, not starting with -")
     p.add_argument("--group", action="append", default=[], metavar="G", help="fabric (repeatable)")
     p.add_argument("--allow", action="append", default=[], metavar="N", help="node that may write to us (repeatable)")
     p.add_argument("--service", action="append", default=[], metavar="S", choices=sorted(DEMO_SERVICES),
