@@ -26,10 +26,18 @@ def test_quota_settings_on_the_command_line_are_published(procs, root):
     assert entry["counters"]["quarantines"] == 0
 
 
+def test_a_threshold_alone_brings_its_release_level(procs, root):
+    """`--threat threshold=20` alone starts (the release level follows the threshold: 10)."""
+    node = procs.start("r", extra=["--feature", "quota", "--threat", "threshold=20"])
+    assert node.proc.poll() is None and _entry(root, "r")["features"] == ["quota"]
+
+
 def test_bad_quota_settings_are_one_sentence(root, key_path):
     for args, words in ((["--feature", "quota", "--quota", "pending=0"], "pending must be a whole number"),
                         (["--quota", "pending=3"], "add features=['quota']"),
-                        (["--feature", "quota", "--threat", "release=500"], "below the threshold"),
+                        (["--feature", "quota", "--threat", "release=500"], "release=500 must be"),
+                        (["--feature", "quota", "--threat", "threshold=20", "--threat", "release=30"],
+                         "threat release=30 must be at least 0 and below threshold=20"),
                         (["--feature", "quota", "--quota", "pending"], "is not KEY=VALUE")):
         r = subprocess.run(SPEED + ["node", "--dir", root, "--key", key_path, "--name", "r", *args],
                            capture_output=True, text=True, timeout=60)
