@@ -20,6 +20,7 @@ import sys
 from typing import Sequence
 
 from .. import __version__
+from ..core.quota import QuotaExceededError
 from ..core.errors import (AccessDeniedError, ConfigError, ControlTimeoutError, DeliveryTimeoutError, LeaseLostError,
                            NameInUseError, NodeUnavailableError, OperatorNotTrustedError, RegistryLockError,
                            SpcError, SpeedError)
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # what each error means for a script (the first match counts; SpcError by its code)
 _EXIT_CODES = ((DeliveryTimeoutError, EXIT_TIMEOUT), (ControlTimeoutError, EXIT_TIMEOUT),
+               (QuotaExceededError, EXIT_TIMEOUT),  # a command's sends wait for room up to --timeout
                (OperatorNotTrustedError, EXIT_NOT_TRUSTED),
                ((NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError), EXIT_UNAVAILABLE),
                (LeaseLostError, EXIT_LEASE_LOST), (ConfigError, EXIT_CONFIG))

@@ -63,6 +63,56 @@ def add_lock_timeout(p: argparse.ArgumentParser) -> None:
                    help="give up waiting for the registry lock after this long (default 10)")
 
 
+# The extensions' options follow one rule on every command that runs a node — `node`, and the
+# temporary nodes of `send` and `call`: --feature and --quota wherever a node sends; --threat only on
+# `node` (it tunes how a receiver scores the senders that write to it, and a temporary node receives
+# nothing but the answers to itself); --durable and --durable-on-tmpfs on `node` and `send` (a call
+# is never durable); --operator only on `node` (it makes a node a target of control requests).
+NODE_FEATURES = ("chunks", "reliable", "quota", "control", "durable")
+ONE_SHOT_FEATURES = ("chunks", "reliable", "quota")  # a temporary node honours the limits targets publish
+
+
+def add_feature_options(p: argparse.ArgumentParser, *, one_shot: bool) -> None:
+    """--feature, --quota and (on `node`) --threat."""
+    if one_shot:
+        p.add_argument("--feature", action="append", default=None, metavar="NAME", choices=ONE_SHOT_FEATURES,
+                       help="an extension the temporary node speaks (repeatable: " + ", ".join(ONE_SHOT_FEATURES) +
+                            "; default all three: it honours the limits a target publishes)")
+        settings = (("quota", "send_rate=50, send_burst=5 (this node's own pace)"),)
+    else:
+        p.add_argument("--feature", action="append", default=[], metavar="NAME",
+                       help="enable an extension of the contract (repeatable): " + ", ".join(NODE_FEATURES))
+        settings = (("quota", "pending=64, pending_bytes=4194304, rate=200"),
+                    ("threat", "threshold=100, release=50, half_life=60"))
+    for name, example in settings:
+        p.add_argument(f"--{name}", action="append", default=[], type=setting, metavar="KEY=VALUE",
+                       help=f"a setting of the quota extension's {name} (repeatable; the value is JSON; needs "
+                            f"--feature quota): {example}")
+
+
+def add_durable_on_tmpfs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--durable-on-tmpfs", action="store_true",
+                   help="with --durable: accept a communication directory on tmpfs (stored messages are lost at "
+                        "a reboot)")
+
+
+def node_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Node(...) arguments of the options above: features, and the quota and threat settings."""
+    features = list(args.feature if args.feature is not None else ONE_SHOT_FEATURES)
+    options: dict[str, Any] = {"features": features}
+    for name in ("quota", "threat"):
+        values = getattr(args, name, None)
+        if values:
+            if "quota" not in features:
+                raise ConfigError(f"--{name} settings belong to the quota extension: add --feature quota")
+            options[name] = dict(values)
+    if getattr(args, "durable_on_tmpfs", False):
+        if not args.durable:
+            raise ConfigError("--durable-on-tmpfs goes with --durable")
+        options["durable_on_tmpfs"] = True
+    return options
+
+
 def env_key(args: argparse.Namespace):
     if not args.key:
         raise ConfigError("no key file given: pass --key PATH or set SPEED_KEY (create one with `speed keygen PATH`)")

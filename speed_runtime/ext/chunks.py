@@ -26,6 +26,7 @@ from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
 from ..core.envelope import EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
 from ..core.payloads import encode_payload
+from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
 from ..core.reliable import FLAG_RELIABLE
@@ -125,12 +126,19 @@ class ChunksExtension(Extension):
                 if index:
                     entry = self._same_instance(target, entry, message_id, index, count)
                 last = index == count - 1
-                seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
-                                  flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
-                                  before_deliver=out.before_deliver if last else None, files=out.files, sealed=sealed,
-                                  wait=out.wait,
-                                  trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
-                                               "chunks": count})
+                try:
+                    seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
+                                      flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
+                                      before_deliver=out.before_deliver if last else None, files=out.files,
+                                      sealed=sealed, wait=out.wait,
+                                      trace_extra={**(out.trace_extra or {}), "message_id": message_id,
+                                                   "chunk": index, "chunks": count})
+                except QuotaExceededError as exc:  # each chunk is admitted on its own: say what went
+                    if not index:
+                        raise
+                    raise QuotaExceededError(str(exc).replace("nothing was sent", f"{index} of the {count} chunks of "
+                                             f"message {message_id} were delivered, the rest was not sent"),
+                                             target=target, limit=exc.limit) from None
                 prev = chunks.chain_value(sealed.pop())  # the next chunk names this envelope by its tag
                 self.node.telemetry.count("chunksSent")
         self._sent.count = count
