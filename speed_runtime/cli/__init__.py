@@ -19,13 +19,12 @@ import signal
 import sys
 from typing import Sequence
 
-from .. import __version__
 from ..core.quota import QuotaExceededError
 from ..core.errors import (AccessDeniedError, ConfigError, ControlTimeoutError, DeliveryTimeoutError, LeaseLostError,
                            NameInUseError, NodeUnavailableError, OperatorNotTrustedError, RegistryLockError,
                            SpcError, SpeedError)
 from . import clients, node, operator
-from .common import (EXIT_CODES, EXIT_CONFIG, EXIT_LEASE_LOST, EXIT_NOT_TRUSTED, EXIT_OK, EXIT_REMOTE, EXIT_TIMEOUT,
+from .common import (EXIT_CODES, ShowVersion, EXIT_CONFIG, EXIT_LEASE_LOST, EXIT_NOT_TRUSTED, EXIT_OK, EXIT_REMOTE, EXIT_TIMEOUT,
                      EXIT_UNAVAILABLE, default_dir)
 
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a process that SIGPIPE ended
@@ -37,7 +36,7 @@ __all__ = ["build_parser", "main", "default_dir", "EXIT_OK", "EXIT_REMOTE", "EXI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="speed", description="SPEED: encrypted process-to-process exchange "
                                      f"over the file system. Exit codes: {EXIT_CODES}.")
-    parser.add_argument("--version", action="version", version=f"speed {__version__}")
+    parser.add_argument("--version", action=ShowVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     clients.add_parsers(sub)
     node.add_parser(sub)

@@ -18,6 +18,20 @@ EXIT_CODES = ("0 ok, 1 remote error, 2 usage/config, 3 unavailable/access denied
               "6 the target does not trust this operator, 141 standard output closed by its reader")
 
 
+class ShowVersion(argparse.Action):
+    """--version: `PROG VERSION`, the installed distribution's version, read only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print the version (of the installed package) and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import speed_runtime
+
+        print(f"{parser.prog} {speed_runtime.__version__}")
+        parser.exit()
+
+
 def default_dir() -> str:
     if os.environ.get("SPEED_DIR"):
         return os.environ["SPEED_DIR"]
