@@ -33,9 +33,6 @@ from ..core.reliable import FLAG_RELIABLE
 from ..transport import remove_entry
 from . import Extension, Outbound, speaks
 
-V1_ENVELOPE_LIMIT = 1 << 20  # what a peer that advertises no limit accepts (contract §5: 1 MiB)
-
-
 class ChunksExtension(Extension):
     name = "chunks"
 
@@ -107,10 +104,7 @@ class ChunksExtension(Extension):
 
     def _limits(self, entry) -> tuple[int, int]:
         """(the target's envelope payload limit within ours, the largest message both accept)."""
-        advertised = entry.extra.get("chunks") if isinstance(entry.extra.get("chunks"), dict) else {}
-        theirs = _positive_int(advertised.get("maxEnvelopePayload"), V1_ENVELOPE_LIMIT)
-        most = _positive_int(advertised.get("maxMessage"), self.max_message)
-        return min(theirs, self.node.sender.max_payload), min(most, self.max_message)
+        return chunks.target_limits(entry.extra.get("chunks"), self.node.sender.max_payload, self.max_message)
 
     def _send(self, out: Outbound, body: bytes, flags: int) -> int:
         return self.node.sender.send(out.target, out.etype, body, flags=flags, entry=out.entry,
@@ -254,10 +248,6 @@ class ChunksExtension(Extension):
                seq: int, **extra: Any) -> None:
         self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, direction, peer, message_id, event,
                                               type_name(etype), size, count, seq=seq, **extra))
-
-
-def _positive_int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 EXTENSION = ChunksExtension

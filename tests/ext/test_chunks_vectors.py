@@ -14,10 +14,12 @@ import uuid
 import pytest
 
 from speed_runtime.core import chunks, reliable
+from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.core.envelope import Header, envelope_filename, open_envelope, seal
 from speed_runtime.core.errors import EnvelopeError
 from speed_runtime.core.keys import parse_key_text
 from speed_runtime.core.reassembly import COMPLETE, REFUSED, Reassembly
+from speed_runtime.ext import speaks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENERATOR = os.path.join(REPO, "tests", "vectors", "generate_chunks_vectors.py")
@@ -88,6 +90,14 @@ def test_the_runtime_cuts_and_chains_a_body_into_the_same_chunks(m):
     cutter = chunks.Chunker(first, m["messageId"], body, 1 << 20, VECTORS["piece"])
     made = [cutter.plaintext(i, vectors[i - 1]["chain"] if i else None) for i in range(cutter.count)]
     assert made == plaintexts
+
+
+@pytest.mark.parametrize("case", VECTORS["advertisement"], ids=lambda c: c["name"])
+def test_a_targets_advertisement_is_read_by_the_entrys_rule_for_numbers(case):
+    """`65536.0` is an integer and `1e400` is missing, as in every number of an entry."""
+    entry = RegistryEntry.from_json(case["entry"].encode())
+    limit, most = chunks.target_limits(entry.extra.get("chunks"), case["own_max_payload"], case["own_max_message"])
+    assert {"speaks": speaks(entry, "chunks"), "envelopeLimit": limit, "maxMessage": most} == case["expect"]
 
 
 @pytest.mark.parametrize("case", VECTORS["invalid"], ids=lambda c: c["name"])
