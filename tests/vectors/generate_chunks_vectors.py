@@ -146,6 +146,14 @@ def build() -> dict:
         v = sealed(name, etype, flags, seq[0], plaintext, BILLING, REPORTS, "billing")
         invalid.append({"name": name, "type": etype, "flags": flags, "envelope_hex": v["envelope_hex"],
                         "reason": "bad_payload"})
+    # a payload's integer is a number without fraction or exponent; JSON's -0 is the integer 0
+    small = body[:50]
+    plaintext = chunk_plaintext(first, "msg-0007", small, 0, None).replace(b'"chunkIndex":0,', b'"chunkIndex":-0,', 1)
+    messages.append({"name": "minus_zero_is_zero", "envelopes": [add("minus_zero_is_zero_0", MESSAGE, BINARY | CHUNK,
+                                                                     plaintext, layout="chunk")],
+                     "messageId": "msg-0007", "outcome": "delivered", "value_kind": "bytes", "size": len(small),
+                     "chunks": 1, "value_sha256": hashlib.sha256(small).hexdigest(),
+                     "handwritten": True})  # no compact JSON writer spells 0 this way: a sender would not
     return {"spec": "SPEED-WIRE-V1 extensions chunks and reliable", "key_file": KEY_FILE, "piece": PIECE,
             "envelopes": envelopes, "messages": messages, "invalid": invalid, "advertisement": advertisement()}
 
