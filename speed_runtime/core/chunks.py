@@ -73,6 +73,12 @@ class Piece(NamedTuple):
     data: memoryview
 
 
+def value_size(value: Any) -> int:
+    """The bytes of a value, as message records count them: raw bytes' length, or the length of
+    the compact UTF-8 JSON text of a JSON value (the body it has in the binary layout)."""
+    return len(value) if isinstance(value, BYTES_LIKE) else len(encode_payload(value))
+
+
 def target_limits(advertised: Any, own_payload: int, own_max_message: int) -> tuple[int, int]:
     """(the envelope payload limit towards a target, the largest message both accept), from the
     target's `chunks` field: a value that is not an integer of at least 1 by the entry's rule

@@ -217,7 +217,7 @@ class ChunksExtension(Extension):
                 with self._lock:
                     self.reassembly.release(sender, message.size)
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
-                                 payload=step.payload, body=Assembled(message.file_bytes, message.count),
+                                 payload=step.payload, body=Assembled(message.file_bytes, message.count, message.size),
                                  finished=finished)
         self.node.receiver.dispatch(whole, sender, data, name)
 

@@ -34,7 +34,7 @@ from typing import Any
 from ..core import reliable
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
 from ..core.errors import AccessDeniedError, DeliveryError, DeliveryTimeoutError, EnvelopeError, NodeClosedError
-from ..core.payloads import encode_payload
+from ..core.chunks import value_size
 from ..core.reassembly import Assembled
 from ..core.records import MessageTrace
 from ..core.reliable import DONE, FLAG_RELIABLE, NEW, Delivered
@@ -121,7 +121,7 @@ class ReliableExtension(Extension):
         if target not in node.access:
             raise AccessDeniedError(f"{node.name} does not allow {target}, so its acknowledgements could not come "
                                     f"back; grant it on {node.name} (allow {target}) first", missing=(node.name, target))
-        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else len(encode_payload(data))
+        size = value_size(data)
         p = Pending(uuid.uuid4().hex, target, data, size, Future(), time.monotonic())
         p.future.message_id = p.message_id  # type: ignore[attr-defined]  # the handle names its message
         self._reserve(p, timeout)
@@ -379,8 +379,7 @@ class ReliableExtension(Extension):
 
     def _trace_in(self, sender: str, mid: str, event: str, verdict, assembled: Assembled | None,
                   reason: str | None = None) -> None:
-        value = verdict.payload.get("data")
-        size = len(value) if isinstance(value, bytes) else 0
+        size = assembled.message_size if assembled else value_size(verdict.payload.get("data"))
         self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, "in", sender, mid, event, "MESSAGE",
                                               size, assembled.chunks if assembled else 1, 0, True,
                                               verdict.header.sequence, reason))
