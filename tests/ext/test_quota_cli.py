@@ -44,7 +44,8 @@ def test_a_threshold_alone_brings_its_release_level(procs, root):
 
 def test_bad_quota_settings_are_one_sentence(root, key_path):
     for args, words in ((["--feature", "quota", "--quota", "pending=0"], "pending must be a whole number"),
-                        (["--quota", "pending=3"], "--quota settings belong to the quota extension: add --feature quota"),
+                        (["--quota", "pending=3"], "--quota settings belong to the quota extension: add "
+                                                   "--feature quota"),
                         (["--feature", "quota", "--threat", "release=500"], "release=500 must be"),
                         (["--feature", "quota", "--threat", "threshold=20", "--threat", "release=30"],
                          "threat release=30 must be at least 0 and below threshold=20"),

@@ -105,8 +105,9 @@ def _messages(path: str):
     skip = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            skip.add(id(body[0].value))
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            skip.add(id(first.value))
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             skip.update(id(sub) for sub in ast.walk(node))
         if isinstance(node, ast.JoinedStr):
