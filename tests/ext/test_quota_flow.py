@@ -230,3 +230,17 @@ def test_a_reliable_send_waits_for_room_like_a_plain_one(peers, root, key_path):
         waiter.join(60)  # the receiver takes its file: the waiting send goes
         assert handles and handles[0].result(60).transmissions == 1
     assert [m["data"] for m in messages(r, 2)] == [0, 1]
+
+
+def test_durable_copies_keep_within_the_receivers_limits(peers, root, key_path):
+    """A durable copy is a MESSAGE like any other: with no room in the target's inbox it is not
+    delivered now (it is tried again later), rather than passing the limit."""
+    r = _receiver(peers, quota={"pending": 1}, durable=True, durable_on_tmpfs=True)
+    with Node(root, key_path, "s", allow=["r"], features=QUOTA, durable=True, durable_on_tmpfs=True) as s:
+        with stopped(r):
+            for i in range(3):
+                s.send("r", i, durable=True)
+            wait_until(lambda: s.counters()["quotaRefusals"] >= 1, 20, "a copy refused for want of room")
+            assert len(files_of(root, "r", "s")) == 1
+        wait_until(lambda: not s.extension("durable").outbox_items(), 60, "every receipt")
+    assert sorted(m["data"] for m in messages(r, 3)) == [0, 1, 2]
