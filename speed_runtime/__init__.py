@@ -3,14 +3,16 @@
 Public API only; see docs/ARCHITECTURE.md. This package never imports a UI library.
 
 The names below are loaded on first use (PEP 562), so that importing the pure core
-(`speed_runtime.core`) loads nothing else: no threads, no file system, no logging.
+(`speed_runtime.core`) loads nothing else: no threads, no file system, no logging. `__version__`
+is the installed distribution's version (pyproject.toml is its one source), read from the package
+metadata when first asked: reading it costs tens of milliseconds that no node start should pay.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-__version__ = "0.2.0"
+DISTRIBUTION = "speedtui"  # the distribution (pyproject.toml) that installs speed_runtime and speedtui
 
 _EXPORTS = {
     "RegistryEntry": ".core.entry", "Key": ".core.keys", "Message": ".core.message", "Service": ".core.services",
@@ -30,12 +32,24 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = _installed_version()
+        return globals()[name]
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'speed_runtime' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def _installed_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
 
 
 def __dir__() -> list[str]:

@@ -8,7 +8,7 @@ import stat
 import sys
 from pathlib import Path
 
-from . import __version__
+from speed_runtime.cli.common import ShowVersion
 
 EXIT_USAGE = 2
 
@@ -20,7 +20,7 @@ def _fail(msg: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="speedtui", description="SPEED operations console")
-    p.add_argument("--version", action="version", version=f"speedtui {__version__}")
+    p.add_argument("--version", action=ShowVersion)
     p.add_argument("--dir", type=Path, help="communication directory ROOT (default: /dev/shm/speed, "
                                             "else the user runtime directory)")
     p.add_argument("--key", type=Path, help="key file (default: $SPEED_KEY, else speed.key in the config directory)")

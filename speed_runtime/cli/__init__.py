@@ -4,7 +4,8 @@ control requests allow, revoke, stop, status.
 Exit codes (stable, for scripts): 0 success; 1 the remote side answered with an error (SPC error,
 message not confirmed, control request refused); 2 usage or configuration error (bad key,
 directory, name, arguments); 3 the target is unavailable or a grant is missing; 4 timeout; 5 the
-node lost its lease; 6 the target does not trust this operator (control requests).
+node lost its lease; 6 the target does not trust this operator (control requests); 141 standard
+output was closed by its reader (`speed registry | head -1`), quietly, as for a process SIGPIPE ended.
 
     cli/common.py    exit codes, shared options     cli/node.py      speed node
     cli/clients.py   keygen call send registry reap cli/operator.py  operator keys, control requests
@@ -13,16 +14,20 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+import signal
 import sys
 from typing import Sequence
 
-from .. import __version__
+from ..core.quota import QuotaExceededError
 from ..core.errors import (AccessDeniedError, ConfigError, ControlTimeoutError, DeliveryTimeoutError, LeaseLostError,
                            NameInUseError, NodeUnavailableError, OperatorNotTrustedError, RegistryLockError,
                            SpcError, SpeedError)
 from . import clients, node, operator
-from .common import (EXIT_CODES, EXIT_CONFIG, EXIT_LEASE_LOST, EXIT_NOT_TRUSTED, EXIT_OK, EXIT_REMOTE, EXIT_TIMEOUT,
+from .common import (EXIT_CODES, ShowVersion, EXIT_CONFIG, EXIT_LEASE_LOST, EXIT_NOT_TRUSTED, EXIT_OK, EXIT_REMOTE, EXIT_TIMEOUT,
                      EXIT_UNAVAILABLE, default_dir)
+
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a process that SIGPIPE ended
 
 __all__ = ["build_parser", "main", "default_dir", "EXIT_OK", "EXIT_REMOTE", "EXIT_CONFIG", "EXIT_UNAVAILABLE",
            "EXIT_TIMEOUT", "EXIT_LEASE_LOST", "EXIT_NOT_TRUSTED"]
@@ -31,7 +36,7 @@ __all__ = ["build_parser", "main", "default_dir", "EXIT_OK", "EXIT_REMOTE", "EXI
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="speed", description="SPEED: encrypted process-to-process exchange "
                                      f"over the file system. Exit codes: {EXIT_CODES}.")
-    parser.add_argument("--version", action="version", version=f"speed {__version__}")
+    parser.add_argument("--version", action=ShowVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     clients.add_parsers(sub)
     node.add_parser(sub)
@@ -41,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # what each error means for a script (the first match counts; SpcError by its code)
 _EXIT_CODES = ((DeliveryTimeoutError, EXIT_TIMEOUT), (ControlTimeoutError, EXIT_TIMEOUT),
+               (QuotaExceededError, EXIT_TIMEOUT),  # a command's sends wait for room up to --timeout
                (OperatorNotTrustedError, EXIT_NOT_TRUSTED),
                ((NodeUnavailableError, NameInUseError, AccessDeniedError, RegistryLockError), EXIT_UNAVAILABLE),
                (LeaseLostError, EXIT_LEASE_LOST), (ConfigError, EXIT_CONFIG))
@@ -55,7 +61,12 @@ def exit_code(exc: SpeedError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be answered quietly (not at exit)
+        return code
+    except BrokenPipeError:  # the reader left (`speed registry | head -1`): end quietly, as CLI tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
+        return EXIT_BROKEN_PIPE
     except SpeedError as exc:
         print(f"speed: {exc}", file=sys.stderr)
         return exit_code(exc)

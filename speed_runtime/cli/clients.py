@@ -17,7 +17,8 @@ from ..core.liveness import judge
 from ..fsutil import local_facts, prepare_root
 from ..keyfile import generate_key_file
 from ..registry import Registry
-from .common import EXIT_OK, EXIT_REMOTE, EXIT_UNAVAILABLE, add_common, add_lock_timeout, env_key, json_arg, seconds
+from .common import (EXIT_OK, EXIT_REMOTE, EXIT_UNAVAILABLE, add_common, add_durable_on_tmpfs, add_feature_options,
+                     add_lock_timeout, env_key, json_arg, log_to_stderr, node_options, seconds)
 
 
 def add_parsers(sub) -> None:
@@ -29,17 +30,19 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("call", help="call a service once as a temporary node; prints the result as JSON")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("target")
-    p.add_argument("service")
+    p.add_argument("target", help="the node that offers the service")
+    p.add_argument("service", help="the service's name")
     p.add_argument("arguments", nargs="?", default="{}", help="JSON object (default {})")
     p.add_argument("--as", dest="name", default=None, help="caller node name (default: speed-cli-<random>)")
-    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for the result, and for room in the target's inbox (default 10)")
+    add_feature_options(p, one_shot=True)
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("send", help="send one MESSAGE as a temporary node")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("target")
+    p.add_argument("target", help="the node the message is for")
     p.add_argument("data", nargs="?", help="JSON value (or --file)")
     p.add_argument("--file", metavar="PATH", help="send the raw bytes of this regular file (beyond about 750 KiB the "
                                                   "target must speak the chunks extension; up to 64 MiB)")
@@ -48,10 +51,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--reliable", action="store_true", help="wait for the acknowledgement, retransmitting meanwhile "
                                                            "(the reliable extension)")
     p.add_argument("--durable", action="store_true",
-                   help="store the message in the outbox of --as NAME first (it waits there until TARGET takes it)")
+                   help="store the message in the outbox of --as NAME first (it waits there until TARGET takes it); "
+                        "needs a persistent --dir, not tmpfs")
+    add_durable_on_tmpfs(p)
     p.add_argument("--ttl", type=seconds, default=None, metavar="SECONDS",
                    help="with --durable: give up after this long (default a day)")
-    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS")
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for room in the target's inbox and, with --confirm, --reliable or "
+                        "--durable, for the answer (default 10)")
+    add_feature_options(p, one_shot=True)
     p.set_defaults(func=cmd_send)
 
     p = sub.add_parser("outbox", help="list the durable messages waiting in outboxes, and where")
@@ -88,11 +96,12 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def _temporary(args: argparse.Namespace):
     from ..node import Node
 
+    log_to_stderr()  # the runtime's warnings (a held registry lock, a durable outbox on tmpfs), as `speed node`
     name = args.name or f"speed-cli-{uuid.uuid4().hex[:8]}"
     # a one-shot node: it follows no other entry than its target's, and its home goes with it
     return Node(args.dir, env_key(args), name, allow=[args.target], lease_seconds=max(30.0, args.timeout + 10),
                 heartbeat_seconds=5.0, observe_registry=False, temporary=args.name is None, linger_seconds=2.0,
-                lock_timeout=args.lock_timeout, features=("chunks", "reliable"))
+                lock_timeout=args.lock_timeout, **node_options(args))
 
 
 def cmd_call(args: argparse.Namespace) -> int:
@@ -116,6 +125,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         if args.reliable:
             raise ConfigError("choose --durable or --reliable, not both")
         return _send_durable(args, data)
+    if args.reliable and "reliable" not in node_options(args)["features"]:
+        raise ConfigError("--reliable needs the reliable extension: add --feature reliable")
     with _temporary(args) as node:
         if args.reliable:
             delivered = node.send(args.target, data, confirm=args.confirm, timeout=args.timeout, reliable=True).result()
@@ -134,8 +145,9 @@ def _send_durable(args: argparse.Namespace, data: Any) -> int:
 
     if not args.name:
         raise ConfigError("a durable send needs --as NAME: the message waits in NAME's outbox until it is taken")
+    log_to_stderr()
     with Node(args.dir, env_key(args), args.name, allow=[args.target], durable=True, observe_registry=False,
-              linger_seconds=2.0, lock_timeout=args.lock_timeout) as node:
+              linger_seconds=2.0, lock_timeout=args.lock_timeout, **node_options(args)) as node:
         try:
             msg_id = node.send(args.target, data, durable=True, ttl=args.ttl, confirm=True, timeout=args.timeout)
         except DeliveryTimeoutError:

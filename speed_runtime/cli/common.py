@@ -15,7 +15,21 @@ from ..keyfile import load_key
 EXIT_OK, EXIT_REMOTE, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 EXIT_NOT_TRUSTED = 6  # the target does not trust this operator (control requests)
 EXIT_CODES = ("0 ok, 1 remote error, 2 usage/config, 3 unavailable/access denied, 4 timeout, 5 lease lost, "
-              "6 the target does not trust this operator")
+              "6 the target does not trust this operator, 141 standard output closed by its reader")
+
+
+class ShowVersion(argparse.Action):
+    """--version: `PROG VERSION`, the installed distribution's version, read only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print the version (of the installed package) and exit"):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import speed_runtime
+
+        print(f"{parser.prog} {speed_runtime.__version__}")
+        parser.exit()
 
 
 def default_dir() -> str:
@@ -63,6 +77,56 @@ def add_lock_timeout(p: argparse.ArgumentParser) -> None:
                    help="give up waiting for the registry lock after this long (default 10)")
 
 
+# The extensions' options follow one rule on every command that runs a node — `node`, and the
+# temporary nodes of `send` and `call`: --feature and --quota wherever a node sends; --threat only on
+# `node` (it tunes how a receiver scores the senders that write to it, and a temporary node receives
+# nothing but the answers to itself); --durable and --durable-on-tmpfs on `node` and `send` (a call
+# is never durable); --operator only on `node` (it makes a node a target of control requests).
+NODE_FEATURES = ("chunks", "reliable", "quota", "control", "durable")
+ONE_SHOT_FEATURES = ("chunks", "reliable", "quota")  # a temporary node honours the limits targets publish
+
+
+def add_feature_options(p: argparse.ArgumentParser, *, one_shot: bool) -> None:
+    """--feature, --quota and (on `node`) --threat."""
+    if one_shot:
+        p.add_argument("--feature", action="append", default=None, metavar="NAME", choices=ONE_SHOT_FEATURES,
+                       help="an extension the temporary node speaks (repeatable: " + ", ".join(ONE_SHOT_FEATURES) +
+                            "; default all three: it honours the limits a target publishes)")
+        settings = (("quota", "send_rate=50, send_burst=5 (this node's own pace)"),)
+    else:
+        p.add_argument("--feature", action="append", default=[], metavar="NAME",
+                       help="enable an extension of the contract (repeatable): " + ", ".join(NODE_FEATURES))
+        settings = (("quota", "pending=64, pending_bytes=4194304, rate=200"),
+                    ("threat", "threshold=100, release=50, half_life=60"))
+    for name, example in settings:
+        p.add_argument(f"--{name}", action="append", default=[], type=setting, metavar="KEY=VALUE",
+                       help=f"a setting of the quota extension's {name} (repeatable; the value is JSON; needs "
+                            f"--feature quota): {example}")
+
+
+def add_durable_on_tmpfs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--durable-on-tmpfs", action="store_true",
+                   help="with --durable: accept a communication directory on tmpfs (stored messages are lost at "
+                        "a reboot)")
+
+
+def node_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The Node(...) arguments of the options above: features, and the quota and threat settings."""
+    features = list(args.feature if args.feature is not None else ONE_SHOT_FEATURES)
+    options: dict[str, Any] = {"features": features}
+    for name in ("quota", "threat"):
+        values = getattr(args, name, None)
+        if values:
+            if "quota" not in features:
+                raise ConfigError(f"--{name} settings belong to the quota extension: add --feature quota")
+            options[name] = dict(values)
+    if getattr(args, "durable_on_tmpfs", False):
+        if not args.durable:
+            raise ConfigError("--durable-on-tmpfs goes with --durable")
+        options["durable_on_tmpfs"] = True
+    return options
+
+
 def env_key(args: argparse.Namespace):
     if not args.key:
         raise ConfigError("no key file given: pass --key PATH or set SPEED_KEY (create one with `speed keygen PATH`)")
@@ -73,7 +137,7 @@ def json_arg(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{what} is not valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from None
+        raise ConfigError(f"{what} must be valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from None
 
 
 def log_to_stderr() -> None:

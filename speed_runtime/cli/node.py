@@ -13,32 +13,27 @@ from typing import Any
 
 from ..core.errors import ConfigError, LeaseLostError, SpeedError
 from ..demo import DEMO_SERVICES
-from .common import EXIT_LEASE_LOST, EXIT_OK, add_common, add_lock_timeout, env_key, log_to_stderr, seconds, setting
+from .common import (EXIT_LEASE_LOST, EXIT_OK, add_common, add_durable_on_tmpfs, add_feature_options, add_lock_timeout,
+                     env_key, log_to_stderr, node_options, seconds)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("node", help="run a headless node until SIGINT/SIGTERM")
     add_common(p)
     add_lock_timeout(p)
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="the node's name: 1 to 64 of A-Z a-z 0-9 _ -, not starting with -")
     p.add_argument("--group", action="append", default=[], metavar="G", help="fabric (repeatable)")
     p.add_argument("--allow", action="append", default=[], metavar="N", help="node that may write to us (repeatable)")
     p.add_argument("--service", action="append", default=[], metavar="S", choices=sorted(DEMO_SERVICES),
                    help="demo service to offer: " + ", ".join(sorted(DEMO_SERVICES)))
-    p.add_argument("--feature", action="append", default=[], metavar="NAME",
-                   help="enable an extension of the contract (repeatable): chunks, reliable, quota, control, durable")
-    for name, example in (("quota", "pending=64, pending_bytes=4194304, rate=200"),
-                          ("threat", "threshold=100, release=50, half_life=60")):
-        p.add_argument(f"--{name}", action="append", default=[], type=setting, metavar="KEY=VALUE",
-                       help=f"a setting of the quota extension's {name} (repeatable; the value is JSON): {example}")
+    add_feature_options(p, one_shot=False)
     p.add_argument("--operator", action="append", default=[], metavar="PUBKEY",
                    help="trust this operator's public key for control requests (repeatable; enables the "
                         "control extension; `speed operator keygen` prints it)")
     p.add_argument("--trace", action="store_true", help="write the trace journal to speed_traces/NAME.jsonl")
     p.add_argument("--durable", action="store_true",
                    help="enable durable delivery (feature `durable`): needs a persistent --dir, not tmpfs")
-    p.add_argument("--durable-on-tmpfs", action="store_true",
-                   help="with --durable: run on tmpfs anyway (stored messages are lost at a reboot)")
+    add_durable_on_tmpfs(p)
     p.add_argument("--lease", type=seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=seconds, default=5.0, metavar="SECONDS",
                    help="renewal interval (default 5)")
@@ -59,13 +54,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     stop = threading.Event()
     lost: list[LeaseLostError] = []
     options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
-    for name in ("quota", "threat"):
-        if getattr(args, name):
-            options[name] = dict(getattr(args, name))
     node = Node(args.dir, env_key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
-                features=args.feature, operators=args.operator, durable=args.durable,
-                durable_on_tmpfs=args.durable_on_tmpfs, **options)
+                operators=args.operator, durable=args.durable, **options, **node_options(args))
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send

@@ -32,11 +32,11 @@ def add_parsers(sub) -> None:
         p = sub.add_parser(name, help=helptext)
         add_common(p)
         add_lock_timeout(p)
-        p.add_argument("target")
+        p.add_argument("target", help="the node that receives the request (it must trust the operator key)")
         if name in ("allow", "revoke"):
-            p.add_argument("peer")
+            p.add_argument("peer", help="the node whose grant changes")
         if name == "lift":
-            p.add_argument("sender")
+            p.add_argument("sender", help="the sender whose quarantine ends")
         if name == "stop":
             p.add_argument("--wait", action="store_true", help="return once TARGET has deregistered")
         p.add_argument("--operator-key", default=None, metavar="PATH",

@@ -25,6 +25,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from .entry import entry_integer
 from .envelope import EnvelopeType
 from .errors import EnvelopeError
 from .payloads import decode_payload, encode_payload
@@ -35,6 +36,7 @@ SEPARATOR = b"\x00"
 MAX_HEADER = 65_536        # a binary header longer than this is bad_payload (found without scanning further)
 MAX_CHUNKS = 65_536
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+V1_ENVELOPE_LIMIT = 1 << 20  # what a peer that advertises no limit accepts (contract §5: 1 MiB)
 MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CHAIN = re.compile(r"[0-9a-f]{32}")
 TAG_SIZE = 16
@@ -69,6 +71,23 @@ class Piece(NamedTuple):
     """A decoded chunk's bytes of the body."""
 
     data: memoryview
+
+
+def value_size(value: Any) -> int:
+    """The bytes of a value, as message records count them: raw bytes' length, or the length of
+    the compact UTF-8 JSON text of a JSON value (the body it has in the binary layout)."""
+    return len(value) if isinstance(value, BYTES_LIKE) else len(encode_payload(value))
+
+
+def target_limits(advertised: Any, own_payload: int, own_max_message: int) -> tuple[int, int]:
+    """(the envelope payload limit towards a target, the largest message both accept), from the
+    target's `chunks` field: a value that is not an integer of at least 1 by the entry's rule
+    (`65536.0` is one), or a field that is not an object, is as if missing."""
+    fields = advertised if isinstance(advertised, dict) else {}
+    theirs, most = (entry_integer(fields.get(name)) for name in ("maxEnvelopePayload", "maxMessage"))
+    theirs = theirs if theirs is not None and theirs >= 1 else V1_ENVELOPE_LIMIT
+    most = most if most is not None and most >= 1 else own_max_message
+    return min(theirs, own_payload), min(most, own_max_message)
 
 
 def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Piece | None]:

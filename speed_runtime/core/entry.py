@@ -107,21 +107,39 @@ class RegistryEntry:
         )
 
 
-def _finite(v: Any) -> bool:
+def entry_number(v: Any) -> float | None:
+    """The one rule for a number read from a registry entry (docs/PROTOCOL.md §9 "Numbers"): a JSON
+    number is its value, not its spelling; one beyond the range of a double (`1e400`, an integer of
+    400 digits) counts as missing, as do booleans, strings and null."""
     if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
+        return None
     try:
-        return math.isfinite(v)
-    except OverflowError:  # a JSON integer too large for a float
-        return False
+        value = float(v)
+    except OverflowError:  # a JSON integer too large for a double
+        return None
+    return value if math.isfinite(value) else None
+
+
+def entry_integer(v: Any) -> int | None:
+    """An entry's number with an integral value (`64`, `64.0` and `6.4e1` alike), else None."""
+    value = entry_number(v)
+    if value is None or value != math.floor(value):
+        return None
+    return v if isinstance(v, int) else int(value)
+
+
+def _finite(v: Any) -> bool:
+    return entry_number(v) is not None
 
 
 def _num(v: Any, default: float) -> float:
-    return float(v) if _finite(v) else default
+    value = entry_number(v)
+    return default if value is None else value
 
 
 def _int(v: Any, default: int) -> int:
-    return v if isinstance(v, int) and not isinstance(v, bool) else default
+    value = entry_integer(v)
+    return default if value is None else value
 
 
 def _str(v: Any, default: str) -> str:

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
+from .entry import entry_integer, entry_number
 from .errors import ConfigError, DeliveryError
 
 FEATURE = "quota"
@@ -63,22 +64,14 @@ class Limits(NamedTuple):
 
 # ----------------------------------------------------------------------------- reading an entry
 def _integer(value: Any, cap: int) -> int | None:
-    """A JSON number with an integral value ≥ 1 (clamped to cap); None otherwise (booleans too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and (not math.isfinite(value) or value != math.floor(value)):
-        return None
-    return None if value < 1 else int(min(value, cap))
+    """An entry's integer (core.entry's rule: `64.0` is 64) of at least 1, clamped to cap; else None."""
+    value = entry_integer(value)
+    return None if value is None or value < 1 else min(value, cap)
 
 
 def _rate(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:  # a JSON integer too large for a float
-        return MAX_RATE
-    return min(value, MAX_RATE) if math.isfinite(value) and value > 0 else None
+    value = entry_number(value)
+    return min(value, MAX_RATE) if value is not None and value > 0 else None
 
 
 def default_burst(rate: float) -> int:

@@ -27,10 +27,11 @@ MAX_REMEMBERED_VOIDS = 4096
 
 class Assembled(NamedTuple):
     """The `body` of a verdict that stands for a whole message assembled from `chunks` envelopes
-    of `size` bytes in all (each already recorded as accepted)."""
+    of `size` bytes in all (each already recorded as accepted); its body has `message_size` bytes."""
 
     size: int
     chunks: int
+    message_size: int = 0
 
 
 @dataclass

@@ -75,6 +75,8 @@ class ThreatPolicy:
             if not _number(weight) or weight < 0:
                 raise ConfigError(f"the threat weight of {reason} must be a number of at least 0, not {weight!r}")
             weights[reason] = float(weight)
+        if "release" not in values and _number(values.get("threshold")):
+            values["release"] = values["threshold"] / 2  # as the defaults (100, 50): a threshold alone is enough
         policy = cls(weights=weights, **values)
         policy.validate()
         return policy
@@ -83,8 +85,8 @@ class ThreatPolicy:
         if not _number(self.threshold) or self.threshold <= 0:
             raise ConfigError(f"the threat threshold must be a number above 0, not {self.threshold!r}")
         if not _number(self.release) or not 0 <= self.release < self.threshold:
-            raise ConfigError(f"the release level must be at least 0 and below the threshold "
-                              f"({self.threshold:g}), not {self.release!r}")
+            raise ConfigError(f"threat release={self.release!r} must be at least 0 and below threshold="
+                              f"{self.threshold:g} (leave release out and it is half the threshold)")
         if not _number(self.half_life) or not 0 < self.half_life <= 86_400:
             raise ConfigError(f"half_life must be a number of seconds above 0 and at most 86400, "
                               f"not {self.half_life!r}")

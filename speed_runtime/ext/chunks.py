@@ -26,14 +26,12 @@ from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
 from ..core.envelope import EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
 from ..core.payloads import encode_payload
+from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
 from ..core.reliable import FLAG_RELIABLE
 from ..transport import remove_entry
 from . import Extension, Outbound, speaks
-
-V1_ENVELOPE_LIMIT = 1 << 20  # what a peer that advertises no limit accepts (contract §5: 1 MiB)
-
 
 class ChunksExtension(Extension):
     name = "chunks"
@@ -106,10 +104,7 @@ class ChunksExtension(Extension):
 
     def _limits(self, entry) -> tuple[int, int]:
         """(the target's envelope payload limit within ours, the largest message both accept)."""
-        advertised = entry.extra.get("chunks") if isinstance(entry.extra.get("chunks"), dict) else {}
-        theirs = _positive_int(advertised.get("maxEnvelopePayload"), V1_ENVELOPE_LIMIT)
-        most = _positive_int(advertised.get("maxMessage"), self.max_message)
-        return min(theirs, self.node.sender.max_payload), min(most, self.max_message)
+        return chunks.target_limits(entry.extra.get("chunks"), self.node.sender.max_payload, self.max_message)
 
     def _send(self, out: Outbound, body: bytes, flags: int) -> int:
         return self.node.sender.send(out.target, out.etype, body, flags=flags, entry=out.entry,
@@ -125,12 +120,19 @@ class ChunksExtension(Extension):
                 if index:
                     entry = self._same_instance(target, entry, message_id, index, count)
                 last = index == count - 1
-                seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
-                                  flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
-                                  before_deliver=out.before_deliver if last else None, files=out.files, sealed=sealed,
-                                  wait=out.wait,
-                                  trace_extra={**(out.trace_extra or {}), "message_id": message_id, "chunk": index,
-                                               "chunks": count})
+                try:
+                    seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
+                                      flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
+                                      before_deliver=out.before_deliver if last else None, files=out.files,
+                                      sealed=sealed, wait=out.wait,
+                                      trace_extra={**(out.trace_extra or {}), "message_id": message_id,
+                                                   "chunk": index, "chunks": count})
+                except QuotaExceededError as exc:  # each chunk is admitted on its own: say what went
+                    if not index:
+                        raise
+                    raise QuotaExceededError(str(exc).replace("nothing was sent", f"{index} of the {count} chunks of "
+                                             f"message {message_id} were delivered, the rest was not sent"),
+                                             target=target, limit=exc.limit) from None
                 prev = chunks.chain_value(sealed.pop())  # the next chunk names this envelope by its tag
                 self.node.telemetry.count("chunksSent")
         self._sent.count = count
@@ -215,7 +217,7 @@ class ChunksExtension(Extension):
                 with self._lock:
                     self.reassembly.release(sender, message.size)
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
-                                 payload=step.payload, body=Assembled(message.file_bytes, message.count),
+                                 payload=step.payload, body=Assembled(message.file_bytes, message.count, message.size),
                                  finished=finished)
         self.node.receiver.dispatch(whole, sender, data, name)
 
@@ -246,10 +248,6 @@ class ChunksExtension(Extension):
                seq: int, **extra: Any) -> None:
         self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, direction, peer, message_id, event,
                                               type_name(etype), size, count, seq=seq, **extra))
-
-
-def _positive_int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
 EXTENSION = ChunksExtension

@@ -276,7 +276,9 @@ class DurableExtension(Extension):
             p.next_try = mono + MAX_RETRY_SECONDS
             return True
         try:
-            self.node.sender.send(box.target, _MESSAGE, add_fields(body, fields), flags=FLAG_DURABLE, entry=entry)
+            # wait=0: a copy keeps within the target's published limits (quota), or is tried later
+            self.node.sender.send(box.target, _MESSAGE, add_fields(body, fields), flags=FLAG_DURABLE, entry=entry,
+                                  wait=0.0)
         except (NodeUnavailableError, AccessDeniedError, DeliveryError):
             return False
         first = p.delivered_to != entry.id

@@ -212,7 +212,7 @@ class SendGate:
 
     def _refusal(self, target: str, limits: Limits | None, limit: str, size: int, wait: float) -> str:
         me = self.node.name
-        how = f"waited {wait:g} s" if wait > 0 else "non-blocking send"
+        how = f"waited {wait:.3g} s" if wait > 0 else "non-blocking send"
         if limit == PENDING:
             why = (f"{limits.pending} envelopes from {me} are still in its inbox, the most {target} allows "
                    f"(quota limit 'pending')")

@@ -34,7 +34,7 @@ from typing import Any
 from ..core import reliable
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
 from ..core.errors import AccessDeniedError, DeliveryError, DeliveryTimeoutError, EnvelopeError, NodeClosedError
-from ..core.payloads import encode_payload
+from ..core.chunks import value_size
 from ..core.reassembly import Assembled
 from ..core.records import MessageTrace
 from ..core.reliable import DONE, FLAG_RELIABLE, NEW, Delivered
@@ -121,12 +121,13 @@ class ReliableExtension(Extension):
         if target not in node.access:
             raise AccessDeniedError(f"{node.name} does not allow {target}, so its acknowledgements could not come "
                                     f"back; grant it on {node.name} (allow {target}) first", missing=(node.name, target))
-        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else len(encode_payload(data))
+        size = value_size(data)
         p = Pending(uuid.uuid4().hex, target, data, size, Future(), time.monotonic())
         p.future.message_id = p.message_id  # type: ignore[attr-defined]  # the handle names its message
+        deadline = time.monotonic() + timeout
         self._reserve(p, timeout)
-        try:
-            self._transmit(p, entry)
+        try:  # the first transmission may wait for room (quota) as a plain send does; retransmissions never
+            self._transmit(p, entry, wait=max(0.0, deadline - time.monotonic()))
         except BaseException:
             self._drop(p.message_id)
             raise
@@ -155,9 +156,10 @@ class ReliableExtension(Extension):
                 self._room.notify_all()
             return p
 
-    def _transmit(self, p: Pending, entry=None) -> None:
+    def _transmit(self, p: Pending, entry=None, wait: float = 0.0) -> None:
         """One transmission, sealed for the target's instance of now (`entry` when the caller has
-        just judged it); raises when nothing was written."""
+        just judged it), waiting at most `wait` for room in its inbox (quota); raises when nothing
+        was written."""
         node = self.node
         node._check_running()  # a node that closed or lost its lease sends nothing more
         entry = entry or node.sender.live_entry(p.target)
@@ -169,12 +171,12 @@ class ReliableExtension(Extension):
             if speaks(entry, "reliable"):
                 seq = node.deliver_payload(Outbound(p.target, EnvelopeType.MESSAGE, {**payload, "messageId": p.message_id},
                                                     FLAG_RELIABLE, entry, {"message_id": p.message_id}, files=files,
-                                                    wait=0.0))
+                                                    wait=wait))
             else:
                 p.v1 = True
                 waiter: Future = Future()
                 seq = node.deliver_payload(Outbound(
-                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files, wait=0.0,
+                    p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files, wait=wait,
                     before_deliver=lambda s: node.sender.expect_ack(p.target, s, entry.id_bytes, waiter)))
                 waiter.add_done_callback(lambda w: self._v1_answered(p, w))
         except BaseException:
@@ -379,8 +381,7 @@ class ReliableExtension(Extension):
 
     def _trace_in(self, sender: str, mid: str, event: str, verdict, assembled: Assembled | None,
                   reason: str | None = None) -> None:
-        value = verdict.payload.get("data")
-        size = len(value) if isinstance(value, bytes) else 0
+        size = assembled.message_size if assembled else value_size(verdict.payload.get("data"))
         self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, "in", sender, mid, event, "MESSAGE",
                                               size, assembled.chunks if assembled else 1, 0, True,
                                               verdict.header.sequence, reason))

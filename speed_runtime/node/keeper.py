@@ -23,7 +23,9 @@ from ..registry import SUFFIX, Registry
 from ..transport import sweep_orphans, sweep_temporary_homes
 
 
-RUNTIME = "speed_runtime-python/0.1"
+# implementation and language (contract §4); its version is `speed --version`, read from the package
+# metadata only when asked (tens of milliseconds no node start should pay)
+RUNTIME = "speed_runtime-python"
 
 
 class LeaseKeeper:

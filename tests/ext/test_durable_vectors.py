@@ -1,11 +1,10 @@
 """The durable extension's known-answer vectors (tests/vectors/durable_vectors.json, written by an
-independent generator from docs/PROTOCOL.md) against the runtime's code, and the vectors printed in
-docs/PROTOCOL.md against the file."""
+independent generator from docs/PROTOCOL.md) against the runtime's code (the vectors printed in
+docs/PROTOCOL.md: tests/runtime/test_protocol_vectors.py)."""
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -73,15 +72,3 @@ def test_invalid_durable_fields_are_refused(case):
     with pytest.raises(EnvelopeError) as info:
         d.parse_fields(case["payload"])
     assert info.value.reason == case["reason"]
-
-
-def test_the_protocol_page_prints_the_vectors_of_the_file():
-    doc = open(os.path.join(REPO, "docs", "PROTOCOL.md"), encoding="utf-8").read()
-    section = doc[doc.index("### durable"):]
-    blocks = dict(re.findall(r"```durable-vector (\S+)\n(.*?)```", section, re.S))
-    assert blocks["receipt-key"].split() == [VECTORS["receipt_key_hex"]]
-    for r in VECTORS["receipts"]:
-        assert r["input_hex"] in blocks[f"receipt-{r['index']}"].replace("\n", "")
-        assert r["mac"] in blocks[f"receipt-{r['index']}"]
-    for v in VECTORS["envelopes"]:
-        assert "".join(blocks[v["name"]].split()).endswith(v["envelope_hex"])

@@ -149,11 +149,22 @@ def test_weights_are_configurable_and_checked():
     assert set(DEFAULT_WEIGHTS) == set(SCORED_REASONS)
     for options, words in (({"weights": {"bogus": 1}}, "no threat weight"),
                            ({"weights": {"bad_tag": -1}}, "at least 0"),
-                           ({"release": 100}, "below the threshold"), ({"half_life": 0}, "half_life"),
+                           ({"release": 100}, "below threshold=100"), ({"half_life": 0}, "half_life"),
                            ({"threshold": "high"}, "threshold"), ({"quarantine": 1}, "true or false"),
                            ({"tresh": 1}, "unknown threat setting")):
         with pytest.raises(ConfigError, match=words):
             ThreatPolicy.from_options(options)
+
+
+def test_the_release_level_defaults_to_half_the_threshold():
+    """`--threat threshold=20` alone: the default release level (50) would lie above it, so the
+    release follows the threshold (half of it, as the defaults 100 and 50); an explicit release that
+    does not fit is named as the setting to change."""
+    assert ThreatPolicy.from_options({"threshold": 20}).release == 10
+    assert ThreatPolicy.from_options({}).release == 50 and ThreatPolicy.from_options({"threshold": 300}).release == 150
+    assert ThreatPolicy.from_options({"threshold": 20, "release": 0}).release == 0
+    with pytest.raises(ConfigError, match=r"^threat release=30 must be at least 0 and below threshold=20 "):
+        ThreatPolicy.from_options({"threshold": 20, "release": 30})
 
 
 def test_scores_only_without_quarantine():

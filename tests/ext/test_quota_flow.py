@@ -211,3 +211,36 @@ def test_a_flooding_sender_under_quota_keeps_its_share_of_the_inbox_and_others_a
     assert seen["most"] == 16 and seen["bytes"] <= 65536 and seen["looks"] > 10
     assert peak_rss_mb(r.proc.pid) - baseline < 20
     f.proc.send_signal(signal.SIGTERM)
+
+
+def test_a_reliable_send_waits_for_room_like_a_plain_one(peers, root, key_path):
+    """The first transmission of a reliable message waits for room up to the send's timeout (as a
+    plain send does); it used to fail at once, as a non-blocking send."""
+    r = _receiver(peers, quota={"pending": 1}, features=["quota", "reliable"])
+    with Node(root, key_path, "s", allow=["r"], features=["quota", "reliable"]) as s:
+        with stopped(r):
+            s.send("r", 0, block=False)
+            started = time.monotonic()
+            with pytest.raises(QuotaExceededError, match=r"\(waited 0.3 s\)$"):
+                s.send("r", "refused", reliable=True, timeout=0.3)
+            assert time.monotonic() - started >= 0.3 and len(files_of(root, "r", "s")) == 1
+            handles: list = []
+            waiter = threading.Thread(target=lambda: handles.append(s.send("r", 1, reliable=True, timeout=60)))
+            waiter.start()
+        waiter.join(60)  # the receiver takes its file: the waiting send goes
+        assert handles and handles[0].result(60).transmissions == 1
+    assert [m["data"] for m in messages(r, 2)] == [0, 1]
+
+
+def test_durable_copies_keep_within_the_receivers_limits(peers, root, key_path):
+    """A durable copy is a MESSAGE like any other: with no room in the target's inbox it is not
+    delivered now (it is tried again later), rather than passing the limit."""
+    r = _receiver(peers, quota={"pending": 1}, durable=True, durable_on_tmpfs=True)
+    with Node(root, key_path, "s", allow=["r"], features=QUOTA, durable=True, durable_on_tmpfs=True) as s:
+        with stopped(r):
+            for i in range(3):
+                s.send("r", i, durable=True)
+            wait_until(lambda: s.counters()["quotaRefusals"] >= 1, 20, "a copy refused for want of room")
+            assert len(files_of(root, "r", "s")) == 1
+        wait_until(lambda: not s.extension("durable").outbox_items(), 60, "every receipt")
+    assert sorted(m["data"] for m in messages(r, 3)) == [0, 1, 2]

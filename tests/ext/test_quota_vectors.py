@@ -24,8 +24,8 @@ def test_the_vector_file_is_what_the_generator_writes():
     assert json.loads(out.stdout) == VECTORS
 
 
-@pytest.mark.parametrize("case", VECTORS["limits"], ids=lambda c: c["name"])
-def test_limits_read_from_an_entry(case):
+def check_limits(case: dict) -> None:
+    """An entry and a sender name -> the limits (or None) the runtime reads."""
     entry = RegistryEntry.from_json(case["entry"].encode())
     got = entry_limits(entry.features, entry.extra, case["sender"])
     expect = case["expect"]
@@ -35,8 +35,8 @@ def test_limits_read_from_an_entry(case):
         assert got == Limits(expect["pending"], expect["pendingBytes"], expect["rate"], expect["burst"])
 
 
-@pytest.mark.parametrize("case", VECTORS["admission"], ids=lambda c: c["name"])
-def test_admission_follows_the_files_still_present(case):
+def check_admission(case: dict) -> None:
+    """Limits and steps -> the runtime ledger's verdict for each send, on the files still present."""
     lim = case["limits"]
     limits = Limits(lim["pending"], lim["pendingBytes"])
     ledger, gone, verdicts, index = Ledger(), set(), [], 0
@@ -60,8 +60,8 @@ def test_admission_follows_the_files_still_present(case):
     assert verdicts == case["expect"]
 
 
-@pytest.mark.parametrize("case", VECTORS["bucket"], ids=lambda c: c["name"])
-def test_token_bucket_delays(case):
+def check_bucket(case: dict) -> None:
+    """A rate, a burst and attempt times -> the delays the runtime's token bucket gives."""
     bucket = TokenBucket(case["rate"], case["burst"])
     delays = []
     for t in case["times_ms"]:
@@ -70,3 +70,18 @@ def test_token_bucket_delays(case):
             assert bucket.take(t)
         delays.append(delay)
     assert delays == case["expect_delay_ms"]
+
+
+@pytest.mark.parametrize("case", VECTORS["limits"], ids=lambda c: c["name"])
+def test_limits_read_from_an_entry(case):
+    check_limits(case)
+
+
+@pytest.mark.parametrize("case", VECTORS["admission"], ids=lambda c: c["name"])
+def test_admission_follows_the_files_still_present(case):
+    check_admission(case)
+
+
+@pytest.mark.parametrize("case", VECTORS["bucket"], ids=lambda c: c["name"])
+def test_token_bucket_delays(case):
+    check_bucket(case)

@@ -47,6 +47,25 @@ def test_acknowledged_after_the_handler_ran(root, key):
     assert {r.get("messageId") for r in acks} == {handle.message_id, big.message_id}
 
 
+def test_message_records_say_the_bytes_of_the_value_on_both_sides(root, key):
+    """`size` in a message record is the bytes of the value (its compact JSON text, or the raw
+    bytes), whatever layout carried it: v1 layout, one binary envelope, or chunks."""
+    small, large, raw = {"n": 1, "text": "Grüße"}, {"blob": "x" * (2 * MiB)}, os.urandom(MiB // 2)
+    expected = {}
+    with Node(root, key, "a", allow=["b"], trace=True, **FAST) as a, \
+            Node(root, key, "b", allow=["a"], trace=True, **FAST) as b:
+        b.on_message(lambda m: None)
+        for value in (small, large, raw):
+            handle = a.send("b", value, reliable=True)
+            handle.result(20)
+            expected[handle.message_id] = len(value if isinstance(value, bytes) else payloads.encode_payload(value))
+        a.journal.flush()
+        b.journal.flush()
+    for name, event in (("a", "sent"), ("b", "delivered")):
+        sizes = {r["messageId"]: r["size"] for r in journal(root, name, "message") if r["event"] == event}
+        assert sizes == expected, name
+
+
 def test_a_handler_slower_than_the_timeout_gets_a_retransmission_but_runs_once(root, key):
     release, handled = threading.Event(), []
     with Node(root, key, "a", allow=["b"], trace=True, **FAST) as a, \

@@ -342,18 +342,20 @@ def stream_until_exit(sender: Proc, receiver: Proc, first: int) -> None:
 
 
 def deadline_answers(env: Env, callee: Proc, caller: Proc) -> dict[str, dict]:
-    """Two SPC_REQUESTs from caller to callee's echo, injected by the test: "late" has a
+    """Three SPC_REQUESTs from caller to callee's echo, injected by the test: "late" has a
     timestamp 5 s old and timeoutMs 1000 (its deadline has passed, inside the 60 s window),
-    "in-time" is fresh. The answers, by request id, read from the stopped caller's inbox."""
+    "in-time" is fresh, "no-deadline" is 5 s old with timeoutMs 0 (no deadline: docs/PROTOCOL.md
+    reading 8). The answers, by request id, read from the stopped caller's inbox."""
     with stopped(caller):
         now = int(time.time() * 1000)
-        for seq, rid, ts, timeout in ((1, "late", now - 5000, 1000), (2, "in-time", now, 30000)):
+        for seq, rid, ts, timeout in ((1, "late", now - 5000, 1000), (2, "in-time", now, 30000),
+                                      (3, "no-deadline", now - 5000, 0)):
             req = {"from": caller.name, "to": callee.name, "requestId": rid, "service": "echo",
                    "arguments": {"rid": rid}, "callerNode": caller.name, "timeoutMs": timeout}
             name, data = env.forge("SPC_REQUEST", req, sender=caller.name, source_id=caller.id,
                                    target_id=callee.id, seq=seq, ts_ms=ts)
             env.inject(callee.name, name, data)
-        wait_for(lambda: len(env.inbox_files(caller.name)) == 2, 10, "two responses")
+        wait_for(lambda: len(env.inbox_files(caller.name)) == 3, 10, "three responses")
         answers = [env.open_envelope(os.path.join(env.inbox(caller.name), f))[1]
                    for f in env.inbox_files(caller.name)]
     return {p["requestId"]: p for p in answers}

@@ -103,6 +103,7 @@ def test_python_callee_answers_timeout_past_the_deadline(procs, env):
     by_id = deadline_answers(env, py, caller)
     assert (by_id["late"]["status"], by_id["late"]["errorCode"]) == ("ERROR", "TIMEOUT")
     assert (by_id["in-time"]["status"], by_id["in-time"]["result"]) == ("SUCCESS", {"rid": "in-time"})
+    assert (by_id["no-deadline"]["status"], by_id["no-deadline"]["result"]) == ("SUCCESS", {"rid": "no-deadline"})
 
 
 def test_a_stopping_python_node_handles_every_envelope_from_a_c_sender(procs, env):

@@ -1,7 +1,9 @@
 """The `speed` command: help, key files, registry table, reaping, exit codes, no key material."""
+import argparse
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +11,7 @@ import time
 import pytest
 
 from speed_runtime import Node
+from speed_runtime.cli import build_parser
 from speed_runtime.keyfile import load_key
 from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.registry import Registry
@@ -25,6 +28,37 @@ def speed(*args, env=None):
 def test_help_everywhere(cmd):
     result = speed(*cmd, "--help")
     assert result.returncode == 0 and "usage: speed" in result.stdout
+
+
+def _options(parser, path=("speed",)):
+    """(command words, argparse action) of every argument of every (sub)command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, (*path, name))
+        else:
+            yield path, action
+
+
+def test_every_argument_of_every_command_has_help():
+    missing = [f"{' '.join(path)} {action.option_strings or action.dest}" for path, action in _options(build_parser())
+               if not (action.help or "").strip()]
+    assert not missing, f"arguments without --help text: {missing}"
+
+
+def test_a_closed_pipe_ends_the_command_quietly(workdir):
+    """`speed operator show | head -1`: the reader left; the command ends as CLI tools do, with no
+    message (the status a shell shows for a process ended by SIGPIPE)."""
+    path = os.path.join(workdir, "operator.key")
+    assert speed("operator", "keygen", path).returncode == 0
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody will read: every write to the pipe fails with EPIPE
+    try:
+        result = subprocess.run(SPEED + ["operator", "show", path], stdout=writer, stderr=subprocess.PIPE, text=True,
+                                timeout=60)
+    finally:
+        os.close(writer)
+    assert result.stderr == "" and result.returncode == 128 + signal.SIGPIPE
 
 
 def test_keygen_and_key_errors_never_print_the_key(workdir):
@@ -46,7 +80,10 @@ def test_keygen_and_key_errors_never_print_the_key(workdir):
 
 def test_bad_json_arguments_are_one_sentence(workdir, key_path):
     result = speed("call", "x", "echo", "{not json", "--dir", os.path.join(workdir, "env"), "--key", key_path)
-    assert result.returncode == 2 and "not valid JSON" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("speed: the arguments must be valid JSON (Expecting property name"), result.stderr
+    result = speed("send", "x", "{not json", "--dir", os.path.join(workdir, "env"), "--key", key_path)
+    assert result.returncode == 2 and result.stderr.startswith("speed: the message must be valid JSON"), result.stderr
     result = speed("call", "x", "echo", "[1]", "--dir", os.path.join(workdir, "env"), "--key", key_path)
     assert result.returncode == 2 and "JSON object" in result.stderr
 

@@ -119,6 +119,20 @@ def test_entry_round_trip_keeps_unknown_fields():
     assert json.loads(e.to_json())["lastHeartbeat"] == 1000.0
 
 
+def test_an_entrys_numbers_are_values_not_spellings():
+    """docs/PROTOCOL.md §9 "Numbers": 4242.0 is the integer 4242 (a pid, the protocol), a number
+    beyond a double's range is missing (the default), and booleans are never numbers."""
+    ident = str(uuid.uuid4())
+    text = ('{"name":"n","id":"%s","lastHeartbeat":1000,"pid":4.242e3,"protocol":1.0,"leaseSeconds":%s,'
+            '"heartbeatSeconds":true,"bootTimeHeartbeat":1e400}' % (ident, "9" * 400))
+    e = RegistryEntry.from_json(text.encode())
+    assert (e.pid, e.protocol, e.lease_seconds, e.heartbeat_seconds) == (4242, 1, 30.0, 5.0)
+    assert isinstance(e.pid, int) and e.boot_time_heartbeat is None and e.last_heartbeat == 1000.0
+    assert RegistryEntry.from_json(text.replace("4.242e3", "4242.5").encode()).pid == 0  # not an integer
+    with pytest.raises(BadEntryError):  # the one required number, beyond a double: the entry is unreadable
+        RegistryEntry.from_json(text.replace('"lastHeartbeat":1000', '"lastHeartbeat":1' + "0" * 400).encode())
+
+
 @pytest.mark.parametrize("data", [b"", b"[]", b"{", b'{"name":"n","id":"x","lastHeartbeat":1}',
                                   b'{"name":"n.x","id":"' + str(uuid.uuid4()).encode() + b'","lastHeartbeat":1}',
                                   b'{"name":"n","id":"' + str(uuid.uuid4()).encode() + b'"}',

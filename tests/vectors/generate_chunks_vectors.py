@@ -146,8 +146,56 @@ def build() -> dict:
         v = sealed(name, etype, flags, seq[0], plaintext, BILLING, REPORTS, "billing")
         invalid.append({"name": name, "type": etype, "flags": flags, "envelope_hex": v["envelope_hex"],
                         "reason": "bad_payload"})
+    # a payload's integer is a number without fraction or exponent; JSON's -0 is the integer 0
+    small = body[:50]
+    plaintext = chunk_plaintext(first, "msg-0007", small, 0, None).replace(b'"chunkIndex":0,', b'"chunkIndex":-0,', 1)
+    messages.append({"name": "minus_zero_is_zero", "envelopes": [add("minus_zero_is_zero_0", MESSAGE, BINARY | CHUNK,
+                                                                     plaintext, layout="chunk")],
+                     "messageId": "msg-0007", "outcome": "delivered", "value_kind": "bytes", "size": len(small),
+                     "chunks": 1, "value_sha256": hashlib.sha256(small).hexdigest(),
+                     "handwritten": True})  # no compact JSON writer spells 0 this way: a sender would not
     return {"spec": "SPEED-WIRE-V1 extensions chunks and reliable", "key_file": KEY_FILE, "piece": PIECE,
-            "envelopes": envelopes, "messages": messages, "invalid": invalid}
+            "envelopes": envelopes, "messages": messages, "invalid": invalid, "advertisement": advertisement()}
+
+
+def entry_integer(v):
+    """A registry entry's integer (PROTOCOL §9 "Numbers"): a JSON number with an integral value,
+    whatever its spelling; beyond a double's range it is missing."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        d = float(v)
+    except OverflowError:
+        return None
+    return int(d) if d == d and abs(d) != float("inf") and d == int(d) else None
+
+
+def advertisement() -> list:
+    """A target's entry -> whether a sender uses chunks towards it, the envelope payload limit and
+    the largest message, for a sender whose own limits are OWN_PAYLOAD and OWN_MESSAGE."""
+    own_payload, own_message = 1 << 20, 64 << 20
+    cases = []
+    for name, features, field in (
+            ("advertised", '["chunks"]', '{"maxMessage":4194304,"maxEnvelopePayload":65536}'),
+            ("integral_spellings", '["chunks"]', '{"maxMessage":4.194304e6,"maxEnvelopePayload":65536.0}'),
+            ("larger_than_own", '["chunks"]', '{"maxMessage":1e12,"maxEnvelopePayload":16777216}'),
+            ("no_field", '["chunks"]', None),
+            ("field_not_object", '["chunks"]', '[4194304,65536]'),
+            ("not_numbers", '["chunks"]', '{"maxMessage":"4194304","maxEnvelopePayload":true}'),
+            ("zero_and_fraction", '["chunks"]', '{"maxMessage":0,"maxEnvelopePayload":65536.5}'),
+            ("beyond_a_double", '["chunks"]', '{"maxMessage":1e400,"maxEnvelopePayload":1' + "0" * 400 + "}"),
+            ("not_advertised", '["quota"]', '{"maxMessage":4194304,"maxEnvelopePayload":65536}')):
+        entry = ('{"name":"reports","id":"' + REPORTS + '","lastHeartbeat":1700000000.0,"features":' + features
+                 + (',"chunks":' + field if field is not None else "") + "}")
+        obj = json.loads(entry)
+        chunks = obj.get("chunks") if isinstance(obj.get("chunks"), dict) else {}
+        theirs, most = (entry_integer(chunks.get(k)) for k in ("maxEnvelopePayload", "maxMessage"))
+        theirs = theirs if theirs is not None and theirs >= 1 else 1 << 20
+        most = most if most is not None and most >= 1 else own_message
+        cases.append({"name": name, "entry": entry, "own_max_payload": own_payload, "own_max_message": own_message,
+                      "expect": {"speaks": "chunks" in obj["features"], "envelopeLimit": min(theirs, own_payload),
+                                 "maxMessage": min(most, own_message)}})
+    return cases
 
 
 def main() -> int:

@@ -154,6 +154,8 @@ CASES = [
     case("lift_takes_a_sender", "control_malformed", signed_text("lift", {"peer": "gateway"}, "req-lift-bad"),
          "req-lift-bad", 24),
     case("stop", None, signed_text("stop", {}, "req-stop-1"), "req-stop-1", 25),
+    case("lift_sender_not_a_node_name", "control_malformed",
+         signed_text("lift", {"sender": "../gateway"}, "req-lift-badname"), "req-lift-badname", 26),
 ]
 
 ANSWERS = [  # SPC_RESPONSE payloads (v1 layout) the target writes back to the requester

@@ -23,21 +23,27 @@ CAP_PENDING, CAP_BYTES, CAP_RATE, CAP_BURST = 65536, 2 ** 53, 1_000_000.0, 65536
 
 
 # ------------------------------------------------------------------ the reading rules, restated
-def valid_integer(v, cap):
+def entry_number(v):
+    """A number of an entry: its value as a double; beyond a double's range it is missing."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
+    try:
+        v = float(v)
+    except OverflowError:
         return None
-    if v < 1:
+    return v if math.isfinite(v) else None
+
+
+def valid_integer(v, cap):
+    v = entry_number(v)
+    if v is None or v != math.floor(v) or v < 1:
         return None
     return int(cap) if v > cap else int(v)
 
 
 def valid_rate(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    v = float(v)
-    if not math.isfinite(v) or v <= 0:
+    v = entry_number(v)
+    if v is None or v <= 0:
         return None
     return CAP_RATE if v > CAP_RATE else v
 
@@ -130,6 +136,9 @@ LIMITS = [
     ("negative_is_invalid", entry('{"pending":64,"pendingBytes":-1}'), "s"),
     ("fraction_is_invalid", entry('{"pending":1.5,"pendingBytes":4194304}'), "s"),
     ("clamped", entry('{"pending":100000,"pendingBytes":1e300,"rate":1e9,"burst":1000000}'), "s"),
+    ("integer_beyond_a_double_is_missing", entry('{"pending":8,"pendingBytes":1' + "0" * 400 + '}'), "s"),
+    ("rate_beyond_a_double_is_missing", entry('{"pending":8,"pendingBytes":65536,"rate":1' + "0" * 400 + '}'), "s"),
+    ("exponent_beyond_a_double_is_missing", entry('{"pending":8,"pendingBytes":1e400}'), "s"),
     ("rate_default_burst", entry('{"pending":8,"pendingBytes":65536,"rate":200}'), "s"),
     ("slow_rate_burst_one", entry('{"pending":8,"pendingBytes":65536,"rate":0.25}'), "s"),
     ("fractional_rate", entry('{"pending":8,"pendingBytes":65536,"rate":12.75}'), "s"),

@@ -44,6 +44,12 @@ int chunks_valid_id(const char *s);
 /* The field that holds a type's value: data, arguments or result; NULL for other types. */
 const char *chunks_value_field(int type);
 
+/* What a target's entry says to a sender whose own limits are own_payload and own_max: 1 when it
+ * advertises chunks; *limit the envelope payload limit towards it and *most the largest message
+ * both accept (an advertised number that is not an entry integer of at least 1 is as if missing). */
+int chunks_target_limits(const jval *entry, uint64_t own_payload, uint64_t own_max, uint64_t *limit,
+                         uint64_t *most);
+
 /* ---------- the reassembly state machine (no I/O, time is an argument) ---------- */
 
 typedef struct {

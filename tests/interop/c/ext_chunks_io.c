@@ -103,25 +103,33 @@ void ext_entry_fields(const node_t *n, jval *entry, jval *features)
 
 /* ---------- sending ---------- */
 
-/* 1 when target's entry advertises chunks; its limits (defaults when absent or unusable). */
-static int target_speaks_chunks(node_t *n, const char *target, uint64_t *limit, uint64_t *most)
+int chunks_target_limits(const jval *e, uint64_t own_payload, uint64_t own_max, uint64_t *limit, uint64_t *most)
 {
-    int exists = 0, speaks = 0;
-    jval *e = registry_read(n->root, target, &exists);
+    int speaks = 0;
     const jval *f = e ? json_get(e, "features") : NULL;
     for (size_t i = 0; f && f->type == J_ARR && i < f->n; i++)
         if (f->items[i]->type == J_STR && strcmp(f->items[i]->str, "chunks") == 0)
             speaks = 1;
     const jval *c = e ? json_get(e, "chunks") : NULL;
     *limit = ENV_DEFAULT_MAX_PAYLOAD;
-    *most = CHUNKS_MAX_MESSAGE;
-    uint64_t v;
-    if (c && c->type == J_OBJ && json_get_u64(c, "maxEnvelopePayload", &v) == 0 && v > 0)
-        *limit = v;
-    if (c && c->type == J_OBJ && json_get_u64(c, "maxMessage", &v) == 0 && v > 0 && v < *most)
-        *most = v;
-    if (*limit > n->max_payload)
-        *limit = n->max_payload;
+    *most = own_max;
+    double v; /* the entry's rule for numbers: 65536.0 is an integer, 1e400 is missing */
+    if (c && c->type == J_OBJ && json_entry_integer(json_get(c, "maxEnvelopePayload"), &v) == 0 && v >= 1)
+        *limit = v < (double)UINT64_MAX ? (uint64_t)v : UINT64_MAX;
+    if (c && c->type == J_OBJ && json_entry_integer(json_get(c, "maxMessage"), &v) == 0 && v >= 1 &&
+        v < (double)*most)
+        *most = (uint64_t)v;
+    if (*limit > own_payload)
+        *limit = own_payload;
+    return speaks;
+}
+
+/* 1 when target's entry advertises chunks; its limits (defaults when absent or unusable). */
+static int target_speaks_chunks(node_t *n, const char *target, uint64_t *limit, uint64_t *most)
+{
+    int exists = 0;
+    jval *e = registry_read(n->root, target, &exists);
+    int speaks = chunks_target_limits(e, n->max_payload, CHUNKS_MAX_MESSAGE, limit, most);
     json_free(e);
     return speaks;
 }

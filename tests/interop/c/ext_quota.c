@@ -22,20 +22,22 @@
 
 /* ---------- reading an entry ---------- */
 
-/* A JSON number with an integral value of at least 1, clamped to cap. */
+/* An entry's integer of at least 1, clamped to cap. */
 static int valid_integer(const jval *v, double cap, uint64_t *out)
 {
-    if (!v || v->type != J_NUM || !isfinite(v->num) || v->num != floor(v->num) || v->num < 1)
+    double d;
+    if (json_entry_integer(v, &d) != 0 || d < 1)
         return 0;
-    *out = (uint64_t)(v->num > cap ? cap : v->num);
+    *out = (uint64_t)(d > cap ? cap : d);
     return 1;
 }
 
 static int valid_rate(const jval *v, double *out)
 {
-    if (!v || v->type != J_NUM || !isfinite(v->num) || v->num <= 0)
+    double d;
+    if (json_entry_number(v, &d) != 0 || d <= 0)
         return 0;
-    *out = v->num > QUOTA_CAP_RATE ? QUOTA_CAP_RATE : v->num;
+    *out = d > QUOTA_CAP_RATE ? QUOTA_CAP_RATE : d;
     return 1;
 }
 

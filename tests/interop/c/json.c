@@ -174,6 +174,10 @@ int json_num_u64(const jval *v, uint64_t *out)
     if (!v || v->type != J_NUM || !v->numtext)
         return -1;
     const char *t = v->numtext;
+    if (strcmp(t, "-0") == 0) { /* JSON's minus zero is the integer 0 */
+        *out = 0;
+        return 0;
+    }
     if (!*t || strspn(t, "0123456789") != strlen(t) || strlen(t) > 20)
         return -1;
     uint64_t x = 0;
@@ -190,6 +194,19 @@ int json_num_u64(const jval *v, uint64_t *out)
 int json_get_u64(const jval *obj, const char *key, uint64_t *out)
 {
     return json_num_u64(json_get(obj, key), out);
+}
+
+int json_entry_number(const jval *v, double *out)
+{
+    if (!v || v->type != J_NUM || !isfinite(v->num))
+        return -1;
+    *out = v->num;
+    return 0;
+}
+
+int json_entry_integer(const jval *v, double *out)
+{
+    return json_entry_number(v, out) == 0 && *out == floor(*out) ? 0 : -1;
 }
 
 /* ---------- number formatting ---------- */
@@ -563,12 +580,10 @@ static jval *parse_number(parser *p)
     v->numtext = xmalloc(n + 1);
     memcpy(v->numtext, s + start, n);
     v->numtext[n] = '\0';
+    /* beyond a double's range strtod gives +-HUGE_VAL (infinity): the document is still valid JSON
+     * (RFC 8259 leaves the range to implementations), and a reader of such a number treats it as
+     * missing (json_entry_number; docs/PROTOCOL.md section 9 "Numbers") */
     v->num = strtod(v->numtext, NULL);
-    if (!isfinite(v->num)) {
-        json_free(v);
-        fail(p, "number out of range");
-        return NULL;
-    }
     return v;
 }
 

@@ -41,9 +41,15 @@ void json_free(jval *v);
 jval *json_get(const jval *obj, const char *key);
 /* The string value of key, or NULL if absent or not a string (or containing NUL). */
 const char *json_get_str(const jval *obj, const char *key);
-/* Unsigned integer value written without fraction/exponent/sign. 0 on success. */
+/* A payload's integer: a number written without fraction, exponent or sign ("-0" is 0), in
+ * range of uint64_t. 0 on success. */
 int json_get_u64(const jval *obj, const char *key, uint64_t *out);
 int json_num_u64(const jval *v, uint64_t *out);
+/* A registry entry's number (docs/PROTOCOL.md section 9 "Numbers"): its value, whatever the
+ * spelling, when finite as a double (1e400 counts as missing); an integer when that value is
+ * integral (64, 64.0 and 6.4e1 alike). 0 on success. */
+int json_entry_number(const jval *v, double *out);
+int json_entry_integer(const jval *v, double *out);
 
 jval *json_null(void);
 jval *json_bool(int b);

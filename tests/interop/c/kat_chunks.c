@@ -2,7 +2,8 @@
  * (tests/vectors/chunks_vectors.json, written by an independent generator from
  * docs/PROTOCOL.md): every envelope seals and opens to its plaintext and decodes as stated
  * (value, chain value = the envelope tag, messageId), every message reassembles or is voided with its reason,
- * every invalid payload is refused as bad_payload. */
+ * every invalid payload is refused as bad_payload, and every target's advertisement reads as stated
+ * (chunks_target_limits: the entry's rule for numbers). */
 #include "envelope.h"
 #include "ext_chunks.h"
 #include "json.h"
@@ -213,6 +214,26 @@ static void check_invalid(const jval *c, const uint8_t key[32])
     free(env);
 }
 
+/* A target's entry -> speaks chunks, the envelope payload limit and the largest message. */
+static void check_advertisement(const jval *c)
+{
+    const char *name = json_get_str(c, "name"), *entry_text = json_get_str(c, "entry");
+    const jval *want = json_get(c, "expect");
+    uint64_t own_payload = 0, own_max = 0, want_limit = 0, want_most = 0, limit = 0, most = 0;
+    jval *entry = entry_text ? json_parse(entry_text, strlen(entry_text), NULL, 0) : NULL;
+    const jval *speaks = want ? json_get(want, "speaks") : NULL;
+    int fields = entry && speaks && speaks->type == J_BOOL && json_get_u64(c, "own_max_payload", &own_payload) == 0 &&
+                 json_get_u64(c, "own_max_message", &own_max) == 0 &&
+                 json_get_u64(want, "envelopeLimit", &want_limit) == 0 && json_get_u64(want, "maxMessage", &want_most) == 0;
+    check(fields, name, "malformed advertisement case");
+    if (fields) {
+        check(chunks_target_limits(entry, own_payload, own_max, &limit, &most) == speaks->boolean, name, "speaks");
+        check(limit == want_limit, name, "envelope limit");
+        check(most == want_most, name, "largest message");
+    }
+    json_free(entry);
+}
+
 int kat_chunks_run(const char *path)
 {
     size_t len = 0;
@@ -226,25 +247,28 @@ int kat_chunks_run(const char *path)
     free(text);
     const jval *envelopes = doc ? json_get(doc, "envelopes") : NULL, *messages = doc ? json_get(doc, "messages") : NULL;
     const jval *invalid = doc ? json_get(doc, "invalid") : NULL, *key_file = doc ? json_get(doc, "key_file") : NULL;
+    const jval *adverts = doc ? json_get(doc, "advertisement") : NULL;
     uint8_t key[32];
     if (!envelopes || envelopes->type != J_ARR || !messages || messages->type != J_ARR || !invalid ||
-        invalid->type != J_ARR || !key_file || key_file->type != J_STR ||
+        invalid->type != J_ARR || !adverts || adverts->type != J_ARR || !key_file || key_file->type != J_STR ||
         keyfile_parse(key_file->str, key_file->len, key, err, sizeof err) != 0) {
         fprintf(stderr, "error: %s is not a chunks vector file (%s)\n", path, err);
         json_free(doc);
         return 2;
     }
     int passed = 0, failed = 0;
-    for (size_t k = 0; k < 3; k++) {
-        const jval *list = k == 0 ? envelopes : k == 1 ? messages : invalid;
+    for (size_t k = 0; k < 4; k++) {
+        const jval *list = k == 0 ? envelopes : k == 1 ? messages : k == 2 ? invalid : adverts;
         for (size_t i = 0; i < list->n; i++) {
             failures = 0;
             if (k == 0)
                 check_envelope(list->items[i], key);
             else if (k == 1)
                 check_message(list->items[i], envelopes, key);
-            else
+            else if (k == 2)
                 check_invalid(list->items[i], key);
+            else
+                check_advertisement(list->items[i]);
             failures ? failed++ : passed++;
         }
     }

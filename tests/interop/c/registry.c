@@ -155,22 +155,21 @@ jval *registry_read(const char *root, const char *name, int *exists)
 
 static double num_field(const jval *e, const char *key, double dflt)
 {
-    jval *v = json_get(e, key);
-    return (v && v->type == J_NUM) ? v->num : dflt;
+    double v;
+    return json_entry_number(json_get(e, key), &v) == 0 ? v : dflt;
 }
 
 /* The largest pid_max Linux accepts (PID_MAX_LIMIT on 64-bit). */
 #define PID_LIMIT 4194304.0
 
-/* 1 when the entry's pid cannot be a running process of this host. */
+/* 1 when the entry's pid cannot be a running process of this host. A pid that is missing or not
+ * an integer is one no process can have (docs/PROTOCOL.md reading 4: the entry is stale). */
 static int pid_is_dead(const jval *e)
 {
-    jval *v = json_get(e, "pid");
-    if (!v || v->type != J_NUM || v->num != floor(v->num))
-        return 0; /* no usable pid: nothing to conclude */
-    if (v->num <= 0 || v->num > PID_LIMIT)
+    double pid;
+    if (json_entry_integer(json_get(e, "pid"), &pid) != 0 || pid <= 0 || pid > PID_LIMIT)
         return 1; /* no process can have it */
-    return kill((pid_t)v->num, 0) != 0 && errno == ESRCH;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 int registry_is_stale(const jval *e)
@@ -179,10 +178,10 @@ int registry_is_stale(const jval *e)
     if (lease > REGISTRY_MAX_LEASE_SECONDS)
         lease = REGISTRY_MAX_LEASE_SECONDS;
     const char *boot = json_get_str(e, "bootId");
-    jval *bt = json_get(e, "bootTimeHeartbeat");
+    double bt;
     int same_boot = boot && host_boot_id()[0] && strcmp(boot, host_boot_id()) == 0;
-    double age = (same_boot && bt && bt->type == J_NUM)
-                     ? now_boottime() - bt->num
+    double age = (same_boot && json_entry_number(json_get(e, "bootTimeHeartbeat"), &bt) == 0)
+                     ? now_boottime() - bt
                      : now_wall() - num_field(e, "lastHeartbeat", 0);
     if (age > lease || -age > lease)
         return 1;

@@ -30,9 +30,9 @@ static int has_service(const node_t *n, const char *s)
 static int deadline_passed(const env_header *h, const jval *p, uint64_t *deadline)
 {
     const jval *t = json_get(p, "timeoutMs");
-    if (!t || t->type != J_NUM || !(t->num >= 0))
-        return 0; /* no usable timeoutMs: no deadline */
-    *deadline = h->timestamp_ms + (uint64_t)t->num;
+    if (!t || t->type != J_NUM || !(t->num > 0))
+        return 0; /* no usable timeoutMs (missing, 0, negative, not a number): no deadline */
+    *deadline = h->timestamp_ms + (uint64_t)(t->num < 9007199254740992.0 ? t->num : 9007199254740992.0);
     return now_wall_ms() > *deadline;
 }
 
