@@ -85,3 +85,19 @@ def test_the_protocol_page_prints_the_vectors_of_the_file():
         assert r["mac"] in blocks[f"receipt-{r['index']}"]
     for v in VECTORS["envelopes"]:
         assert "".join(blocks[v["name"]].split()).endswith(v["envelope_hex"])
+
+
+def test_the_ledger_steps_of_the_vectors():
+    assert (d.FLOOR_STEP, d.MAX_STREAMS) == (VECTORS["floor_step"], VECTORS["max_streams"])
+    rkey = d.receipt_key(KEY.raw)
+    streams: dict[str, d.StreamLedger] = {}
+    for step in VECTORS["ledger_steps"]:
+        ledger = d.stream_of(streams, f"{step['stream']:032x}")
+        if ledger is None:
+            assert step["outcome"] == "durable_streams_full", step
+            continue
+        ledger.advance(step["base"])
+        outcome = "durable_duplicate" if ledger.seen(step["id"]) else "handled"
+        if outcome == "handled":
+            ledger.record(ledger.issue(rkey, "reports", "billing", step["id"], "handled", 1))
+        assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
