@@ -424,10 +424,16 @@ class DurableExtension(Extension):
         try:
             with self.ledgers.use(sender) as book:
                 self._handle_in(book, verdict, fields, sender, data, name)
-        except StoreError as exc:
-            self._store_failed(f"cannot store durable receipts for {sender}: {exc}; its messages are not "
-                               "acknowledged (they stay in its outbox) until the ledger can be written")
+        except (StoreError, MemoryError) as exc:
+            self._store_failed(f"cannot store durable receipts for {sender}: {exc or 'out of memory'}; its "
+                               "messages are not acknowledged (they stay in its outbox) until the ledger can be "
+                               "written")
             self.node.receiver.take(name)  # unacknowledged: the sender's outbox delivers it again
+        except Exception as exc:  # never left to be judged again (a replayed nonce, counted against the sender)
+            self.node.telemetry.count("protocolErrors")
+            self.node.telemetry.problem("receiving_failed", f"durable message from {sender}: "
+                                        f"{type(exc).__name__}: {exc}", key=f"durable:{type(exc).__name__}")
+            self.node.receiver.take(name)
 
     def _handle_in(self, book: SenderLedger, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
         node, receiver = self.node, self.node.receiver

@@ -25,6 +25,7 @@ from ..core.durable import (DurableFields, OutboxFullError, Receipt, compact_rec
                             open_outbox_entry, outbox_meta, seal_outbox_entry)
 from ..core.errors import DirectoryError
 from ..core.keys import Key
+from ..core.names import is_valid_name
 from ..fsutil import close_quietly
 from .durable_store import AppendLog, StoreError, Syncs, private_dir, read_small, write_durably
 
@@ -71,12 +72,14 @@ class Outbox:
         self.next_id: dict[str, int] = {}
         self.bytes = 0
         self.skipped: list[str] = []  # what was found and left alone (the extension reports it)
+        self.waiting = 0  # messages in all targets' pending (kept, not summed at each store)
         for target in sorted(os.listdir(self.dir_fd)):
-            if not target.startswith("."):
-                try:
-                    self._load(target)
-                except OSError as exc:
-                    self.skipped.append(f"{os.path.join(self.path, target)}: {exc.strerror or exc}")
+            if not is_valid_name(target):
+                continue  # not a target's directory: nothing of ours (a name is never shown as given)
+            try:
+                self._load(target)
+            except OSError as exc:
+                self.skipped.append(f"{os.path.join(self.path, target)}: {exc.strerror or exc}")
 
     # ------------------------------------------------------------------ loading
     def _load(self, target: str) -> None:
@@ -108,10 +111,10 @@ class Outbox:
                     self.bytes += meta.get("size", 0)
                     highest = max(highest, meta["id"])
         box.pending = OrderedDict(sorted(box.pending.items()))
-        log = self._receipt_log(target, read=True)
-        try:
+        lines: list[bytes] = []
+        if os.path.lexists(os.path.join(self.receipts_path, f"{target}.log")):  # (written at the first receipt)
+            log = self._receipt_log(target, read=True)
             lines = log.lines
-        finally:
             log.close()
         for line in lines:  # ids already receipted or expired are never given again
             try:
@@ -121,6 +124,7 @@ class Outbox:
             except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
                 continue
         self.targets[target] = box
+        self.waiting += len(box.pending)
         self.next_id[target] = highest + 1
 
     @contextmanager
@@ -154,7 +158,7 @@ class Outbox:
         """Write one message durably; returns (stream, id). Raises OutboxFullError, or StoreError
         (nothing stored) when the entry cannot be written."""
         with self.lock:
-            waiting = sum(len(b.pending) for b in self.targets.values())
+            waiting = self.waiting
             if waiting >= self.limit or self.bytes + len(body) > self.max_bytes:
                 raise OutboxFullError(
                     f"the outbox holds {waiting} messages ({self.bytes} bytes), its limit is {self.limit} "
@@ -170,6 +174,7 @@ class Outbox:
                               self.syncs, os.path.join(self.path, target))
             self.next_id[target] = msg_id + 1
             box.pending[msg_id] = Pending(msg_id, now, expires_ms, len(body))
+            self.waiting += 1
             self.bytes += len(body)
             return box.stream, msg_id
 
@@ -219,6 +224,7 @@ class Outbox:
                     log.close()
                 for box, p, record in batch:
                     del box.pending[p.id]
+                    self.waiting -= 1
                     self.bytes -= p.size
                 done += batch
         for target in {box.target for box, _, _ in done}:  # after the records are on disk: a crash in between only repeats a copy

@@ -27,6 +27,7 @@ from ..core.durable import (ChainReport, Receipt, durable_flag, is_stream, linea
                             receipt_from_json, receipt_key, verify_chain)
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
+from ..core.names import is_valid_name
 from ..fsutil import close_quietly, ensure_private_dir
 
 TMPFS_MAGIC, RAMFS_MAGIC = 0x01021994, 0x858458F6
@@ -133,8 +134,14 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def read_small(dir_fd: int, name: str, limit: int = 64 << 20) -> bytes:
-    fd = os.open(name, _READ, dir_fd=dir_fd)
+def read_small(dir_fd: int, name: str, limit: int = 64 << 20, close_dir: bool = False) -> bytes:
+    """A regular file's bytes (opened without following a link or blocking on a FIFO; at most
+    `limit` bytes, else OSError). With `close_dir`, `dir_fd` is closed too."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    finally:
+        if close_dir:
+            os.close(dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
@@ -322,11 +329,13 @@ class PendingCopy(NamedTuple):
 
 
 def _node_names(root: str, names: Iterable[str] | None) -> list[str]:
+    """The names given, or every node directory of ROOT: directories (never links) whose names
+    are node names (anything else a member put in ROOT is not listed, let alone shown)."""
     if names:
         return list(names)
     try:
         return sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)
-                      and not e.name.startswith("speed_"))
+                      and is_valid_name(e.name))
     except OSError:
         return []
 
@@ -338,7 +347,8 @@ def list_outboxes(root: str, names: Iterable[str] | None = None) -> list[OutboxI
     for node in _node_names(root, names):
         base = os.path.join(root, node, "durable", "outbox")
         try:
-            targets = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+            targets = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False)
+                             and is_valid_name(e.name))
         except OSError:
             continue
         for target in targets:
@@ -393,9 +403,9 @@ def _log_receipts(path: str, receiver: str, sender: str) -> tuple[list[Receipt],
     """The receipts of one log (a sender's stored receipts or a receiver's ledger) and the
     checkpoints a compacted log starts from: (position, MAC, handled before it)."""
     receipts, starts = [], {}
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().splitlines()
+    try:  # never through a link, never a FIFO (it would block), never more than a log can hold
+        lines = read_small(os.open(os.path.dirname(path), _DIR), os.path.basename(path), MAX_LOG_BYTES,
+                           close_dir=True).splitlines()
     except OSError:
         return [], {}
     for line in lines:
@@ -434,7 +444,7 @@ def verify_receipts(root: str, key: bytes, receiver: str, senders: Iterable[str]
             logs = []
         for log in logs:
             sender = log[:-4]
-            if senders and sender not in senders:
+            if (senders and sender not in senders) or not is_valid_name(sender):
                 continue
             check(f"ledger of {receiver}", os.path.join(base, log), sender)
     return out

@@ -75,3 +75,57 @@ def test_a_forged_copy_with_the_largest_ids_neither_blackholes_nor_stalls_the_ho
     assert not reports["stored by tx"].ok and reports["stored by tx"].first_break == 3
     result = speed("receipts", "rx", "--dir", droot, "--key", dkey)
     assert result.returncode == 1 and "BROKEN at receipt 3: receipt 3 is missing" in result.stdout
+
+
+def test_a_fifo_or_a_link_in_place_of_a_ledger_is_refused_aloud_and_nothing_is_acknowledged(droot, dkey, dprocs,
+                                                                                           base):
+    rx = dprocs.start("rx", allow=["tx"], echo=True, extra=["--durable"])
+    ledger = os.path.join(droot, "rx", "durable", "ledger", "tx.log")
+    os.mkfifo(ledger)
+    outside = os.path.join(base, "not-a-ledger")
+    with open(outside, "w") as f:
+        f.write("kept\n")
+    with Node(droot, dkey, "tx", allow=["rx"], durable=True) as tx:
+        tx.send("rx", "waits", durable=True)
+        wait_until(lambda: any("tx.log is not a regular file" in line for line in rx.stderr), 20, "the refusal")
+    os.unlink(ledger)
+    os.symlink(outside, ledger)                                       # a link: never followed either
+    with Node(droot, dkey, "tx", allow=["rx"], durable=True) as tx:  # a new instance delivers at once
+        wait_until(lambda: any("Too many levels of symbolic links" in line for line in rx.stderr), 20,
+                   "the second refusal")
+        assert [i["id"] for i in tx.extension("durable").outbox_items()] == [1] and rx.proc.poll() is None
+    os.unlink(ledger)
+    with Node(droot, dkey, "tx", allow=["rx"], durable=True) as tx:
+        assert tx.send("rx", "then", durable=True, confirm=True, timeout=30) == 2
+        wait_until(lambda: not tx.extension("durable").outbox_items(), 30, "the first message's receipt")
+    assert sorted(m["data"] for m in lines(rx, 2)) == ["then", "waits"]
+    assert open(outside).read() == "kept\n"
+
+
+def test_links_fifos_and_odd_names_in_a_senders_durable_directories_are_left_alone(droot, dkey, base):
+    with Node(droot, dkey, "tx", allow=["away", "other"], durable=True) as tx:
+        tx.send("away", "kept", durable=True)
+        tx.send("other", "kept too", durable=True)
+    home = os.path.join(droot, "tx", "durable")
+    elsewhere = os.path.join(base, "elsewhere")
+    os.mkdir(elsewhere)
+    os.symlink(elsewhere, os.path.join(home, "outbox", "linked"))
+    os.mkdir(os.path.join(home, "outbox", "x\x1b]2;title\x07"))
+    receipts = os.path.join(home, "receipts", "other.log")
+    if os.path.lexists(receipts):
+        os.unlink(receipts)
+    os.mkfifo(receipts)
+    tx = Node(droot, dkey, "tx", allow=["away", "other"], durable=True)
+    health: list = []
+    tx.add_observer(lambda e: health.append(e) if getattr(e, "kind", "") == "health" else None)
+    with tx:
+        assert [(i["target"], i["id"]) for i in tx.extension("durable").outbox_items()] == [("away", 1)]
+        assert tx.send("away", "next", durable=True) == 2
+    details = " ".join(e.detail for e in health)
+    assert "outbox/linked" in details and "receipts/other.log" in details and "\x1b" not in details
+    assert os.listdir(elsewhere) == []
+    for args in (("outbox", "--dir", droot, "--json"), ("receipts", "away", "--dir", droot, "--key", dkey)):
+        result = speed(*args)                                         # returns: nothing blocks on the FIFO
+        assert "\x1b" not in result.stdout + result.stderr
+    assert [r["target"] for r in json.loads(speed("outbox", "--dir", droot, "--json").stdout)] == ["away", "away",
+                                                                                                   "other"]

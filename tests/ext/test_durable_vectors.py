@@ -101,3 +101,11 @@ def test_the_ledger_steps_of_the_vectors():
         if outcome == "handled":
             ledger.record(ledger.issue(rkey, "reports", "billing", step["id"], "handled", 1))
         assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
+
+
+def test_the_protocol_page_prints_the_ledger_steps_of_the_file():
+    doc = open(os.path.join(REPO, "docs", "PROTOCOL.md"), encoding="utf-8").read()
+    block = re.search(r"```durable-vector ledger-steps\n(.*?)```", doc[doc.index("### durable"):], re.S).group(1)
+    printed = block.splitlines()[1:]
+    assert printed == [f"{s['stream']} {s['id']} {s['base']} -> {s['outcome']}" + (f" floor {s['floor']}" if "floor" in s
+                       else "") for s in VECTORS["ledger_steps"]]
