@@ -425,7 +425,7 @@ class DurableExtension(Extension):
             with self.ledgers.use(sender) as book:
                 self._handle_in(book, verdict, fields, sender, data, name)
         except (StoreError, MemoryError) as exc:
-            self._store_failed(f"cannot store durable receipts for {sender}: {exc or 'out of memory'}; its "
+            self._store_failed(f"cannot store durable receipts for {sender}: {str(exc) or 'out of memory'}; its "
                                "messages are not acknowledged (they stay in its outbox) until the ledger can be "
                                "written")
             self.node.receiver.take(name)  # unacknowledged: the sender's outbox delivers it again
