@@ -20,6 +20,7 @@ Attacks:
 - fifo_ledger: a FIFO in place of the receiver's ledger of a sender.
 - streams_flood: 10,000 copies from the sender's lineage, each of a new stream.
 - ids_flood: 10,000 copies on the sender's stream, each a new isolated id far ahead.
+- targets: a sender with 2,000 targets that never come online (its descriptors).
 - memory_limit: the receiver under `ulimit -v` (12 MiB above its idle reservation) meets a 12 MiB
   ledger to read.
 """
@@ -324,11 +325,33 @@ def memory_limit(env: Env) -> dict:
             "acknowledged": 1 - waiting, "handled": len(env.handled("rxv"))}
 
 
+def targets(env: Env, count: int = 2000) -> dict:
+    """A sender stores one durable message for each of `count` targets that never come online:
+    its open descriptors, then again after a restart (its outbox loaded)."""
+    names = [f"t{i:05d}" for i in range(count)]
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+    before = open_fds()
+    from speed_runtime import Node
+    started = time.monotonic()
+    with Node(env.root, env.key, "tx", allow=names, durable=True) as tx:
+        for name in names:
+            tx.send(name, 1, durable=True)
+        stored = open_fds() - before
+    took = time.monotonic() - started
+    with Node(env.root, env.key, "tx", allow=names, durable=True) as tx:
+        loaded = open_fds() - before
+        waiting = len(tx.extension("durable").outbox_items())
+    return {"targets": count, "storeSeconds": round(took, 1), "descriptorsAfterStoring": stored,
+            "descriptorsAfterRestart": loaded, "waiting": waiting}
+
+
 ATTACKS = {"forged_floor": forged_floor, "forged_floor_lineage1": lambda env: forged_floor(env, "lineage1"),
            "forged_floor_lineage2": lambda env: forged_floor(env, "lineage2"),
            "fds_320": lambda env: fds(env, 320), "torn_ledger": torn_ledger, "fds": fds, "fifo_ledger": fifo_ledger,
            "streams_flood": lambda env: flood(env, "streams"), "ids_flood": lambda env: flood(env, "ids"),
-           "memory_limit": memory_limit}
+           "memory_limit": memory_limit, "targets": targets}
 
 
 def main() -> int:
