@@ -138,6 +138,17 @@ def wait(condition, timeout: float) -> bool:
     return bool(condition())
 
 
+def ledger_descriptors(pid: int) -> list[str]:
+    """What the descriptors of process `pid` open in durable/ledger/ directories."""
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return [link for link in links if "/durable/ledger/" in link]
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -235,13 +246,7 @@ def fds(env: Env, senders: int = 60) -> dict:
         except Exception:
             pass
         if rx.poll() is None:
-            links = []
-            for fd in os.listdir(f"/proc/{rx.pid}/fd"):
-                try:
-                    links.append(os.readlink(f"/proc/{rx.pid}/fd/{fd}"))
-                except OSError:
-                    pass
-            ledger_fds = max(ledger_fds, sum("/durable/ledger/" in link for link in links))
+            ledger_fds = max(ledger_fds, len(ledger_descriptors(rx.pid)))
     err = env.text("rx", "err")
     return {"senders": senders, "confirmed": confirmed, "receiverAlive": rx.poll() is None,
             "tooManyOpenFilesLines": err.count("Too many open files"), "mostLedgerDescriptors": ledger_fds}

@@ -10,6 +10,8 @@ import signal
 from speed_runtime import Node, load_key
 from speed_runtime.ext.durable_store import verify_receipts
 
+from benchmarks.durable_red_team import ledger_descriptors
+
 from ..helpers.wait import wait_until
 from .test_durable import base, dkey, dprocs, droot, lines, speed  # noqa: F401 (fixtures)
 
@@ -60,16 +62,6 @@ def test_a_ledger_that_cannot_grow_acknowledges_nothing_torn_and_says_so(droot, 
     assert all(len(flags) == 1 or all(flags[1:]) for flags in runs.values()), runs   # a rerun only marked
     reports = verify_receipts(droot, load_key(dkey).raw, "rx")
     assert len(reports) == 2 and all(r.ok and r.count == 100 for _, r in reports), reports
-
-
-def ledger_descriptors(pid: int) -> list[str]:
-    links = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except FileNotFoundError:
-            pass
-    return [link for link in links if "/durable/ledger/" in link]
 
 
 def test_ten_times_more_durable_senders_than_open_ledgers_under_a_low_descriptor_limit(droot, dkey, dprocs):
