@@ -15,7 +15,8 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Iterable, NamedTuple
+import bisect
+from typing import AbstractSet, Any, Callable, Iterable, NamedTuple
 
 from nacl import bindings as _sodium
 
@@ -80,14 +81,17 @@ def add_fields(body: bytes, fields: DurableFields) -> bytes:
 
 
 # ----------------------------------------------------------------------------- judging copies
-def judge_carried(sender: str, data: bytes, key: Key, me: str, current_id: bytes,
-                  instances: AbstractSet[bytes], replay: ReplayGuard, now_ms: int, max_payload: int) -> Verdict:
+def judge_carried(sender: str, data: bytes, key: Key, me: str, current_id: bytes, instances: AbstractSet[bytes],
+                  started_ms: int, sender_instance: Callable[[bytes], bool], replay: ReplayGuard, now_ms: int,
+                  max_payload: int) -> Verdict:
     """Steps 3-5 for an envelope with the durable flag that the v1 checks refused for its identities
-    (wrong_target, unknown_sender): a durable MESSAGE is bound to the receiver's name. Sealed for the
-    current instance, it passes the v1 replay checks; sealed for an earlier instance of this name
-    (`instances`, recorded by the receiver at each start), its timestamp and nonce are checked and its
-    sequence is not (it was numbered for that instance). The source node ID is not checked: the
-    (stream, id) pair, not the sender's instance, names the message, and the ledger suppresses copies."""
+    (wrong_target, unknown_sender). A durable MESSAGE is bound to the receiver's name: its target may
+    be the current instance (then the v1 replay checks apply) or an earlier instance of this name
+    (`instances`, recorded by the receiver at each start) for a file that arrived (`now_ms`, the
+    file's arrival) before this instance started (`started_ms`): then its timestamp and nonce are
+    checked and its sequence is not (it was numbered for that instance). Its source must be an
+    instance of the sender (`sender_instance(source_id)`: its registered instance, or one recorded
+    in the sender's own lineage), like any envelope's: nothing else counts against that sender."""
     etype = header_type(data)
     try:
         opened = open_envelope(data, key, max_payload)
@@ -100,16 +104,31 @@ def judge_carried(sender: str, data: bytes, key: Key, me: str, current_id: bytes
             raise EnvelopeError("unknown_sender", "the payload's sender differs from the file name")
         if payload["to"] != me:
             raise EnvelopeError("wrong_target", "the envelope is for another node")
-        if header.target_id == current_id:
+        current = header.target_id == current_id
+        if not current and (header.target_id not in instances or now_ms >= started_ms):
+            raise EnvelopeError("wrong_target", "sealed for an instance this name never had here"
+                                if header.target_id not in instances else
+                                "sealed for an earlier instance of this name, but delivered after it")
+        if not sender_instance(header.source_id):
+            raise EnvelopeError("unknown_sender", "source")
+        if current:
             gap = replay.check(header.source_id, sender, header.sequence, opened.nonce, header.timestamp_ms, now_ms)
-        elif header.target_id in instances:
+        else:
             replay.check_window(opened.nonce, header.timestamp_ms, now_ms)
             gap = 0
-        else:
-            raise EnvelopeError("wrong_target", "sealed for an instance this name never had here")
     except EnvelopeError as exc:
         return Verdict(exc.reason, etype, detail=exc.detail)
     return Verdict(None, etype, header, payload, opened.nonce, gap)
+
+
+def lineage_ids(text: bytes, limit: int) -> frozenset[bytes]:
+    """The instance IDs of a `durable/instances` file (one of 32 lowercase hex digits per line; the
+    last `limit` lines count, anything else is skipped)."""
+    out = []
+    for line in text.splitlines()[-limit:]:
+        if len(line) == 32 and is_stream(line.decode("ascii", "replace")):
+            out.append(bytes.fromhex(line.decode()))
+    return frozenset(out)
 
 
 def durable_flag(data: bytes) -> bool:
@@ -238,33 +257,63 @@ def verify_chain(receipts: Iterable[Receipt], rkey: bytes,
 
 
 # ----------------------------------------------------------------------------- the receiver's ledger
+FLOOR_STEP = 16          # one copy's `base` raises a stream's floor by at most this many ids
+RECEIPTS_KEPT = 256      # receipts kept per stream above its floor, to send again (the newest)
+MAX_RUNS = 256           # separate runs of receipted ids kept per stream above its floor
+MAX_STREAMS = 8          # streams a receiver keeps per sender
+
+
 @dataclass
 class StreamLedger:
-    """What a receiver knows of one (sender, stream): the chain's head, the ids finished for the
-    sender (<= floor), the ids handled above the floor with their receipts (to send again when a
-    copy comes back), and the ids claimed by a handler that has not committed (a crash inside it)."""
+    """What a receiver knows of one (sender, stream): the chain's head; the floor (every id at or
+    below it is finished); the highest id receipted; the ids above the floor it receipted (`runs`, sorted disjoint [low, high]
+    ranges) and the newest of their receipts (to send again when a copy comes back); the ids
+    claimed by a handler that has not committed (a crash inside it).
+
+    Bounded whatever a sender (or anyone holding the key and naming it) does: one copy's `base`
+    moves the floor by at most FLOOR_STEP and never above `high` (docs/PROTOCOL.md, durable, "The
+    receiver"), at most
+    RECEIPTS_KEPT receipts and MAX_RUNS runs are kept (beyond, the oldest receipt and the highest
+    run are forgotten)."""
 
     stream: str
     index: int = 0
     mac: bytes = ZERO_MAC
     floor: int = 0
     handled: int = 0     # receipts with status handled in the chain so far
-    receipts: dict[int, Receipt] = field(default_factory=dict)
+    high: int = 0        # the highest id receipted in this stream
+    receipts: dict[int, Receipt] = field(default_factory=dict)   # in chain order
+    runs: list[list[int]] = field(default_factory=list)
     claims: set[int] = field(default_factory=set)
 
     def seen(self, msg_id: int) -> Receipt | bool:
-        """A receipt (handled before), True (finished below the floor), or False (new)."""
+        """A receipt (handled before), True (finished: at or below the floor, or receipted and its
+        receipt no longer kept), or False (new)."""
         if msg_id <= self.floor:
             return True
-        return self.receipts.get(msg_id, False)
+        found = self.receipts.get(msg_id)
+        if found is not None:
+            return found
+        at = bisect.bisect_right(self.runs, [msg_id, MAX_ID + 1]) - 1
+        return at >= 0 and self.runs[at][1] >= msg_id
 
     def advance(self, base: int) -> None:
-        """The sender finished every id below `base`: forget them (memory stays bounded)."""
-        if base - 1 > self.floor:
-            self.floor = base - 1
-            for msg_id in [i for i in self.receipts if i <= self.floor]:
-                del self.receipts[msg_id]
-            self.claims = {i for i in self.claims if i > self.floor}
+        """The sender says every id below `base` is finished: raise the floor towards base - 1, by at
+        most FLOOR_STEP and never above the highest id receipted so far (so a forged base moves it
+        no further, and one forged copy alone never reaches ids the sender has yet to send), and
+        forget what lies below it."""
+        floor = min(base - 1, self.floor + FLOOR_STEP, self.high)
+        if floor <= self.floor:
+            return
+        self.floor = floor
+        for msg_id in [i for i in self.receipts if i <= floor]:
+            del self.receipts[msg_id]
+        self.claims = {i for i in self.claims if i > floor}
+        runs = self.runs
+        while runs and runs[0][1] <= floor:
+            runs.pop(0)
+        if runs and runs[0][0] <= floor:
+            runs[0][0] = floor + 1
 
     def issue(self, rkey: bytes, receiver: str, sender: str, msg_id: int, status: str, time_ms: int) -> Receipt:
         return make_receipt(rkey, receiver, sender, self.stream, self.index + 1, msg_id, status, time_ms, self.mac)
@@ -274,8 +323,42 @@ class StreamLedger:
             self.index, self.mac = receipt.index, receipt.mac
             self.handled += receipt.status == "handled"
         self.claims.discard(receipt.id)
-        if receipt.id > self.floor:
-            self.receipts[receipt.id] = receipt
+        self.high = max(self.high, receipt.id)
+        if receipt.id <= self.floor:
+            return
+        self.receipts[receipt.id] = receipt
+        if len(self.receipts) > RECEIPTS_KEPT:
+            del self.receipts[next(iter(self.receipts))]
+        self._add_run(receipt.id)
+
+    def _add_run(self, msg_id: int) -> None:
+        runs = self.runs
+        at = bisect.bisect_right(runs, [msg_id, MAX_ID + 1])   # runs[at - 1] starts at or below msg_id
+        if at and runs[at - 1][1] >= msg_id:
+            return
+        joins_low = at > 0 and runs[at - 1][1] == msg_id - 1
+        joins_high = at < len(runs) and runs[at][0] == msg_id + 1
+        if joins_low and joins_high:
+            runs[at - 1][1] = runs.pop(at)[1]
+        elif joins_low:
+            runs[at - 1][1] = msg_id
+        elif joins_high:
+            runs[at][0] = msg_id
+        else:
+            runs.insert(at, [msg_id, msg_id])
+            if len(runs) > MAX_RUNS:  # the highest run goes: ids far ahead of the sender's are the forged ones
+                low, high = runs.pop()
+                for i in [i for i in self.receipts if low <= i <= high]:
+                    del self.receipts[i]
+
+
+def stream_of(ledgers: dict[str, "StreamLedger"], stream: str) -> "StreamLedger | None":
+    """The ledger of `stream` among a sender's, created when there is room (MAX_STREAMS); None when
+    the sender already has MAX_STREAMS other streams."""
+    found = ledgers.get(stream)
+    if found is None and len(ledgers) < MAX_STREAMS:
+        found = ledgers[stream] = StreamLedger(stream)
+    return found
 
 
 def ledger_line(kind: str, obj: dict) -> bytes:
@@ -283,8 +366,10 @@ def ledger_line(kind: str, obj: dict) -> bytes:
 
 
 def replay_ledger(lines: Iterable[bytes], receiver: str, sender: str) -> dict[str, StreamLedger]:
-    """Rebuild a sender's stream ledgers from its ledger log (claims, receipts, checkpoints); lines
-    that are not records (a torn last line) are skipped."""
+    """Rebuild a sender's stream ledgers from its ledger log (claims, receipts, checkpoints), in the
+    order the receiver wrote them: each receipt's `base` (of the copy it answered) is applied
+    before the receipt, as when it was committed. Lines that are not records (a torn last line)
+    are skipped; streams beyond MAX_STREAMS are not kept."""
     out: dict[str, StreamLedger] = {}
     for line in lines:
         try:
@@ -292,29 +377,39 @@ def replay_ledger(lines: Iterable[bytes], receiver: str, sender: str) -> dict[st
             kind, obj = next(iter(rec.items()))
             if kind == "receipt":
                 r = receipt_from_json(obj, receiver, sender)
-                ledger = out.setdefault(r.stream, StreamLedger(r.stream))
-                ledger.record(r)
-                ledger.advance(int(obj.get("base", 1)))
+                ledger = stream_of(out, r.stream)
+                if ledger is not None:
+                    ledger.advance(_uint(obj, "base", 1) if "base" in obj else 1)
+                    ledger.record(r)
             elif kind == "claim" and is_stream(obj.get("stream")):
-                ledger = out.setdefault(obj["stream"], StreamLedger(obj["stream"]))
-                if obj["id"] > ledger.floor:
-                    ledger.claims.add(int(obj["id"]))
-            elif kind == "checkpoint" and is_stream(obj.get("stream")):
-                out[obj["stream"]] = StreamLedger(obj["stream"], int(obj["index"]), bytes.fromhex(obj["mac"]),
-                                                  int(obj["floor"]), int(obj.get("handled", 0)))
-        except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+                ledger = stream_of(out, obj["stream"])
+                if ledger is not None and _uint(obj, "id", 1) > ledger.floor:
+                    ledger.claims.add(obj["id"])
+            elif kind == "checkpoint" and is_stream(obj.get("stream")) and (obj["stream"] in out or
+                                                                            len(out) < MAX_STREAMS):
+                floor = _uint(obj, "floor")
+                ledger = out[obj["stream"]] = StreamLedger(obj["stream"], _uint(obj, "index"),
+                                                          bytes.fromhex(obj["mac"]), floor,
+                                                          _uint(obj, "handled") if "handled" in obj else 0,
+                                                          max(floor, _uint(obj, "high") if "high" in obj else 0))
+                for low, high in obj.get("runs", [])[:MAX_RUNS]:
+                    if isinstance(low, int) and isinstance(high, int) and ledger.floor < low <= high <= MAX_ID:
+                        ledger.runs.append([low, high])
+                ledger.runs.sort()
+        except (ValueError, TypeError, KeyError, AttributeError, StopIteration, EnvelopeError):
             continue
     return out
 
 
 def compacted(ledgers: dict[str, StreamLedger]) -> bytes:
-    """A ledger log holding the same knowledge in fewer lines: per stream a checkpoint, then the
-    receipts above its floor and the open claims."""
+    """A ledger log holding the same knowledge in fewer lines: per stream a checkpoint (with the
+    runs of receipted ids above the floor), then the receipts kept and the open claims."""
     lines = []
     for ledger in ledgers.values():
         lines.append(ledger_line("checkpoint", {"stream": ledger.stream, "index": ledger.index,
                                                 "mac": ledger.mac.hex(), "floor": ledger.floor,
-                                                "handled": ledger.handled}))
+                                                "handled": ledger.handled, "high": ledger.high,
+                                                "runs": ledger.runs}))
         for r in sorted(ledger.receipts.values(), key=lambda r: r.index):
             lines.append(ledger_line("receipt", {**r.to_json(), "base": ledger.floor + 1}))
         for msg_id in sorted(ledger.claims):

@@ -28,7 +28,7 @@ EXTENSION_REASONS: dict[str, tuple[str, ...]] = {
     "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
                 "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
                 "control_refused"),
-    "durable": ("durable_duplicate", "durable_bad_receipt"),
+    "durable": ("durable_duplicate", "durable_bad_receipt", "durable_streams_full"),
 }
 LEASE_EVENTS = (
     "registered", "reclaimed", "renewed_late", "lost", "deregistered", "observed_join",
@@ -36,7 +36,8 @@ LEASE_EVENTS = (
 )
 # health events of a node about itself (kind "health", an addition to §8 that readers skip)
 HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
-                 "renewal_failed", "stopped_renewing", "services_abandoned")
+                 "renewal_failed", "stopped_renewing", "services_abandoned",
+                 "durable_store_failed", "handler_failed")  # the durable extension's
 # logical messages of the chunks and reliable extensions (kind "message", readers that do not know it skip it)
 MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
 # threat-score changes of a receiver's `quota` extension (kind "threat", §9; readers skip unknown kinds)

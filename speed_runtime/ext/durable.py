@@ -19,13 +19,15 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Future
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ..core import payloads
-from ..core.durable import (FLAG_DURABLE, NotDurableError, Receipt, add_fields, StreamLedger, compacted, durable_flag,
-                            judge_carried, ledger_line, parse_fields, receipt_from_json, receipt_key, replay_ledger)
+from ..core.durable import (FLAG_DURABLE, MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
+                            durable_flag, is_stream, judge_carried, ledger_line, parse_fields, receipt_from_json,
+                            receipt_key, replay_ledger, stream_of)
 from ..core.envelope import EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
@@ -37,7 +39,7 @@ from ..node.dispatch import message_of
 from ..transport import remove_entry
 from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
-from .durable_store import AppendLog, Syncs, check_persistent, private_dir
+from .durable_store import AppendLog, Lineage, StoreError, Syncs, check_persistent, private_dir
 
 assert FLAG_DURABLE == _ALLOCATED
 log = logging.getLogger("speed_runtime")
@@ -47,49 +49,93 @@ MAX_INSTANCES = 1024         # earlier instances of this name whose durable copi
 FIELDS_ROOM = 160            # bytes the durable fields add to a payload
 
 
-class Ledgers:
-    """The receiver's ledger logs, one per sender; used from that sender's lane only."""
+class SenderLedger:
+    """One sender's ledger log while it is open, and what was replayed from it."""
 
-    def __init__(self, home_fd: int, home: str, name: str, rkey: bytes, syncs: Syncs):
-        self.name, self.rkey, self.syncs = name, rkey, syncs
-        self.dir_fd, _ = private_dir(home_fd, home, "ledger", syncs)
-        self._logs: dict[str, tuple[AppendLog, dict[str, StreamLedger]]] = {}
+    __slots__ = ("log", "streams", "users", "unstored")
+
+    def __init__(self, log_: AppendLog, streams: dict[str, StreamLedger]):
+        self.log, self.streams, self.users = log_, streams, 0
+        # (stream, id) -> status: a handler returned but its receipt could not be stored; the next
+        # copy stores it without running the handler again (lost with the ledger's eviction or a
+        # restart: the claim on disk then marks the next run `redelivered`, as after a crash)
+        self.unstored: dict[tuple[str, int], str] = {}
+
+
+class Ledgers:
+    """The receiver's ledger logs, one per sender, each used from that sender's lane only. At most
+    `limit` are open (descriptor and replayed state): opening another closes the least recently
+    used one that no lane is using (reopened and replayed from its file when its sender comes
+    again), so descriptors and memory stay bounded whatever the number of senders."""
+
+    def __init__(self, home_fd: int, home: str, name: str, rkey: bytes, syncs: Syncs, limit: int):
+        self.name, self.rkey, self.syncs, self.limit = name, rkey, syncs, limit
+        self.dir_fd, self.path = private_dir(home_fd, home, "ledger", syncs)
+        self._open: "OrderedDict[str, SenderLedger]" = OrderedDict()
         self._lock = threading.Lock()
 
-    def of(self, sender: str) -> tuple[AppendLog, dict[str, StreamLedger]]:
+    @contextmanager
+    def use(self, sender: str) -> Iterator[SenderLedger]:
+        """The sender's ledger, open while the block runs (StoreError when it cannot be opened)."""
         with self._lock:
-            found = self._logs.get(sender)
-            if found is None:
-                log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs)
-                found = self._logs[sender] = (log_, replay_ledger(log_.lines, self.name, sender))
-                log_.lines = []
-            return found
+            book = self._open.get(sender)
+            if book is not None:
+                self._open.move_to_end(sender)
+                book.users += 1
+        if book is None:  # a sender's lane is serial: nobody else opens this one meanwhile
+            log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs, self.path)
+            book = SenderLedger(log_, replay_ledger(log_.lines, self.name, sender))
+            log_.lines = []
+            book.users = 1
+            with self._lock:
+                self._open[sender] = book
+                self._close_unused()
+        try:
+            yield book
+        finally:
+            with self._lock:
+                book.users -= 1
+                self._close_unused()
 
-    def claim(self, sender: str, stream: str, msg_id: int) -> None:
+    def _close_unused(self) -> None:
+        if len(self._open) <= self.limit:
+            return
+        for sender in list(self._open):  # least recently used first
+            book = self._open[sender]
+            if book.users == 0:
+                del self._open[sender]
+                book.log.close()
+                if len(self._open) <= self.limit:
+                    return
+
+    def claim(self, book: SenderLedger, stream: str, msg_id: int) -> None:
         """Before the handler: no fsync (a lost claim only loses the `redelivered` mark)."""
-        log_, ledgers = self.of(sender)
-        log_.append(ledger_line("claim", {"stream": stream, "id": msg_id}), sync=False)
-        ledgers[stream].claims.add(msg_id)
+        book.log.append(ledger_line("claim", {"stream": stream, "id": msg_id}), sync=False)
+        book.streams[stream].claims.add(msg_id)
 
-    def commit(self, sender: str, receipt: Receipt, base: int) -> None:
-        """The receipt on disk (fdatasync) before the caller removes the envelope."""
-        log_, ledgers = self.of(sender)
-        log_.append(ledger_line("receipt", {**receipt.to_json(), "base": base}), sync=True)
-        ledgers[receipt.stream].record(receipt)
-        if log_.size > COMPACT_BYTES:
-            log_.replace(compacted(ledgers))
+    def commit(self, book: SenderLedger, receipt: Receipt, base: int) -> str | None:
+        """The receipt on disk (fdatasync) before the caller removes the envelope; StoreError when
+        it is not. Returns why a due compaction failed (the receipt is committed all the same)."""
+        book.log.append(ledger_line("receipt", {**receipt.to_json(), "base": base}), sync=True)
+        book.streams[receipt.stream].record(receipt)
+        if book.log.size > COMPACT_BYTES:
+            try:
+                book.log.replace(compacted(book.streams))
+            except StoreError as exc:
+                return str(exc)
+        return None
 
     def snapshot(self) -> dict[str, list[dict]]:
         with self._lock:
-            items = list(self._logs.items())
+            items = list(self._open.items())
         return {sender: [{"stream": l.stream, "receipts": l.index, "floor": l.floor, "claims": sorted(l.claims)}
-                         for l in ledgers.values()] for sender, (_, ledgers) in items}
+                         for l in list(book.streams.values())] for sender, book in items}
 
     def close(self) -> None:
         with self._lock:
-            for log_, _ in self._logs.values():
-                log_.close()
-            self._logs.clear()
+            for book in self._open.values():
+                book.log.close()
+            self._open.clear()
         close_quietly(self.dir_fd)
 
 
@@ -110,8 +156,10 @@ class DurableExtension(Extension):
             os.close(home_fd)
         self.rkey = receipt_key(node.key.raw)
         self.outbox = Outbox(self.home_fd, self.home, node.key, self.syncs, cfg.outbox_limit, cfg.outbox_max_bytes)
-        self.ledgers = Ledgers(self.home_fd, self.home, node.name, self.rkey, self.syncs)
+        self.ledgers = Ledgers(self.home_fd, self.home, node.name, self.rkey, self.syncs, cfg.durable_open_ledgers)
+        self.lineage = Lineage(node.root, cfg.uids, MAX_INSTANCES)
         self.instances: frozenset[bytes] = frozenset()
+        self.started_ms = 0  # when this instance recorded itself: carried copies arrived before
         self._receipts: deque[tuple[str, Receipt]] = deque(maxlen=65_536)  # a dropped one comes again
         self._waiters: dict[tuple[str, int], Future] = {}
         self._wake = threading.Event()
@@ -123,22 +171,31 @@ class DurableExtension(Extension):
     def start(self) -> None:
         if self.warning:
             log.warning("node %s: %s", self.node.name, self.warning)
+        for what in self.outbox.skipped:
+            self.node.telemetry.problem("durable_store_failed", f"durable outbox: {what}; left alone")
         self._record_instance()
         self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-durable", daemon=True)
         self.thread.start()
 
     def _record_instance(self) -> None:
-        """Append this instance's ID to `instances` (fdatasync): copies sealed for it stay ours after a restart."""
-        log_ = AppendLog(self.home_fd, "instances", self.syncs)
+        """Append this instance's ID to `instances` (fdatasync) before anything is received or
+        delivered: copies sealed for it stay ours after a restart (as a receiver), and copies it
+        seals stay its sender's (as a sender, the lineage other receivers read)."""
         try:
-            known = [bytes.fromhex(line.decode()) for line in log_.lines if len(line) == 32]
-            if len(known) >= MAX_INSTANCES:
-                log_.replace(b"".join(k.hex().encode() + b"\n" for k in known[-MAX_INSTANCES // 2:]))
-                known = known[-MAX_INSTANCES // 2:]
-            log_.append(self.node.id_bytes.hex().encode() + b"\n", sync=True)
-        finally:
-            log_.close()
+            log_ = AppendLog(self.home_fd, "instances", self.syncs, self.home)
+            try:
+                known = [bytes.fromhex(line.decode()) for line in log_.lines
+                         if is_stream(line.decode("ascii", "replace"))][-MAX_INSTANCES:]
+                if len(log_.lines) >= MAX_INSTANCES:
+                    log_.replace(b"".join(k.hex().encode() + b"\n" for k in known[-MAX_INSTANCES // 2:]))
+                    known = known[-MAX_INSTANCES // 2:]
+                log_.append(self.node.id_bytes.hex().encode() + b"\n", sync=True)
+            finally:
+                log_.close()
+        except StoreError as exc:
+            raise ConfigError(f"durable delivery cannot start: {exc}") from None
         self.instances = frozenset(known) | {self.node.id_bytes}
+        self.started_ms = int(time.time() * 1000)
 
     def stop(self) -> None:
         self.closed = True  # what the protocol thread still hands over stays in the inbox for the next instance
@@ -180,7 +237,11 @@ class DurableExtension(Extension):
             raise ConfigError(f"ttl must be above 0 and at most 30 days, not {ttl!r}")
         now = time.time()
         waiter: Future | None = Future() if confirm else None
-        stream, msg_id = self.outbox.store(target, body, ttl, now)
+        try:
+            stream, msg_id = self.outbox.store(target, body, ttl, now)
+        except StoreError as exc:
+            self._store_failed(f"durable outbox: {exc}")
+            raise DeliveryError(f"{exc}; nothing was stored") from None
         if waiter is not None:
             self._waiters[(target, msg_id)] = waiter
         node.telemetry.count("durableStored")
@@ -204,10 +265,19 @@ class DurableExtension(Extension):
             try:
                 self._store_receipts()
                 self._deliver_and_expire()
-            except Exception as exc:  # the thread outlives any one failure (a full disk, …)
+            except StoreError as exc:
+                self._store_failed(f"durable outbox: {exc}")
+                self._stopping.wait(0.5)
+            except Exception as exc:  # the thread outlives any one failure
                 self.node.telemetry.count("protocolErrors")
                 self.node.telemetry.problem("receiving_failed", f"durable outbox: {type(exc).__name__}: {exc}")
                 self._stopping.wait(0.5)
+
+    def _store_failed(self, detail: str) -> None:
+        """A durable store could not be written: counted, and a line on stderr and in the journal
+        (at most once a minute for the same failure)."""
+        self.node.telemetry.count("durableStoreErrors")
+        self.node.telemetry.problem("durable_store_failed", detail)
 
     def _store_receipts(self) -> None:
         items = []
@@ -216,7 +286,11 @@ class DurableExtension(Extension):
             box = self.outbox.targets.get(target)
             if box is not None and box.stream == r.stream:
                 items.append((box, r.id, receipt_record(r)))
-        for box, p, record in self.outbox.finish(items):
+        done, failed = self.outbox.finish(items)
+        if failed is not None:
+            self._store_failed(f"cannot store receipts in the durable outbox: {failed}; the messages stay "
+                               "in the outbox and their receipts come again with the next copies")
+        for box, p, record in done:
             r = record["receipt"]
             self.node.telemetry.count("durableReceipts")
             self.node.telemetry.emit(DurableTrace(time.time(), self.node.name, box.target, "receipt", box.stream, p.id,
@@ -260,7 +334,11 @@ class DurableExtension(Extension):
                     if not self._deliver(box, p, entry, mono):
                         break
                     outstanding += p.copies == 1 or 0
-        for box, p, record in self.outbox.finish(expired):
+        done, failed = self.outbox.finish(expired)
+        if failed is not None:
+            self._store_failed(f"cannot record expired messages in the durable outbox: {failed}; they stay "
+                               "in the outbox until it can")
+        for box, p, record in done:
             why = record["expired"]["reason"]
             self.node.telemetry.count("durableSendErrors")
             self.node.telemetry.emit(DurableTrace(now, self.node.name, box.target, "send_error", box.stream, p.id,
@@ -272,7 +350,8 @@ class DurableExtension(Extension):
         try:
             body, fields = self.outbox.payload(box, p.id)
         except (OSError, ValueError) as exc:
-            self.node.telemetry.problem("receiving_failed", f"durable outbox entry {box.target}/{p.id}: {exc}")
+            self.node.telemetry.problem("durable_store_failed", f"durable outbox entry {box.target}/{p.id}: {exc}",
+                                        key=f"entry:{box.target}")
             p.next_try = mono + MAX_RETRY_SECONDS
             return True
         try:
@@ -294,9 +373,21 @@ class DurableExtension(Extension):
         if verdict.reason not in ("wrong_target", "unknown_sender") or not durable_flag(data):
             return verdict
         node = self.node
-        again = judge_carried(sender, data, node.key, node.name, node.id_bytes, self.instances,
+        again = judge_carried(sender, data, node.key, node.name, node.id_bytes, self.instances, self.started_ms,
+                              lambda source: self._sender_instance(sender, source, data, arrived_ms),
                               node.receiver.replay, arrived_ms, node.config.max_payload)
         return again if again.accepted else verdict
+
+    def _sender_instance(self, sender: str, source_id: bytes, data: bytes, arrived_ms: int) -> bool:
+        """Whether `source_id` is an instance of `sender`: its registered one (also one that was
+        registered when the file arrived, reading 22), or one its own lineage file records."""
+        monitor = self.node.monitor
+        entry = monitor.current(sender)
+        if entry is not None and entry.id_bytes == source_id:
+            return True
+        if monitor.departed(sender, data, arrived_ms / 1000) is not None:
+            return True
+        return source_id in self.lineage.ids(sender)
 
     def on_envelope(self, verdict: Verdict, sender: str, data: bytes, name: str) -> bool:
         header = verdict.header
@@ -327,40 +418,79 @@ class DurableExtension(Extension):
     # ------------------------------------------------------------------ handling (the sender's lane)
     def _handle(self, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
         """On the sender's lane (one at a time per sender): judge against the ledger, claim, handle,
-        commit, remove, acknowledge."""
-        node, receiver = self.node, self.node.receiver
+        commit, remove, acknowledge. A ledger that cannot be written acknowledges nothing: the copy
+        is removed unhandled (or, when its handler already returned, its status is kept for the next
+        copy), the failure is reported, and the sender delivers the message again."""
         if self.closed:
             return
-        _, ledgers = self.ledgers.of(sender)
-        ledger = ledgers.setdefault(fields.stream, StreamLedger(fields.stream))
+        try:
+            with self.ledgers.use(sender) as book:
+                self._handle_in(book, verdict, fields, sender, data, name)
+        except (StoreError, MemoryError) as exc:
+            self._store_failed(f"cannot store durable receipts for {sender}: {str(exc) or 'out of memory'}; its "
+                               "messages are not acknowledged (they stay in its outbox) until the ledger can be "
+                               "written")
+            self.node.receiver.take(name)  # unacknowledged: the sender's outbox delivers it again
+        except Exception as exc:  # never left to be judged again (a replayed nonce, counted against the sender)
+            self.node.telemetry.count("protocolErrors")
+            self.node.telemetry.problem("receiving_failed", f"durable message from {sender}: "
+                                        f"{type(exc).__name__}: {exc}", key=f"durable:{type(exc).__name__}")
+            self.node.receiver.take(name)
+
+    def _handle_in(self, book: SenderLedger, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
+        node, receiver = self.node, self.node.receiver
+        seq = verdict.header.sequence
+        ledger = stream_of(book.streams, fields.stream)
+        if ledger is None:  # a sender's streams are bounded (a new stream means its durable state is new)
+            receiver.reject(name, sender, seq, "durable_streams_full", len(data), verdict.type, data)
+            node.telemetry.problem("durable_store_failed", f"{sender} already has {MAX_STREAMS} durable streams in "
+                                   f"the ledger of {node.name}: a copy of a new stream was refused", key=sender)
+            return
         ledger.advance(fields.base)
         seen = ledger.seen(fields.id)
         if seen:  # a copy of what was handled (or finished for the sender): removed, its receipt sent again
-            receiver.reject(name, sender, verdict.header.sequence, "durable_duplicate", len(data), verdict.type, data)
+            receiver.reject(name, sender, seq, "durable_duplicate", len(data), verdict.type, data)
             node.telemetry.count("durableDuplicates")
             node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "duplicate", fields.stream, fields.id,
                                              seen.status if isinstance(seen, Receipt) else None,
                                              seen.index if isinstance(seen, Receipt) else None))
             if isinstance(seen, Receipt):
-                self._send_receipt(sender, seen, verdict.header.sequence)
+                self._send_receipt(sender, seen, seq)
             return
+        key = (fields.stream, fields.id)
+        status = book.unstored.get(key)
+        if status is None and book.unstored:
+            raise StoreError(0, "an earlier receipt of this sender is not stored yet")
         receiver.accepted(verdict, sender, data, name)
-        size = len(data)
-        if time.time() * 1000 > fields.expires_at_ms:
+        if status is not None:
+            pass  # its handler returned before: only the receipt is missing
+        elif time.time() * 1000 > fields.expires_at_ms:
             status = "expired"  # no handler starts after the time-to-live (the sender may report it expired)
         else:
             redelivered = fields.id in ledger.claims
-            self.ledgers.claim(sender, fields.stream, fields.id)
-            message = dataclasses.replace(message_of(verdict, sender, size), durable_id=fields.id,
+            self.ledgers.claim(book, fields.stream, fields.id)
+            message = dataclasses.replace(message_of(verdict, sender, len(data)), durable_id=fields.id,
                                           redelivered=redelivered)
-            status = "failed" if node.application.handle(message) is not None else "handled"
+            error = node.application.handle(message)
+            status = "handled" if error is None else "failed"
+            if error is not None:
+                node.telemetry.problem("handler_failed", f"the message handler raised {type(error).__name__}"
+                                       f"({str(error)!r}) on durable message {fields.id} from {sender}: it is "
+                                       "receipted as failed", key=f"{sender}:{type(error).__name__}")
         receipt = ledger.issue(self.rkey, node.name, sender, fields.id, status, int(time.time() * 1000))
-        self.ledgers.commit(sender, receipt, fields.base)
+        try:
+            compaction = self.ledgers.commit(book, receipt, fields.base)
+        except StoreError:
+            book.unstored[key] = status
+            raise
+        book.unstored.pop(key, None)
+        if compaction is not None:
+            self._store_failed(f"cannot compact the durable ledger of {sender}: {compaction}")
         receiver.take(name)  # after the receipt is on disk: the ledger and the inbox never disagree
         node.telemetry.count("durableHandled")
         node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "handled", fields.stream, fields.id, status,
                                          receipt.index))
-        self._send_receipt(sender, receipt, verdict.header.sequence)
+        self._send_receipt(sender, receipt, seq)
 
     def _send_receipt(self, sender: str, receipt: Receipt, seq: int) -> None:
         """Back to the sender, if its current entry still speaks durable (a v1 node never gets one)."""

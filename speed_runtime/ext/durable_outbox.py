@@ -10,20 +10,24 @@ recorded as expired the same way and removed (a send error).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..core.durable import (DurableFields, OutboxFullError, Receipt, compact_receipt_log, is_stream,
                             open_outbox_entry, outbox_meta, seal_outbox_entry)
+from ..core.errors import DirectoryError
 from ..core.keys import Key
+from ..core.names import is_valid_name
 from ..fsutil import close_quietly
-from .durable_store import AppendLog, Syncs, private_dir, read_small, write_durably
+from .durable_store import AppendLog, StoreError, Syncs, private_dir, read_small, write_durably
 
 WINDOW = 128            # copies delivered to a target and not yet receipted, at most
 MAX_RETRY_SECONDS = 60.0
@@ -45,9 +49,7 @@ class Pending:
 class TargetOutbox:
     target: str
     stream: str
-    dir_fd: int
     pending: "OrderedDict[int, Pending]" = field(default_factory=OrderedDict)
-    log: AppendLog | None = None
 
     @property
     def base(self) -> int:
@@ -56,7 +58,9 @@ class TargetOutbox:
 
 
 class Outbox:
-    """All of a node's outbox directories, loaded at start. Thread-safe."""
+    """All of a node's outbox directories, loaded at start. Thread-safe. No descriptor is kept per
+    target: a target's directory and receipt log are opened for each store, read and batch of
+    receipts and closed again, so a node with any number of targets holds four descriptors here."""
 
     def __init__(self, home_fd: int, home: str, key: Key, syncs: Syncs, limit: int, max_bytes: int):
         self.key, self.syncs = key, syncs
@@ -67,66 +71,94 @@ class Outbox:
         self.targets: dict[str, TargetOutbox] = {}
         self.next_id: dict[str, int] = {}
         self.bytes = 0
+        self.skipped: list[str] = []  # what was found and left alone (the extension reports it)
+        self.waiting = 0  # messages in all targets' pending (kept, not summed at each store)
         for target in sorted(os.listdir(self.dir_fd)):
-            if not target.startswith("."):
+            if not is_valid_name(target):
+                continue  # not a target's directory: nothing of ours (a name is never shown as given)
+            try:
                 self._load(target)
+            except OSError as exc:
+                self.skipped.append(f"{os.path.join(self.path, target)}: {exc.strerror or exc}")
 
     # ------------------------------------------------------------------ loading
     def _load(self, target: str) -> None:
-        try:
-            stream = read_small(self.dir_fd, os.path.join(target, "stream"), 64).decode().strip()
-        except (OSError, UnicodeDecodeError):
-            return  # created but its stream never written: nothing was ever stored there
-        if not is_stream(stream):
-            return
-        box = self._open(target, stream)
-        highest = 0
-        for name in sorted(os.listdir(box.dir_fd)):
-            if name.startswith("."):  # a write cut short by a crash: never confirmed to anyone
-                os.unlink(name, dir_fd=box.dir_fd)
-                continue
-            if not name.endswith(".msg"):
-                continue
+        with self._target_dir(target) as dir_fd:
             try:
-                meta = outbox_meta(read_small(box.dir_fd, name, 4 << 20))
-            except (OSError, ValueError):
-                continue
-            if meta["stream"] == stream:
-                box.pending[meta["id"]] = Pending(meta["id"], meta.get("created", 0.0), meta["expiresAt"],
-                                                  meta.get("size", 0))
-                self.bytes += meta.get("size", 0)
-                highest = max(highest, meta["id"])
+                stream = read_small(dir_fd, "stream", 64).decode().strip()
+            except (OSError, UnicodeDecodeError):
+                return  # created but its stream never written: nothing was ever stored there
+            if not is_stream(stream):
+                return
+            box = TargetOutbox(target, stream)
+            highest = 0
+            for name in sorted(os.listdir(dir_fd)):
+                if name.startswith("."):  # a write cut short by a crash: never confirmed to anyone
+                    try:
+                        os.unlink(name, dir_fd=dir_fd)
+                    except OSError:
+                        pass  # not a file of ours (a directory…): left alone
+                    continue
+                if not name.endswith(".msg"):
+                    continue
+                try:
+                    meta = outbox_meta(read_small(dir_fd, name, 4 << 20))
+                except (OSError, ValueError):
+                    continue
+                if meta["stream"] == stream:
+                    box.pending[meta["id"]] = Pending(meta["id"], meta.get("created", 0.0), meta["expiresAt"],
+                                                      meta.get("size", 0))
+                    self.bytes += meta.get("size", 0)
+                    highest = max(highest, meta["id"])
         box.pending = OrderedDict(sorted(box.pending.items()))
-        for line in box.log.lines:  # ids already receipted or expired are never given again
+        lines: list[bytes] = []
+        if os.path.lexists(os.path.join(self.receipts_path, f"{target}.log")):  # (written at the first receipt)
+            log = self._receipt_log(target, read=True)
+            lines = log.lines
+            log.close()
+        for line in lines:  # ids already receipted or expired are never given again
             try:
                 kind, obj = next(iter(json.loads(line).items()))
                 if obj.get("stream") == stream:
                     highest = max(highest, int(obj["maxId"] if kind == "checkpoint" else obj["id"]))
             except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
                 continue
-        box.log.lines = []  # read once; the log is only appended to from now on
+        self.targets[target] = box
+        self.waiting += len(box.pending)
         self.next_id[target] = highest + 1
 
-    def _open(self, target: str, stream: str) -> TargetOutbox:
-        dir_fd, _ = private_dir(self.dir_fd, self.path, target, self.syncs)
-        box = TargetOutbox(target, stream, dir_fd)
-        box.log = AppendLog(self.receipts_fd, f"{target}.log", self.syncs)
-        self.targets[target] = box
-        return box
+    @contextmanager
+    def _target_dir(self, target: str) -> Iterator[int]:
+        """The target's outbox directory, opened for one operation (created 0700 when missing;
+        a link or anything not a directory of ours in its place is refused)."""
+        try:
+            fd, _ = private_dir(self.dir_fd, self.path, target, self.syncs)
+        except (OSError, DirectoryError) as exc:
+            raise StoreError(getattr(exc, "errno", None) or errno.EPERM,
+                             f"cannot open {os.path.join(self.path, target)}: {getattr(exc, 'strerror', None) or exc}")\
+                from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _receipt_log(self, target: str, read: bool = False) -> AppendLog:
+        return AppendLog(self.receipts_fd, f"{target}.log", self.syncs, self.receipts_path, read=read)
 
     def _create(self, target: str) -> TargetOutbox:
         stream = uuid.uuid4().hex
-        dir_fd, _ = private_dir(self.dir_fd, self.path, target, self.syncs)
-        write_durably(dir_fd, "stream", (stream + "\n").encode(), self.syncs)
-        os.close(dir_fd)
+        with self._target_dir(target) as dir_fd:
+            write_durably(dir_fd, "stream", (stream + "\n").encode(), self.syncs, os.path.join(self.path, target))
         self.next_id[target] = 1
-        return self._open(target, stream)
+        box = self.targets[target] = TargetOutbox(target, stream)
+        return box
 
     # ------------------------------------------------------------------ storing
     def store(self, target: str, body: bytes, ttl: float, now: float) -> tuple[str, int]:
-        """Write one message durably; returns (stream, id). Raises OutboxFullError."""
+        """Write one message durably; returns (stream, id). Raises OutboxFullError, or StoreError
+        (nothing stored) when the entry cannot be written."""
         with self.lock:
-            waiting = sum(len(b.pending) for b in self.targets.values())
+            waiting = self.waiting
             if waiting >= self.limit or self.bytes + len(body) > self.max_bytes:
                 raise OutboxFullError(
                     f"the outbox holds {waiting} messages ({self.bytes} bytes), its limit is {self.limit} "
@@ -137,44 +169,76 @@ class Outbox:
             expires_ms = int((now + ttl) * 1000)
             meta = {"target": target, "stream": box.stream, "id": msg_id, "created": now, "expiresAt": expires_ms,
                     "size": len(body), "type": "MESSAGE"}
-            write_durably(box.dir_fd, f"{msg_id:020d}.msg", seal_outbox_entry(meta, body, self.key, os.urandom(12)),
-                          self.syncs)
+            with self._target_dir(target) as dir_fd:
+                write_durably(dir_fd, f"{msg_id:020d}.msg", seal_outbox_entry(meta, body, self.key, os.urandom(12)),
+                              self.syncs, os.path.join(self.path, target))
             self.next_id[target] = msg_id + 1
             box.pending[msg_id] = Pending(msg_id, now, expires_ms, len(body))
+            self.waiting += 1
             self.bytes += len(body)
             return box.stream, msg_id
 
     def payload(self, box: TargetOutbox, msg_id: int) -> tuple[bytes, DurableFields]:
-        meta, body = open_outbox_entry(read_small(box.dir_fd, f"{msg_id:020d}.msg", 4 << 20), self.key)
+        with self._target_dir(box.target) as dir_fd:
+            meta, body = open_outbox_entry(read_small(dir_fd, f"{msg_id:020d}.msg", 4 << 20), self.key)
         with self.lock:
             base = min(box.base or msg_id, msg_id)
         return body, DurableFields(box.stream, msg_id, base, meta["expiresAt"])
 
     # ------------------------------------------------------------------ finishing
-    def finish(self, items: Iterable[tuple[TargetOutbox, int, dict]]) -> list[tuple[TargetOutbox, Pending, dict]]:
-        """Record receipts and expiries (one fdatasync per log touched), then remove their entries.
-        Each item is (box, id, log record); items whose id no longer waits are skipped."""
-        done, touched = [], {}
+    def finish(self, items: Iterable[tuple[TargetOutbox, int, dict]]
+               ) -> tuple[list[tuple[TargetOutbox, Pending, dict]], StoreError | None]:
+        """Record receipts and expiries (per target one append of all its records and one
+        fdatasync: whole or absent), then remove their entries. Each item is (box, id, log record);
+        items whose id no longer waits are skipped. Returns what was finished and the first store
+        failure: a target whose log cannot be written keeps its entries (its receipts come again
+        with the next copy, its expiries are tried again)."""
+        done: list[tuple[TargetOutbox, Pending, dict]] = []
+        failed: StoreError | None = None
         with self.lock:
+            batches: dict[str, list[tuple[TargetOutbox, Pending, dict]]] = {}
             for box, msg_id, record in items:
                 p = box.pending.get(msg_id)
-                if p is None:
+                if p is not None and all(q.id != msg_id for _, q, _ in batches.get(box.target, ())):
+                    batches.setdefault(box.target, []).append((box, p, record))
+            for target, batch in batches.items():
+                data = b"".join((json.dumps(record, separators=(",", ":")) + "\n").encode() for _, _, record in batch)
+                try:
+                    log = self._receipt_log(target)
+                except StoreError as exc:
+                    failed = failed or exc
                     continue
-                box.log.append((json.dumps(record, separators=(",", ":")) + "\n").encode(), sync=False)
-                touched[box.target] = box
-                done.append((box, p, record))
-                del box.pending[msg_id]
-                self.bytes -= p.size
-            for box in touched.values():
-                self.syncs.fdatasync(box.log.fd)
-                if box.log.size > COMPACT_BYTES:
-                    box.log.replace(compact_receipt_log(read_small(self.receipts_fd, box.log.name).splitlines()))
-        for box, p, _ in done:  # after the records are on disk: a crash in between only repeats a copy
+                try:
+                    log.append(data, sync=True)
+                except StoreError as exc:
+                    log.close()
+                    failed = failed or exc
+                    continue
+                try:
+                    if log.size > COMPACT_BYTES:
+                        log.replace(compact_receipt_log(read_small(self.receipts_fd, log.name, 2 * COMPACT_BYTES)
+                                                        .splitlines()))
+                except OSError as exc:  # the records are on disk all the same: only the compaction waits
+                    failed = failed or StoreError(exc.errno, f"cannot compact {log.path}: {exc.strerror or exc}")
+                finally:
+                    log.close()
+                for box, p, record in batch:
+                    del box.pending[p.id]
+                    self.waiting -= 1
+                    self.bytes -= p.size
+                done += batch
+        for target in {box.target for box, _, _ in done}:  # after the records are on disk: a crash in between only repeats a copy
             try:
-                os.unlink(f"{p.id:020d}.msg", dir_fd=box.dir_fd)
-            except FileNotFoundError:
-                pass
-        return done
+                with self._target_dir(target) as dir_fd:
+                    for box, p, _ in done:
+                        if box.target == target:
+                            try:
+                                os.unlink(f"{p.id:020d}.msg", dir_fd=dir_fd)
+                            except FileNotFoundError:
+                                pass
+            except OSError:
+                pass  # an entry left behind is finished: its receipt is recorded (a duplicate at the next start)
+        return done, failed
 
     def items(self) -> list[tuple[str, Pending]]:
         with self.lock:
@@ -182,10 +246,6 @@ class Outbox:
 
     def close(self) -> None:
         with self.lock:
-            for box in self.targets.values():
-                close_quietly(box.dir_fd)
-                if box.log is not None:
-                    box.log.close()
             self.targets.clear()
             close_quietly(self.dir_fd, self.receipts_fd)
 

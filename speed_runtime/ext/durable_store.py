@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import os
 import stat
+import threading
+from collections import OrderedDict
 from typing import Iterable, NamedTuple
 
-from ..core.durable import (ChainReport, Receipt, durable_flag, is_stream, outbox_meta, receipt_from_json,
-                            receipt_key, verify_chain)
+from ..core.durable import (ChainReport, Receipt, durable_flag, is_stream, lineage_ids, outbox_meta,
+                            receipt_from_json, receipt_key, verify_chain)
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
+from ..core.names import is_valid_name
 from ..fsutil import close_quietly, ensure_private_dir
 
 TMPFS_MAGIC, RAMFS_MAGIC = 0x01021994, 0x858458F6
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+MAX_LOG_BYTES = 16 << 20  # a ledger or receipt log is compacted beyond 4 MiB: far more is not ours
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
@@ -81,24 +86,62 @@ def private_dir(parent_fd: int, parent_path: str, name: str, syncs: Syncs) -> tu
     return os.open(path, _DIR), path
 
 
-def write_durably(dir_fd: int, name: str, data: bytes, syncs: Syncs) -> None:
+class StoreError(OSError):
+    """A durable store could not be written (a full disk, a file-size limit, an I/O error). Nothing
+    of the record is left in it: every write is whole or absent. One sentence, naming the file."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`: a short write (a file-size limit reached, a full disk) is continued, and
+    the write that cannot continue raises (EFBIG, ENOSPC…)."""
+    view, written = memoryview(data), 0
+    while written < len(data):
+        n = os.write(fd, view[written:])
+        if n <= 0:  # a regular file never does this; never loop on it
+            raise OSError(errno.EIO, "the write made no progress")
+        written += n
+
+
+def write_durably(dir_fd: int, name: str, data: bytes, syncs: Syncs, where: str = "") -> None:
     """tmp file, write, fsync(file), rename over `name`, fsync(directory): after a crash `name` is
-    either absent or whole, and once this returns it survives a power loss."""
+    either absent or whole, and once this returns it survives a power loss. On failure the
+    temporary file is removed and StoreError raised; `name` is as it was."""
     tmp = f".{name}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    renamed = False
     try:
-        view, written = memoryview(data), 0
-        while written < len(data):
-            written += os.write(fd, view[written:])
-        syncs.fsync(fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            write_all(fd, data)
+            syncs.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        renamed = True
+        syncs.fsync(dir_fd)
+    except OSError as exc:
+        if not renamed:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+        raise StoreError(exc.errno, f"cannot write {os.path.join(where, name)}: {_why(exc)}") from None
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def read_small(dir_fd: int, name: str, limit: int = 64 << 20, close_dir: bool = False) -> bytes:
+    """A regular file's bytes (opened without following a link or blocking on a FIFO; at most
+    `limit` bytes, else OSError). With `close_dir`, `dir_fd` is closed too."""
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
     finally:
-        os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    syncs.fsync(dir_fd)
-
-
-def read_small(dir_fd: int, name: str, limit: int = 64 << 20) -> bytes:
-    fd = os.open(name, _READ, dir_fd=dir_fd)
+        if close_dir:
+            os.close(dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
@@ -116,19 +159,45 @@ def read_small(dir_fd: int, name: str, limit: int = 64 << 20) -> bytes:
 
 
 class AppendLog:
-    """One append-only log of JSON lines. A torn last line (a crash mid-append) is cut off when the
-    log is opened, so the next record starts on a line of its own."""
+    """One append-only log of JSON lines, whole records only. A torn last line (a crash mid-append)
+    is cut off when the log is opened, so the next record starts on a line of its own; an append
+    that fails (a short write that cannot be continued, a failed fdatasync) is cut off again at
+    once and raises StoreError, so a record is in the log whole or not at all. The file must be a
+    regular file of this user with one link and at most MAX_LOG_BYTES (anything else put in its
+    place is refused with StoreError, never followed, read or written)."""
 
-    def __init__(self, dir_fd: int, name: str, syncs: Syncs):
+    def __init__(self, dir_fd: int, name: str, syncs: Syncs, where: str = "", read: bool = True):
         self.dir_fd, self.name, self.syncs = dir_fd, name, syncs
-        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.path = os.path.join(where, name)
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            self.fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
-            syncs.fsync(dir_fd)  # a new log's name survives a power loss (its records are synced as appended)
-        except FileExistsError:
-            self.fd = os.open(name, flags, dir_fd=dir_fd)
-        self.lines = self._read_and_mend()
+            try:
+                self.fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
+                syncs.fsync(dir_fd)  # a new log's name survives a power loss (its records are synced as appended)
+            except FileExistsError:
+                self.fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            raise StoreError(exc.errno, f"cannot open {self.path}: {_why(exc)}") from None
+        try:
+            self._check()
+            self.lines = self._read_and_mend() if read else self._mend_tail()
+        except OSError as exc:
+            close_quietly(self.fd)
+            self.fd = -1
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(exc.errno, f"cannot read {self.path}: {_why(exc)}") from None
         self.size = os.fstat(self.fd).st_size
+        self._torn = False  # an append failed and could not be cut off: cut before the next one
+
+    def _check(self) -> None:
+        st = os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise StoreError(errno.EPERM, f"{self.path} is not a regular file of this user with one link; "
+                                          "it was left alone (remove it to let the node write its own)")
+        if st.st_size > MAX_LOG_BYTES:
+            raise StoreError(errno.EFBIG, f"{self.path} holds {st.st_size} bytes, more than a log of this node "
+                                          f"ever does ({MAX_LOG_BYTES}); it was left alone")
 
     def _read_and_mend(self) -> list[bytes]:
         size = os.fstat(self.fd).st_size
@@ -138,22 +207,106 @@ class AppendLog:
             os.ftruncate(self.fd, end)
         return data[:end].splitlines()
 
+    def _mend_tail(self) -> list[bytes]:
+        """Cut a torn last line without reading the whole log (an append-only opening)."""
+        size = end = os.fstat(self.fd).st_size
+        while end > 0:
+            start = max(0, end - 65536)
+            chunk = os.pread(self.fd, end - start, start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        if end != size:
+            os.ftruncate(self.fd, end)
+        return []
+
     def append(self, data: bytes, sync: bool) -> None:
-        os.write(self.fd, data)
-        self.size += len(data)
-        if sync:
-            self.syncs.fdatasync(self.fd)
+        """Append one or more whole records (with sync: fdatasync before returning); StoreError,
+        and the log as it was before, when that cannot be done."""
+        start = self.size
+        if self._torn and not self._cut(start):
+            raise StoreError(errno.EIO, f"cannot write {self.path}: a failed record could not be cut off")
+        try:
+            write_all(self.fd, data)
+            if sync:
+                self.syncs.fdatasync(self.fd)
+        except OSError as exc:
+            self._cut(start)
+            raise StoreError(exc.errno, f"cannot write {self.path}: {_why(exc)}") from None
+        self.size = start + len(data)
+
+    def _cut(self, size: int) -> bool:
+        """Back to `size` bytes: a record that was not written whole is not in the log (False when
+        even that failed: the next append tries again first)."""
+        try:
+            os.ftruncate(self.fd, size)
+        except OSError:
+            self._torn = True
+            return False
+        self._torn = False
+        return True
 
     def replace(self, data: bytes) -> None:
-        """Rewrite the whole log atomically (compaction)."""
-        write_durably(self.dir_fd, self.name, data, self.syncs)
+        """Rewrite the whole log atomically (compaction); StoreError leaves the log as it was."""
+        where = os.path.dirname(self.path)
+        write_durably(self.dir_fd, self.name, data, self.syncs, where)
         close_quietly(self.fd)
-        self.fd = os.open(self.name, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
+        try:
+            self.fd = os.open(self.name, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
+        except OSError as exc:
+            self.fd = -1
+            raise StoreError(exc.errno, f"cannot open {self.path}: {_why(exc)}") from None
         self.size = len(data)
+        self._torn = False
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         close_quietly(fd)
+
+
+class Lineage:
+    """The instance IDs each sender name had in this directory, as that sender recorded them
+    (`ROOT/<sender>/durable/instances`, appended by every durable node at its start): a durable
+    copy sealed by an earlier instance of its sender still counts as that sender's. Each file is
+    opened without following a link, must be a regular file of a trusted owner and small; it is
+    read again only when it changed; at most CACHED senders are remembered."""
+
+    CACHED = 256
+    MAX_BYTES = 64 << 10   # 1,024 lines of 33 bytes, with room
+
+    def __init__(self, root: str, uids: frozenset[int], limit: int):
+        self.root, self.uids, self.limit = root, uids, limit
+        self._cache: "OrderedDict[str, tuple[tuple[int, int, int], frozenset[bytes]]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def ids(self, sender: str) -> frozenset[bytes]:
+        fds: list[int] = []
+        try:
+            fds.append(os.open(self.root, _DIR))
+            for part in (sender, "durable"):
+                fds.append(os.open(part, _DIR, dir_fd=fds[-1]))
+            fds.append(os.open("instances", _READ, dir_fd=fds[-1]))
+            st = os.fstat(fds[-1])
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in self.uids or st.st_size > self.MAX_BYTES:
+                return frozenset()
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            with self._lock:
+                cached = self._cache.get(sender)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            ids = lineage_ids(os.pread(fds[-1], self.MAX_BYTES, 0), self.limit)
+        except OSError:
+            return frozenset()
+        finally:
+            close_quietly(*reversed(fds))
+        with self._lock:
+            self._cache[sender] = (stamp, ids)
+            self._cache.move_to_end(sender)
+            while len(self._cache) > self.CACHED:
+                self._cache.popitem(last=False)
+        return ids
 
 
 # ----------------------------------------------------------------------------- readers (CLI, console)
@@ -176,11 +329,13 @@ class PendingCopy(NamedTuple):
 
 
 def _node_names(root: str, names: Iterable[str] | None) -> list[str]:
+    """The names given, or every node directory of ROOT: directories (never links) whose names
+    are node names (anything else a member put in ROOT is not listed, let alone shown)."""
     if names:
         return list(names)
     try:
         return sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)
-                      and not e.name.startswith("speed_"))
+                      and is_valid_name(e.name))
     except OSError:
         return []
 
@@ -192,7 +347,8 @@ def list_outboxes(root: str, names: Iterable[str] | None = None) -> list[OutboxI
     for node in _node_names(root, names):
         base = os.path.join(root, node, "durable", "outbox")
         try:
-            targets = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False))
+            targets = sorted(e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False)
+                             and is_valid_name(e.name))
         except OSError:
             continue
         for target in targets:
@@ -247,9 +403,9 @@ def _log_receipts(path: str, receiver: str, sender: str) -> tuple[list[Receipt],
     """The receipts of one log (a sender's stored receipts or a receiver's ledger) and the
     checkpoints a compacted log starts from: (position, MAC, handled before it)."""
     receipts, starts = [], {}
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().splitlines()
+    try:  # never through a link, never a FIFO (it would block), never more than a log can hold
+        lines = read_small(os.open(os.path.dirname(path), _DIR), os.path.basename(path), MAX_LOG_BYTES,
+                           close_dir=True).splitlines()
     except OSError:
         return [], {}
     for line in lines:
@@ -288,7 +444,7 @@ def verify_receipts(root: str, key: bytes, receiver: str, senders: Iterable[str]
             logs = []
         for log in logs:
             sender = log[:-4]
-            if senders and sender not in senders:
+            if (senders and sender not in senders) or not is_valid_name(sender):
                 continue
             check(f"ledger of {receiver}", os.path.join(base, log), sender)
     return out

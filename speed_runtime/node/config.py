@@ -68,6 +68,7 @@ class NodeConfig:
     durable_retry_seconds: float = 2.0         # durable: first retry of a copy without receipt (doubling, ≤ 60 s)
     outbox_limit: int = 10_000                 # durable: messages waiting in this node's outbox, at most
     outbox_max_bytes: int = 256 * 1024 * 1024  # durable: … and their payload bytes
+    durable_open_ledgers: int = 32             # durable: senders' ledger logs open at once (least recently used closed)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> "NodeConfig":
@@ -108,7 +109,7 @@ class NodeConfig:
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
                      "read_ahead_total", "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
                      "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window",
-                     "outbox_limit", "outbox_max_bytes"):
+                     "outbox_limit", "outbox_max_bytes", "durable_open_ledgers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

@@ -29,7 +29,7 @@ COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponse
             "quotaWaits", "quotaRefusals", "quarantines",
             # the durable extension's (0 on nodes without it)
             "durableStored", "durableDelivered", "durableHandled", "durableDuplicates", "durableReceipts",
-            "durableSendErrors", "fsyncs")
+            "durableSendErrors", "durableStoreErrors", "fsyncs")
 
 
 class Telemetry:
@@ -74,11 +74,12 @@ class Telemetry:
     def lease_event(self, event: str, subject: str) -> None:
         self.emit(LeaseTrace(time.time(), self.node, subject, event))
 
-    def problem(self, event: str, detail: str, *, every: float = 60.0) -> None:
+    def problem(self, event: str, detail: str, *, every: float = 60.0, key: str | None = None) -> None:
         """Report a problem of this node: a log line and a health event, at most once per `every`
-        seconds for the same event and detail (a failing inbox must not flood the journal)."""
+        seconds for the same event and detail (a failing inbox must not flood the journal), or for
+        the same event and `key` when details differ every time (an exception's text)."""
         now = time.monotonic()
-        key = f"{event}:{detail}"
+        key = f"{event}:{detail if key is None else key}"
         with self._lock:
             if now - self._last_problem.get(key, -every) < every:
                 return

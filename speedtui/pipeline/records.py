@@ -43,7 +43,7 @@ EXTENSION_REASONS = {
     "control": ("control_malformed", "control_unsigned", "control_untrusted", "control_bad_signature",
                 "control_wrong_target", "control_wrong_requester", "control_expired", "control_replayed",
                 "control_refused"),
-    "durable": ("durable_duplicate", "durable_bad_receipt"),
+    "durable": ("durable_duplicate", "durable_bad_receipt", "durable_streams_full"),
 }
 MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
 THREAT_EVENTS = ("raised", "quarantined", "released", "lifted")
@@ -89,6 +89,7 @@ REASON_LABELS = {
     "reassembly_full": "reassembly space full",
     "durable_duplicate": "durable copy already handled",
     "durable_bad_receipt": "forged or damaged receipt",
+    "durable_streams_full": "durable streams per sender full",
 }
 for _reason in EXTENSION_REASONS["control"]:
     REASON_LABELS[_reason] = "control request refused"

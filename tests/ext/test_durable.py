@@ -326,3 +326,22 @@ def test_garbage_in_an_outbox_is_skipped_and_the_node_goes_on(droot, dkey):
     assert not os.path.exists(os.path.join(box, ".00000000000000000008.msg.tmp"))
     listed = speed("outbox", "--dir", droot, "--json")
     assert listed.returncode == 0 and [r["id"] for r in json.loads(listed.stdout)] == [1, 2]
+
+
+def test_a_durable_handlers_exception_is_a_line_and_a_health_record_not_only_a_counter(droot, dkey, caplog):
+    with Node(droot, dkey, "rx", allow=["tx"], durable=True) as rx, \
+            Node(droot, dkey, "tx", allow=["rx"], durable=True) as tx:
+        health: list = []
+        rx.add_observer(lambda e: health.append(e) if getattr(e, "kind", "") == "health" else None)
+
+        def broken(message):
+            raise ValueError(f"no invoice {message.data}\x1b]2;title\x07")
+        rx.on_message(broken)
+        with caplog.at_level("WARNING", logger="speed_runtime"), pytest.raises(DeliveryError) as info:
+            tx.send("rx", 42, durable=True, confirm=True, timeout=20)
+        assert "not handled: failed" in str(info.value)
+        [event] = [e for e in health if e.event == "handler_failed"]
+        assert "ValueError" in event.detail and "no invoice 42" in event.detail and "from tx" in event.detail
+        assert "\x1b" not in event.detail and "\\x1b" in event.detail          # the text as data, escaped
+        assert any(event.detail in r.getMessage() for r in caplog.records)
+        assert rx.counters()["handlerErrors"] == 1

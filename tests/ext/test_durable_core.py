@@ -140,8 +140,12 @@ def durable_copy(target_id: bytes, seq: int, ts: int, *, flags: int = d.FLAG_DUR
                 nonce or os.urandom(12))
 
 
-def carried(data: bytes, replay: ReplayGuard, now: int = 10_000):
-    return d.judge_carried("tx", data, KEY, "rx", RX_NOW, {RX_OLD, RX_NOW}, replay, now, 1 << 20)
+STARTED = 100_000   # when the current instance (RX_NOW) started: the copies below arrived before
+
+
+def carried(data: bytes, replay: ReplayGuard, now: int = 10_000, senders=frozenset({TX})):
+    return d.judge_carried("tx", data, KEY, "rx", RX_NOW, {RX_OLD, RX_NOW}, STARTED, senders.__contains__, replay,
+                           now, 1 << 20)
 
 
 def test_a_copy_sealed_for_an_earlier_instance_of_the_name_is_accepted_without_its_numbering():
@@ -161,6 +165,21 @@ def test_carried_copies_still_meet_the_window_the_nonce_and_the_name():
     assert carried(durable_copy(uuid.uuid4().bytes, 4, 10_000), replay).reason == "wrong_target"
     assert carried(durable_copy(RX_OLD, 5, 10_000, to="other"), replay).reason == "wrong_target"
     assert carried(durable_copy(RX_OLD, 6, 10_000, flags=0), replay).reason == "wrong_target"
+
+
+def test_a_copy_sealed_for_an_earlier_instance_but_delivered_after_the_current_one_started_is_refused():
+    replay = ReplayGuard()
+    late = carried(durable_copy(RX_OLD, 1, STARTED + 5), replay, now=STARTED + 5)
+    assert late.reason == "wrong_target" and "delivered after it" in late.detail
+    assert carried(durable_copy(RX_OLD, 2, STARTED - 5), replay, now=STARTED - 5).accepted
+
+
+def test_a_durable_copy_counts_only_from_an_instance_of_its_sender():
+    replay = ReplayGuard()
+    for target in (RX_OLD, RX_NOW):            # carried or current: the source is judged the same
+        forged = carried(durable_copy(target, 1, 10_000), replay, senders=frozenset({uuid.uuid4().bytes}))
+        assert (forged.reason, forged.detail) == ("unknown_sender", "source")
+    assert not replay.senders                  # and it moved nothing
 
 
 def test_a_copy_for_the_current_instance_keeps_the_links_replay_checks():
@@ -203,3 +222,61 @@ def test_a_compacted_receipt_log_verifies_as_the_whole_and_keeps_breaks_and_the_
     again = d.compact_receipt_log(compact + [d.ledger_line("receipt", full[3].to_json())])
     assert [next(iter(json.loads(line))) for line in again.splitlines()] == ["checkpoint"]
     assert json.loads(again.splitlines()[0])["checkpoint"]["index"] == 6
+
+
+def take(ledger: d.StreamLedger, msg_id: int, base: int) -> bool:
+    """What a receiver does with one authentic copy: the base first, then handled unless seen."""
+    ledger.advance(base)
+    if ledger.seen(msg_id):
+        return False
+    ledger.record(ledger.issue(RKEY, "rx", "tx", msg_id, "handled", 1))
+    return True
+
+
+def test_one_forged_base_never_finishes_an_id_the_sender_has_yet_to_send():
+    ledger = d.StreamLedger(STREAM)
+    assert all(take(ledger, i, i) for i in range(1, 6))         # the honest sender: ids 1-5
+    assert take(ledger, d.MAX_ID, d.MAX_ID)                      # forged: id = base = 2^63-1 (handled)
+    assert ledger.floor <= 5                                     # not above what was handled before it
+    assert all(take(ledger, i, i) for i in range(6, 40))         # every later honest message is handled
+
+
+def test_each_copy_moves_the_floor_by_at_most_the_step():
+    ledger = d.StreamLedger(STREAM)
+    assert all(take(ledger, i, i) for i in range(1, 6))
+    floors = []
+    for k in range(1, 5):                                        # forged copies one after another
+        take(ledger, d.MAX_ID - k, d.MAX_ID - k)
+        floors.append(ledger.floor)
+    assert floors[-1] <= 4 + len(floors) * d.FLOOR_STEP
+    assert all(b - a <= d.FLOOR_STEP for a, b in zip([4] + floors, floors))
+
+
+def test_a_gap_of_messages_that_expired_unseen_is_crossed_in_steps_with_bounded_memory():
+    ledger = d.StreamLedger(STREAM)
+    assert all(take(ledger, i, i) for i in range(1, 4))
+    for i in range(1001, 1400):                                  # 4-1000 expired at the sender, never sent
+        assert take(ledger, i, i)
+        assert len(ledger.runs) <= 2 and len(ledger.receipts) <= d.RECEIPTS_KEPT
+    assert ledger.floor == 1398                                  # caught up, 16 ids per copy
+    assert not take(ledger, 1100, 1100) and not take(ledger, 500, 500)
+
+
+def test_a_flood_of_forged_ids_keeps_a_stream_bounded():
+    ledger = d.StreamLedger(STREAM)
+    for i in range(10_000):
+        take(ledger, 10 + 3 * i, 1)                              # isolated ids, a base that moves nothing
+    assert len(ledger.runs) == d.MAX_RUNS and len(ledger.receipts) <= d.RECEIPTS_KEPT
+    assert ledger.seen(10) is True and ledger.seen(11) is False  # the lowest runs are the ones kept
+    streams: dict = {}
+    assert all(d.stream_of(streams, f"{i:032x}") for i in range(d.MAX_STREAMS))
+    assert d.stream_of(streams, "f" * 32) is None and d.stream_of(streams, f"{0:032x}") is not None
+
+
+def test_a_compacted_ledger_keeps_the_runs_and_the_highest_id():
+    ledger = d.StreamLedger(STREAM)
+    for i in (1, 2, 3, 7, 8, 20):
+        take(ledger, i, 1)
+    [again] = d.replay_ledger(d.compacted({STREAM: ledger}).splitlines(), "rx", "tx").values()
+    assert (again.runs, again.high, again.floor) == ([[1, 3], [7, 8], [20, 20]], 20, 0)
+    assert [again.seen(i) is not False for i in range(1, 22)] == [ledger.seen(i) is not False for i in range(1, 22)]

@@ -72,3 +72,20 @@ def test_invalid_durable_fields_are_refused(case):
     with pytest.raises(EnvelopeError) as info:
         d.parse_fields(case["payload"])
     assert info.value.reason == case["reason"]
+
+
+def test_the_ledger_steps_of_the_vectors():
+    assert (d.FLOOR_STEP, d.MAX_STREAMS) == (VECTORS["floor_step"], VECTORS["max_streams"])
+    rkey = d.receipt_key(KEY.raw)
+    streams: dict[str, d.StreamLedger] = {}
+    for step in VECTORS["ledger_steps"]:
+        ledger = d.stream_of(streams, f"{step['stream']:032x}")
+        if ledger is None:
+            assert step["outcome"] == "durable_streams_full", step
+            continue
+        ledger.advance(step["base"])
+        outcome = "durable_duplicate" if ledger.seen(step["id"]) else "handled"
+        if outcome == "handled":
+            ledger.record(ledger.issue(rkey, "reports", "billing", step["id"], "handled", 1))
+        assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
+

@@ -56,7 +56,7 @@ class NodeProcesses:
         self.started: list[NodeProcess] = []
 
     def start(self, name: str, *, allow=(), services=(), groups=(), trace=False, lease=None, heartbeat=None,
-              echo=False, extra=(), wait_ready=True) -> NodeProcess:
+              echo=False, extra=(), wait_ready=True, preexec_fn=None) -> NodeProcess:
         cmd = SPEED + ["node", "--dir", self.root, "--key", self.key_path, "--name", name]
         for flag, values in (("--allow", allow), ("--service", services), ("--group", groups)):
             for value in values:
@@ -70,7 +70,7 @@ class NodeProcesses:
         if heartbeat is not None:
             cmd += ["--heartbeat", str(heartbeat)]
         cmd += list(extra)
-        return self._launch(name, cmd, wait_ready)
+        return self._launch(name, cmd, wait_ready, preexec_fn=preexec_fn)
 
     def start_scripted(self, name: str, *, allow=(), delay_ms: float = 0.0, options: dict | None = None,
                        wait_ready: bool = True, preexec_fn=None) -> NodeProcess:

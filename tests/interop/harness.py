@@ -151,12 +151,13 @@ def c_node_bin():
 class Proc:
     """A child process whose stdout lines (JSON parsed when possible) are collected."""
 
-    def __init__(self, name: str, cmd: list[str], *, stdin: bool = False, env: dict | None = None):
+    def __init__(self, name: str, cmd: list[str], *, stdin: bool = False, env: dict | None = None,
+                 preexec_fn=None):
         self.name = name
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     encoding="utf-8", bufsize=1,
+                                     encoding="utf-8", bufsize=1, preexec_fn=preexec_fn,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.lines: list[str] = []
         self.errors: list[str] = []
@@ -251,7 +252,7 @@ class Procs:
         self.started: list[Proc] = []
 
     def c_node(self, name: str, *, allow=(), services=(), lease=None, heartbeat=None, args=(),
-               env: dict | None = None, wait_ready: bool = True) -> Proc:
+               env: dict | None = None, wait_ready: bool = True, preexec_fn=None) -> Proc:
         cmd = [self.c_bin, "node", "--dir", self.env.root, "--key", self.env.key_path, "--name", name, *args]
         for a in allow:
             cmd += ["--allow", a]
@@ -261,7 +262,7 @@ class Procs:
             cmd += ["--lease", str(lease)]
         if heartbeat is not None:
             cmd += ["--heartbeat", str(heartbeat)]
-        p = Proc(name, cmd, stdin=True, env=env)
+        p = Proc(name, cmd, stdin=True, env=env, preexec_fn=preexec_fn)
         self.started.append(p)
         if not wait_ready:
             return p

@@ -1,20 +1,26 @@
 """The durable extension between the Python runtime (sending) and the C node (receiving, written
 from docs/PROTOCOL.md alone): known-answer vectors, messages and receipts, a receiver killed with
-copies in its inbox and in the middle of a stream, v1-only peers, tmpfs refused."""
+copies in its inbox and in the middle of a stream, v1-only peers, tmpfs refused, forged copies, a
+ledger that cannot grow."""
 from __future__ import annotations
 
+import json
 import os
 import random
+import resource
 import subprocess
 import tempfile
+import uuid
 
 import pytest
 
 from speed_runtime import Node
-from speed_runtime.core.durable import NotDurableError
+from speed_runtime.core.durable import MAX_ID, NotDurableError
 from speed_runtime.ext.durable_store import list_pending, verify_receipts
 
 from ..ext.test_durable import persistent_base
+from ..ext.test_durable_hostile import forge
+from ..ext.test_durable_resources import limited
 from .harness import C_DIR, Env, Procs, c_node_bin, gen, stopped, wait_for  # noqa: F401
 
 VECTORS = C_DIR.parent.parent / "vectors" / "durable_vectors.json"
@@ -47,7 +53,7 @@ def messages(*procs) -> list[dict]:
 def test_the_c_node_passes_the_durable_vectors(c_node_bin):
     r = subprocess.run([c_node_bin, "kat-durable", str(VECTORS)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "17 passed, 0 failed"
+    assert r.stdout.strip() == "39 passed, 0 failed"
 
 
 def test_python_durable_messages_to_the_c_node_are_handled_once_and_receipted(dprocs, denv):
@@ -135,3 +141,49 @@ def test_the_c_node_refuses_durable_on_tmpfs(c_node_bin):
         assert r.returncode == 1 and "is on tmpfs (memory)" in r.stderr and "--durable-on-tmpfs" in r.stderr
     finally:
         subprocess.run(["rm", "-rf", base])
+
+
+def test_the_c_node_counts_a_durable_copy_only_from_its_senders_instances_and_bounds_the_floor(dprocs, denv):
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+    c_id = uuid.UUID(c.id).bytes
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        py.send("crx", "first", durable=True, confirm=True, timeout=20)
+        earlier = py.id_bytes
+    stream = open(os.path.join(denv.root, "py", "durable", "outbox", "crx", "stream")).read().strip()
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        forge(denv.root, denv.key_path, sender="py", target="crx", source=os.urandom(16), target_id=c_id,
+              stream=stream, msg_id=MAX_ID, base_id=MAX_ID)
+        c.wait_event(event="rejected", reason="unknown_sender", timeout=20)
+        forge(denv.root, denv.key_path, sender="py", target="crx", source=earlier, target_id=c_id, stream=stream,
+              msg_id=MAX_ID, base_id=MAX_ID, seq=1000)         # from the sender's lineage: it counts as py's
+        c.wait_event(event="message", durableId=MAX_ID, timeout=20)
+        ids = [py.send("crx", n, durable=True) for n in range(10)]
+        wait_for(lambda: not py.extension("durable").outbox_items(), 30, "the receipts of every later message")
+    assert [m["durableId"] for m in messages(c) if m["durableId"] != MAX_ID] == [1] + ids
+    assert not c.find(event="rejected", reason="durable_duplicate")
+
+
+def test_a_c_ledger_that_cannot_grow_acknowledges_nothing_torn(dprocs, denv):
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"],
+                      preexec_fn=limited(resource.RLIMIT_FSIZE, 16 << 10))     # ulimit -f 16
+    ledger = os.path.join(denv.root, "crx", "durable", "ledger", "py.log")
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True, durable_retry_seconds=0.2) as py:
+        for n in range(100):
+            py.send("crx", n, durable=True)
+        c.wait_event(event="durable_store_failed", timeout=60)
+        assert any("cannot store durable receipts for py" in line and "File too large" in line for line in c.errors)
+        waiting = len(py.extension("durable").outbox_items())
+        assert waiting
+        c.stop()
+        with open(ledger, "rb") as f:
+            records = [json.loads(r) for r in f.read().splitlines()]   # every record whole
+        assert sum("receipt" in r for r in records) == 100 - waiting
+        again = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+        wait_for(lambda: not py.extension("durable").outbox_items(), 60, "every receipt")
+    runs: dict[int, list[bool]] = {}
+    for m in messages(c, again):
+        runs.setdefault(m["data"], []).append(m["redelivered"])
+    assert sorted(runs) == list(range(100))
+    assert all(len(flags) == 1 or all(flags[1:]) for flags in runs.values()), runs
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert len(reports) == 2 and all(r.ok and r.count == 100 for _, r in reports), reports

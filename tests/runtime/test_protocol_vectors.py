@@ -28,7 +28,7 @@ FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 
 HEX = protocol_blocks.HEX
 INTEGER = {"type", "flags", "sequence", "timestamp_ms", "index", "id", "time", "burst", "own_max_payload",
-           "own_max_message"}
+           "own_max_message", "floor_step", "max_streams"}
 NUMBER = {"rate"}
 UUID = {"source_id", "target_id"}
 JSON = {"expect", "limits", "steps", "times_ms", "expect_delay_ms"}
@@ -42,6 +42,7 @@ KINDS = {
     "receipt-key": ({"key", "receipt_key"}, set()),
     "receipt": ({"key", "receiver", "sender", "stream", "index", "id", "status", "time", "prev", "input", "mac"},
                 set()),
+    "durable-ledger-steps": ({"receiver", "sender", "floor_step", "max_streams", "steps"}, set()),
     "control-signature": ({"seed", "public_key", "fingerprint", "request", "signature"}, set()),
     "quota-limits": ({"entry", "sender", "expect"}, set()),
     "quota-admission": ({"limits", "steps", "expect"}, set()),
@@ -148,6 +149,24 @@ def _check_receipt(v: dict) -> None:
     assert durable.receipt_mac(durable.receipt_key(v["key"]), *args) == v["mac"]
 
 
+def _check_ledger_steps(v: dict) -> None:
+    """Authentic copies of one sender applied in order to a fresh ledger: each outcome and the
+    stream's floor after it (docs/PROTOCOL.md, durable, "The receiver")."""
+    assert (durable.FLOOR_STEP, durable.MAX_STREAMS) == (v["floor_step"], v["max_streams"])
+    rkey = durable.receipt_key(bytes(32))  # the outcomes do not depend on the key
+    streams: dict = {}
+    for step in v["steps"]:
+        ledger = durable.stream_of(streams, f"{step['stream']:032x}")
+        if ledger is None:
+            assert step["outcome"] == "durable_streams_full", step
+            continue
+        ledger.advance(step["base"])
+        outcome = "durable_duplicate" if ledger.seen(step["id"]) else "handled"
+        if outcome == "handled":
+            ledger.record(ledger.issue(rkey, v["receiver"], v["sender"], step["id"], "handled", 1))
+        assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
+
+
 def _check_signature(v: dict) -> None:
     key = control.OperatorKey(v["seed"])
     assert (key.public_text, key.fingerprint) == (v["public_key"], v["fingerprint"])
@@ -161,6 +180,7 @@ CHECKS = {
     "key-fingerprint": lambda v: Key(v["key"]).fingerprint == v["fingerprint"] or pytest.fail("fingerprint"),
     "receipt-key": lambda v: durable.receipt_key(v["key"]) == v["receipt_key"] or pytest.fail("receipt key"),
     "receipt": _check_receipt,
+    "durable-ledger-steps": _check_ledger_steps,
     "control-signature": _check_signature,
     "quota-limits": check_limits,
     "quota-admission": check_admission,

@@ -55,6 +55,44 @@ def seal(etype, flags, seq, ts, src, dst, nonce, text: str) -> tuple[str, str]:
     return hdr.hex(), env.hex()
 
 
+FLOOR_STEP, MAX_STREAMS = 16, 8
+TOP = 2**63 - 1
+
+
+def ledger_steps(copies: list[tuple[int, int, int]]) -> list[dict]:
+    """What a receiver does with authentic copies (stream number, id, base) of one sender, read
+    from "The receiver": the floor rises to min(base - 1, floor + 16, the highest id receipted
+    before), never falls; an id at or below the floor, or receipted, is a duplicate; a sender's
+    ninth stream is refused."""
+    streams: dict[int, dict] = {}
+    out = []
+    for number, msg_id, base in copies:
+        st = streams.get(number)
+        if st is None and len(streams) == MAX_STREAMS:
+            out.append({"stream": number, "id": msg_id, "base": base, "outcome": "durable_streams_full"})
+            continue
+        st = streams.setdefault(number, {"floor": 0, "high": 0, "done": set()})
+        st["floor"] = max(st["floor"], min(base - 1, st["floor"] + FLOOR_STEP, st["high"]))
+        if msg_id <= st["floor"] or msg_id in st["done"]:
+            outcome = "durable_duplicate"
+        else:
+            outcome = "handled"
+            st["done"].add(msg_id)
+            st["high"] = max(st["high"], msg_id)
+        out.append({"stream": number, "id": msg_id, "base": base, "outcome": outcome, "floor": st["floor"]})
+    return out
+
+
+LEDGER_COPIES = [
+    (1, 1, 1), (1, 2, 1), (1, 3, 3), (1, 2, 2),          # in order; a copy below the floor
+    (1, TOP, TOP),                                       # forged: the floor stays at what was receipted
+    (1, 4, 4),                                           # the honest sender goes on
+    (1, TOP - 1, TOP - 1),                               # a second forged copy: 16 ids further, no more
+    (1, 5, 5), (1, 20, 20),                              # 5 is lost to it, 20 is not
+    (1, 100, 100), (1, 101, 101), (1, 60, 1), (1, 100, 1),  # a gap crossed 16 ids a copy; below: new ids
+] + [(n, 1, 1) for n in range(2, 10)]                    # a sender's ninth stream
+
+
 def build() -> dict:
     rkey = receipt_key(KEY)
     receipts, prev = [], bytes(32)
@@ -106,6 +144,9 @@ def build() -> dict:
              "header_hex": a_hdr, "envelope_hex": a_env,
              "filename": f"reports.{uuid.UUID(REPORTS).hex[:8]}.{9:020d}.{nonce2.hex()[:8]}.env"},
         ],
+        "floor_step": FLOOR_STEP,
+        "max_streams": MAX_STREAMS,
+        "ledger_steps": ledger_steps(LEDGER_COPIES),
         "invalid_durable_fields": [
             {"name": n, "payload": {"from": "billing", "to": "reports", "data": 1, **({"durable": f} if f else {})},
              "reason": "bad_payload"} for n, f in bad],

@@ -74,6 +74,12 @@ def receipt_key(_: str) -> dict:
     return {"key": durable["key_hex"], "receipt_key": durable["receipt_key_hex"]}
 
 
+def durable_ledger_steps(_: str) -> dict:
+    durable = _load("durable")
+    return {"receiver": "reports", "sender": "billing", "floor_step": durable["floor_step"],
+            "max_streams": durable["max_streams"], "steps": durable["ledger_steps"]}
+
+
 def control_signature(case: str) -> dict:
     control = _load("control")
     c = next(c for c in control["cases"] if c["name"] == case)
@@ -109,13 +115,14 @@ def chunks_advertisement(name: str) -> dict:
 
 
 KINDS = {"envelope": envelope, "key-fingerprint": key_fingerprint, "receipt": receipt, "receipt-key": receipt_key,
+         "durable-ledger-steps": durable_ledger_steps,
          "control-signature": control_signature,
          "quota-limits": quota_limits, "quota-admission": quota_admission, "quota-bucket": quota_bucket,
          "chunks-advertisement": chunks_advertisement}
 
 
 # a block's name is its case's name in the file, after this prefix (names are unique on the page)
-PREFIX = {"envelope": "", "key-fingerprint": "", "receipt": "receipt_", "receipt-key": "", "control-signature":
+PREFIX = {"envelope": "", "key-fingerprint": "", "receipt": "receipt_", "receipt-key": "", "durable-ledger-steps": "", "control-signature":
           "signature_", "quota-limits": "limits_", "quota-admission": "admission_", "quota-bucket": "bucket_",
           "chunks-advertisement": "advertisement_"}
 
@@ -128,6 +135,9 @@ def case_of(kind: str, block_name: str) -> dict:
 def _value(field: str, value) -> str:
     if field in HEX:
         return "\n  ".join(value[i:i + HEX_PER_LINE] for i in range(0, len(value), HEX_PER_LINE))
+    if isinstance(value, list) and len(value) > 1 and all(isinstance(v, dict) for v in value):
+        items = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in value]
+        return "[" + ",\n  ".join(items) + "]"  # one object a line (continuation lines)
     if isinstance(value, (dict, list)) or value is None:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return str(value)

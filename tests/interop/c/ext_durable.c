@@ -19,31 +19,50 @@
 #define RAMFS_MAGIC 0x858458F6L
 #define MAX_INSTANCES 1024
 #define ID_MAX 9223372036854775807ull /* 2^63 - 1 */
+/* docs/PROTOCOL.md, durable, "The receiver": the bounds of what one sender's copies can move */
+#define FLOOR_STEP 16     /* one copy's base raises a stream's floor by at most this */
+#define RECEIPTS_KEPT 256 /* receipts kept per stream above its floor (the newest) */
+#define MAX_RUNS 256      /* runs of receipted ids kept per stream above its floor */
+#define MAX_STREAMS 8     /* streams kept per sender */
+#define MAX_LOG_BYTES (16u << 20)
+#define LINEAGE_MAX_BYTES (64u << 10)
 
 static const char *const STATUS_NAMES[] = {"", "handled", "failed", "expired"};
 
 typedef durable_receipt dreceipt;
 
-/* What we know of one (sender, stream): the chain's head, the floor, receipts above it, claims. */
+typedef struct {
+    uint64_t lo, hi;
+} drun;
+
+/* What we know of one (sender, stream): the chain's head, the floor, the highest id receipted,
+ * the runs of receipted ids above the floor and the newest of their receipts, claims, and a
+ * status whose receipt could not be stored yet (its handler is not run again). */
 typedef struct {
     char stream[33];
-    uint64_t index, floor;
+    uint64_t index, floor, high;
     uint8_t mac[32];
-    dreceipt *rc;
+    dreceipt *rc; /* in chain order */
     size_t nrc;
+    drun *runs; /* sorted, disjoint */
+    size_t nruns;
     uint64_t *claims;
     size_t nclaims;
+    uint64_t unstored_id;
+    int unstored_status;
 } dstream;
 
+/* One sender's ledger: its log is opened for each append and closed again (no descriptor is
+ * kept per sender); at most MAX_STREAMS streams. */
 typedef struct {
     char name[NAME_MAX_LEN + 1];
-    int fd; /* the ledger log, O_APPEND */
     dstream *streams;
     size_t nstreams;
 } dsender;
 
 struct durable_state {
     int ledger_fd;
+    uint64_t started_ms; /* copies sealed for an earlier instance count if they arrived before */
     uint8_t rkey[32];
     uint8_t (*instances)[16];
     size_t ninstances;
@@ -170,7 +189,17 @@ static int open_log_in(int dir, const char *name)
         fsync(dir);
         return fd;
     }
-    return errno == EEXIST ? openat(dir, name, O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (errno != EEXIST)
+        return -1;
+    fd = openat(dir, name, O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+                    st.st_nlink != 1 || (uint64_t)st.st_size > MAX_LOG_BYTES)) {
+        close(fd); /* a FIFO, another owner's file, a hard link, a huge file: never ours */
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
 }
 
 int durable_init(node_t *n, int on_tmpfs)
@@ -220,12 +249,16 @@ int durable_init(node_t *n, int on_tmpfs)
     char hex[33];
     hex_encode(n->id_bytes, 16, hex);
     hex[32] = '\n';
-    int ok = write_all(fd, hex, 33) == 0 && fdatasync(fd) == 0;
+    off_t before = lseek(fd, 0, SEEK_END);
+    int ok = before >= 0 && write_all(fd, hex, 33) == 0 && fdatasync(fd) == 0;
+    if (!ok && before >= 0 && ftruncate(fd, before) != 0) /* whole or absent */
+        fprintf(stderr, "warning: cannot cut a failed line off durable/instances\n");
     close(fd);
     if (!ok) {
         fprintf(stderr, "error: cannot record this instance in durable/instances: %s\n", strerror(errno));
         return -1;
     }
+    d->started_ms = now_wall_ms();
     return 0;
 }
 
@@ -237,10 +270,10 @@ void durable_free(node_t *n)
     for (size_t i = 0; i < d->nsenders; i++) {
         for (size_t j = 0; j < d->senders[i].nstreams; j++) {
             free(d->senders[i].streams[j].rc);
+            free(d->senders[i].streams[j].runs);
             free(d->senders[i].streams[j].claims);
         }
         free(d->senders[i].streams);
-        close(d->senders[i].fd);
     }
     free(d->senders);
     free(d->instances);
@@ -262,30 +295,82 @@ int durable_applies(const node_t *n, const env_header *h)
     return n->durable && h->type == ENV_MESSAGE && (h->flags & ENV_FLAG_DURABLE);
 }
 
+/* 1 when id is one of the instance ids `sender` recorded in ROOT/<sender>/durable/instances (its
+ * lineage): each component opened without following a link, a small regular file of ours. */
+static int in_lineage(const node_t *n, const char *sender, const uint8_t id[16])
+{
+    int fds[4] = {-1, -1, -1, -1};
+    int found = 0;
+    fds[0] = open(n->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fds[0] >= 0)
+        fds[1] = openat(fds[0], sender, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fds[1] >= 0)
+        fds[2] = openat(fds[1], "durable", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fds[2] >= 0)
+        fds[3] = openat(fds[2], "instances", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fds[3] >= 0 && fstat(fds[3], &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        (uint64_t)st.st_size <= LINEAGE_MAX_BYTES) {
+        char *text = xmalloc((size_t)st.st_size + 1);
+        ssize_t got = pread(fds[3], text, (size_t)st.st_size, 0);
+        size_t lines = 0;
+        for (ssize_t i = 0; i < got; i++)
+            lines += text[i] == '\n';
+        size_t line = 0, start = 0; /* the last MAX_INSTANCES lines count */
+        for (ssize_t i = 0; i < got && !found; i++) {
+            if (text[i] != '\n')
+                continue;
+            uint8_t one[16];
+            if (lines - line <= MAX_INSTANCES && (size_t)i - start == 32) {
+                text[i] = '\0';
+                found = is_stream(text + start) && hex_decode(text + start, one, 16) == 0 &&
+                        memcmp(one, id, 16) == 0;
+            }
+            line++;
+            start = (size_t)i + 1;
+        }
+        free(text);
+    }
+    for (int i = 3; i >= 0; i--)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return found;
+}
+
 const char *durable_judge(node_t *n, const env_header *h, const uint8_t nonce[ENV_NONCE_LEN],
-                          const char *to, const jval *p, uint64_t *skipped)
+                          const char *to, const jval *p, int64_t arrived_ms, uint64_t *skipped)
 {
     dfields f;
     if (parse_fields(p, &f) != 0)
         return "bad_payload";
     if (strcmp(to, n->name) != 0)
         return "wrong_target";
-    if (memcmp(h->target_id, n->id_bytes, 16) == 0) /* numbered on this instance's link */
-        return replay_check(&n->replay, json_get_str(p, "from"), h->source_id, h->sequence,
-                            h->timestamp_ms, nonce, now_wall_ms(), skipped);
-    for (size_t i = 0; i < n->durable->ninstances; i++)
-        if (memcmp(h->target_id, n->durable->instances[i], 16) == 0) /* an earlier instance */
-            return replay_check_window(&n->replay, h->timestamp_ms, nonce, now_wall_ms());
-    return "wrong_target";
+    int current = memcmp(h->target_id, n->id_bytes, 16) == 0, earlier = 0;
+    for (size_t i = 0; !current && i < n->durable->ninstances; i++)
+        earlier |= memcmp(h->target_id, n->durable->instances[i], 16) == 0;
+    /* an earlier instance's copy counts only if it was delivered before this instance started */
+    if (!current && (!earlier || arrived_ms >= (int64_t)n->durable->started_ms))
+        return "wrong_target";
+    const char *from = json_get_str(p, "from");
+    if (!node_sender_id_matches(n, from, h->source_id) && !in_lineage(n, from, h->source_id))
+        return "unknown_sender"; /* only an instance of the sender counts as the sender */
+    /* judged at its arrival: a copy that waited in the inbox across our restart is not stale */
+    if (current) /* numbered on this instance's link */
+        return replay_check(&n->replay, from, h->source_id, h->sequence, h->timestamp_ms, nonce,
+                            (uint64_t)arrived_ms, skipped);
+    return replay_check_window(&n->replay, h->timestamp_ms, nonce, (uint64_t)arrived_ms);
 }
 
 /* ---------- the ledger ---------- */
 
+/* The stream's ledger among the sender's, created when there is room; NULL beyond MAX_STREAMS. */
 static dstream *stream_of(dsender *s, const char *stream)
 {
     for (size_t i = 0; i < s->nstreams; i++)
         if (strcmp(s->streams[i].stream, stream) == 0)
             return &s->streams[i];
+    if (s->nstreams == MAX_STREAMS)
+        return NULL;
     s->streams = xrealloc(s->streams, (s->nstreams + 1) * sizeof *s->streams);
     dstream *st = &s->streams[s->nstreams++];
     memset(st, 0, sizeof *st);
@@ -293,21 +378,74 @@ static dstream *stream_of(dsender *s, const char *stream)
     return st;
 }
 
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* The sender says every id below base is finished: the floor rises to at most
+ * min(base - 1, floor + FLOOR_STEP, high); what lies at or below it is forgotten. */
 static void advance(dstream *st, uint64_t base)
 {
-    if (base == 0 || base - 1 <= st->floor)
+    uint64_t floor = base == 0 ? 0 : min_u64(base - 1, min_u64(st->floor + FLOOR_STEP, st->high));
+    if (floor <= st->floor)
         return;
-    st->floor = base - 1;
+    st->floor = floor;
     size_t k = 0;
     for (size_t i = 0; i < st->nrc; i++)
-        if (st->rc[i].id > st->floor)
+        if (st->rc[i].id > floor)
             st->rc[k++] = st->rc[i];
     st->nrc = k;
     k = 0;
     for (size_t i = 0; i < st->nclaims; i++)
-        if (st->claims[i] > st->floor)
+        if (st->claims[i] > floor)
             st->claims[k++] = st->claims[i];
     st->nclaims = k;
+    k = 0;
+    for (size_t i = 0; i < st->nruns; i++) {
+        if (st->runs[i].hi <= floor)
+            continue;
+        st->runs[k] = st->runs[i];
+        if (st->runs[k].lo <= floor)
+            st->runs[k].lo = floor + 1;
+        k++;
+    }
+    st->nruns = k;
+}
+
+static void forget_receipts(dstream *st, uint64_t lo, uint64_t hi)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < st->nrc; i++)
+        if (st->rc[i].id < lo || st->rc[i].id > hi)
+            st->rc[k++] = st->rc[i];
+    st->nrc = k;
+}
+
+/* id joins the runs of receipted ids; beyond MAX_RUNS the highest run is forgotten. */
+static void add_run(dstream *st, uint64_t id)
+{
+    size_t at = 0;
+    while (at < st->nruns && st->runs[at].lo <= id)
+        at++; /* runs[at - 1] starts at or below id */
+    if (at > 0 && st->runs[at - 1].hi >= id)
+        return;
+    int low = at > 0 && st->runs[at - 1].hi == id - 1;
+    int high = at < st->nruns && st->runs[at].lo == id + 1;
+    if (low && high) {
+        st->runs[at - 1].hi = st->runs[at].hi;
+        memmove(&st->runs[at], &st->runs[at + 1], (st->nruns - at - 1) * sizeof *st->runs);
+        st->nruns--;
+    } else if (low) {
+        st->runs[at - 1].hi = id;
+    } else if (high) {
+        st->runs[at].lo = id;
+    } else {
+        st->runs = xrealloc(st->runs, (st->nruns + 1) * sizeof *st->runs);
+        memmove(&st->runs[at + 1], &st->runs[at], (st->nruns - at) * sizeof *st->runs);
+        st->runs[at] = (drun){id, id};
+        if (++st->nruns > MAX_RUNS) {
+            drun last = st->runs[--st->nruns];
+            forget_receipts(st, last.lo, last.hi);
+        }
+    }
 }
 
 static void record(dstream *st, const dreceipt *r)
@@ -319,10 +457,17 @@ static void record(dstream *st, const dreceipt *r)
     for (size_t i = 0; i < st->nclaims; i++)
         if (st->claims[i] == r->id)
             st->claims[i--] = st->claims[--st->nclaims];
-    if (r->id > st->floor) {
-        st->rc = xrealloc(st->rc, (st->nrc + 1) * sizeof *st->rc);
-        st->rc[st->nrc++] = *r;
+    if (r->id > st->high)
+        st->high = r->id;
+    if (r->id <= st->floor)
+        return;
+    if (st->nrc == RECEIPTS_KEPT) { /* the oldest goes */
+        memmove(&st->rc[0], &st->rc[1], (st->nrc - 1) * sizeof *st->rc);
+        st->nrc--;
     }
+    st->rc = xrealloc(st->rc, (st->nrc + 1) * sizeof *st->rc);
+    st->rc[st->nrc++] = *r;
+    add_run(st, r->id);
 }
 
 static int claimed(const dstream *st, uint64_t id)
@@ -341,6 +486,17 @@ static const dreceipt *receipt_for(const dstream *st, uint64_t id)
     return NULL;
 }
 
+/* 1 when id is finished: at or below the floor, or receipted (its receipt kept or not). */
+static int finished(const dstream *st, uint64_t id)
+{
+    if (id <= st->floor)
+        return 1;
+    for (size_t i = 0; i < st->nruns && st->runs[i].lo <= id; i++)
+        if (st->runs[i].hi >= id)
+            return 1;
+    return 0;
+}
+
 static int parse_receipt(const jval *o, dreceipt *r)
 {
     const char *status = json_get_str(o, "status"), *prev = json_get_str(o, "prev");
@@ -357,21 +513,21 @@ static int parse_receipt(const jval *o, dreceipt *r)
                : -1;
 }
 
-/* Replays one ledger line (a claim, a receipt, a checkpoint); anything else is skipped. */
+/* Replays one ledger line (a claim, a receipt, a checkpoint) as it was applied when written: a
+ * receipt's base (of the copy it answered) first, then the receipt; anything else is skipped. */
 static void replay_line(dsender *s, const char *line, size_t len)
 {
     jval *rec = json_parse(line, len, NULL, 0);
     const jval *o = NULL;
     const char *stream = NULL;
     uint64_t v = 0;
+    dstream *st = NULL;
     if (rec && rec->type == J_OBJ && rec->n == 1 && (o = rec->items[0])->type == J_OBJ &&
-        is_stream(stream = json_get_str(o, "stream"))) {
-        dstream *st = stream_of(s, stream);
+        is_stream(stream = json_get_str(o, "stream")) && (st = stream_of(s, stream)) != NULL) {
         dreceipt r;
         if (strcmp(rec->keys[0], "receipt") == 0 && parse_receipt(o, &r) == 0) {
+            advance(st, json_get_u64(o, "base", &v) == 0 ? v : 1);
             record(st, &r);
-            if (json_get_u64(o, "base", &v) == 0)
-                advance(st, v);
         } else if (strcmp(rec->keys[0], "claim") == 0 && json_get_u64(o, "id", &v) == 0 &&
                    v > st->floor) {
             st->claims = xrealloc(st->claims, (st->nclaims + 1) * sizeof *st->claims);
@@ -380,6 +536,10 @@ static void replay_line(dsender *s, const char *line, size_t len)
             const char *mac = json_get_str(o, "mac");
             json_get_u64(o, "index", &st->index);
             json_get_u64(o, "floor", &st->floor);
+            if (json_get_u64(o, "high", &v) == 0 && v > st->high)
+                st->high = v;
+            if (st->floor > st->high)
+                st->high = st->floor;
             if (mac && strlen(mac) == 64)
                 hex_decode(mac, st->mac, 32);
         }
@@ -387,7 +547,8 @@ static void replay_line(dsender *s, const char *line, size_t len)
     json_free(rec);
 }
 
-/* The ledger of sender `name`: its log opened (a torn last line cut off) and replayed. */
+/* The ledger of sender `name`: on first use its log is opened (a torn last line cut off),
+ * replayed and closed; NULL when it cannot be (then errno says why). */
 static dsender *sender_of(node_t *n, const char *name)
 {
     struct durable_state *d = n->durable;
@@ -403,7 +564,6 @@ static dsender *sender_of(node_t *n, const char *name)
     dsender *s = &d->senders[d->nsenders++];
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
-    s->fd = fd;
     struct stat st;
     if (fstat(fd, &st) == 0 && st.st_size > 0) {
         char *data = xmalloc((size_t)st.st_size + 1);
@@ -418,11 +578,14 @@ static dsender *sender_of(node_t *n, const char *name)
             fprintf(stderr, "warning: cannot cut the torn end of the ledger of %s\n", name);
         free(data);
     }
+    close(fd);
     return s;
 }
 
-/* Appends one {"kind": obj} line; with sync, fdatasync before returning. 0 on success. */
-static int append(dsender *s, const char *kind, jval *obj, int sync)
+/* Appends one {"kind": obj} line to the sender's log (opened for it and closed again); with
+ * sync, fdatasync before returning. Whole or absent: a line that cannot be written whole (and
+ * synced) is cut off again. 0, or -1 with errno. */
+static int append(node_t *n, const dsender *s, const char *kind, jval *obj, int sync)
 {
     jval *line = json_obj();
     json_set(line, kind, obj);
@@ -431,11 +594,58 @@ static int append(dsender *s, const char *kind, jval *obj, int sync)
     json_free(line);
     text = xrealloc(text, len + 2);
     text[len++] = '\n';
-    int rc = write_all(s->fd, text, len);
+    char *file = xasprintf("%s.log", s->name);
+    int fd = open_log_in(n->durable->ledger_fd, file), rc = -1;
+    free(file);
+    off_t before = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+    if (before >= 0) {
+        rc = write_all(fd, text, len);
+        if (rc == 0 && sync)
+            rc = fdatasync(fd);
+        int err = errno;
+        if (rc != 0 && ftruncate(fd, before) != 0)
+            fprintf(stderr, "warning: cannot cut a failed record off the ledger of %s\n", s->name);
+        errno = err;
+    }
+    if (fd >= 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
     free(text);
-    if (rc == 0 && sync)
-        rc = fdatasync(s->fd);
     return rc;
+}
+
+const char *durable_ledger_step(durable_ledger_kat *k, const char *stream, uint64_t id, uint64_t base,
+                                uint64_t *floor)
+{
+    if (!k->sender)
+        k->sender = calloc(1, sizeof(dsender));
+    dsender *s = k->sender;
+    dstream *st = stream_of(s, stream);
+    if (!st)
+        return "durable_streams_full";
+    advance(st, base);
+    *floor = st->floor;
+    if (receipt_for(st, id) || finished(st, id))
+        return "durable_duplicate";
+    dreceipt r = {.id = id, .index = st->index + 1, .status = 1};
+    record(st, &r);
+    return "handled";
+}
+
+void durable_ledger_free(durable_ledger_kat *k)
+{
+    dsender *s = k->sender;
+    for (size_t j = 0; s && j < s->nstreams; j++) {
+        free(s->streams[j].rc);
+        free(s->streams[j].runs);
+        free(s->streams[j].claims);
+    }
+    if (s)
+        free(s->streams);
+    free(s);
+    k->sender = NULL;
 }
 
 /* ---------- handling ---------- */
@@ -467,27 +677,58 @@ static void send_receipt(node_t *n, const char *to, const char *stream, const dr
     node_emit(n->events, l);
 }
 
+/* A durable store that cannot be written: one line on stderr and an event line; the copy is
+ * removed unanswered (the sender's outbox delivers it again). */
+static void store_failed(node_t *n, int dirfd, const char *file, const char *from, const char *what)
+{
+    char detail[512];
+    snprintf(detail, sizeof detail, "cannot store durable receipts for %s: %s: %s; its messages are not "
+             "acknowledged until the ledger can be written", from, what, strerror(errno));
+    fprintf(stderr, "error: %s\n", detail);
+    jval *l = json_obj();
+    json_set(l, "event", json_str("durable_store_failed"));
+    json_set(l, "peer", json_str(from));
+    json_set(l, "detail", json_str(detail));
+    node_emit(n->events, l);
+    unlinkat(dirfd, file, 0);
+}
+
+static void report_durable_rejected(node_t *n, const char *file, const char *reason, const char *from,
+                                    const env_header *h, int64_t size)
+{
+    jval *l = json_obj();
+    json_set(l, "event", json_str("rejected"));
+    json_set(l, "file", json_str(file));
+    json_set(l, "reason", json_str(reason));
+    json_set(l, "peer", json_str(from));
+    json_set(l, "type", json_str("MESSAGE"));
+    json_set(l, "seq", json_int((int64_t)h->sequence));
+    json_set(l, "size", json_int(size));
+    node_emit(n->events, l);
+}
+
 void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h, const char *from,
                     const jval *p, int64_t size)
 {
     dfields f;
+    if (parse_fields(p, &f) != 0)
+        return; /* judged before: cannot happen */
     dsender *s = sender_of(n, from);
-    if (!s || parse_fields(p, &f) != 0)
-        return; /* the file stays: looked at again by the next scan */
+    if (!s) {
+        store_failed(n, dirfd, file, from, "its ledger cannot be opened");
+        return;
+    }
     dstream *st = stream_of(s, f.stream);
+    if (!st) { /* a sender's streams are bounded */
+        unlinkat(dirfd, file, 0);
+        report_durable_rejected(n, file, "durable_streams_full", from, h, size);
+        return;
+    }
     advance(st, f.base);
     const dreceipt *seen = receipt_for(st, f.id);
-    if (seen || f.id <= st->floor) { /* a copy of what is finished: removed, its receipt again */
+    if (seen || finished(st, f.id)) { /* a copy of what is finished: removed, its receipt again */
         unlinkat(dirfd, file, 0);
-        jval *l = json_obj();
-        json_set(l, "event", json_str("rejected"));
-        json_set(l, "file", json_str(file));
-        json_set(l, "reason", json_str("durable_duplicate"));
-        json_set(l, "peer", json_str(from));
-        json_set(l, "type", json_str("MESSAGE"));
-        json_set(l, "seq", json_int((int64_t)h->sequence));
-        json_set(l, "size", json_int(size));
-        node_emit(n->events, l);
+        report_durable_rejected(n, file, "durable_duplicate", from, h, size);
         if (seen) {
             dreceipt again = *seen;
             send_receipt(n, from, f.stream, &again, h->sequence);
@@ -496,14 +737,25 @@ void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h,
     }
     dreceipt r = {.id = f.id, .index = st->index + 1};
     memcpy(r.prev, st->mac, 32);
-    if (now_wall_ms() > f.expires) {
+    if (st->unstored_id == f.id) {
+        r.status = st->unstored_status; /* its handler ran: only the receipt is missing */
+    } else if (st->unstored_id != 0) {
+        errno = EAGAIN;
+        store_failed(n, dirfd, file, from, "an earlier receipt is not stored yet");
+        return;
+    } else if (now_wall_ms() > f.expires) {
         r.status = 3; /* expired: no handler starts after the time-to-live */
     } else {
         int redelivered = claimed(st, f.id);
         jval *c = json_obj();
         json_set(c, "stream", json_str(f.stream));
         json_set(c, "id", json_int((int64_t)f.id));
-        append(s, "claim", c, 0);
+        if (append(n, s, "claim", c, 0) != 0) {
+            store_failed(n, dirfd, file, from, "the claim");
+            return;
+        }
+        st->claims = xrealloc(st->claims, (st->nclaims + 1) * sizeof *st->claims);
+        st->claims[st->nclaims++] = f.id;
         /* the handler: the message line */
         jval *l = json_obj();
         json_set(l, "event", json_str("message"));
@@ -519,10 +771,13 @@ void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h,
     receipt_mac(n->durable->rkey, n->name, from, f.stream, &r);
     jval *rec = receipt_json(f.stream, &r);
     json_set(rec, "base", json_int((int64_t)f.base));
-    if (append(s, "receipt", rec, 1) != 0) { /* not committed: the file stays for another try */
-        fprintf(stderr, "error: cannot write the ledger of %s: %s\n", from, strerror(errno));
+    if (append(n, s, "receipt", rec, 1) != 0) { /* not committed: nothing is acknowledged */
+        st->unstored_id = f.id;
+        st->unstored_status = r.status;
+        store_failed(n, dirfd, file, from, "the receipt");
         return;
     }
+    st->unstored_id = 0;
     record(st, &r);
     unlinkat(dirfd, file, 0); /* only after the receipt is on disk */
     send_receipt(n, from, f.stream, &r, h->sequence);

@@ -22,9 +22,11 @@ void durable_entry_fields(const node_t *n, jval *entry, jval *features);
 int durable_applies(const node_t *n, const env_header *h);
 
 /* Steps 4-5 for a durable MESSAGE whose `from` was checked: the durable fields, `to`, the target
- * (this instance or an earlier one of our name), the replay checks. NULL or a reason. */
+ * (this instance, or an earlier one of our name for a file that arrived, at arrived_ms, before
+ * this instance started), the source (the sender's registered instance or one of its lineage,
+ * ROOT/<sender>/durable/instances), the replay checks at the arrival. NULL or a reason. */
 const char *durable_judge(node_t *n, const env_header *h, const uint8_t nonce[ENV_NONCE_LEN],
-                          const char *to, const jval *p, uint64_t *skipped);
+                          const char *to, const jval *p, int64_t arrived_ms, uint64_t *skipped);
 
 /* Step 6 for an accepted durable MESSAGE still in the inbox (dirfd/file): ledger, claim, the
  * message line (the handler), the receipt appended and fdatasync'd, then the file removed and
@@ -49,6 +51,16 @@ size_t durable_receipt_mac(const uint8_t rkey[32], const char *receiver, const c
                            const char *stream, durable_receipt *r, uint8_t input[DURABLE_INPUT_MAX]);
 /* The durable fields of a MESSAGE payload: 0, or -1 when they are bad_payload. */
 int durable_parse_fields(const jval *p, durable_fields *f);
+
+/* For the known-answer check of the ledger: what a receiver does with one authentic copy of one
+ * sender (stream, id, base), as durable_handle's ledger steps: "handled", "durable_duplicate" or
+ * "durable_streams_full"; *floor is the stream's floor after it. */
+typedef struct {
+    void *sender;
+} durable_ledger_kat;
+const char *durable_ledger_step(durable_ledger_kat *k, const char *stream, uint64_t id, uint64_t base,
+                                uint64_t *floor);
+void durable_ledger_free(durable_ledger_kat *k);
 
 /* The known-answer check of tests/vectors/durable_vectors.json: "N passed, M failed". */
 int durable_kat_run(const char *path);

@@ -87,6 +87,24 @@ static void check_envelope(const jval *v, const uint8_t key[32])
     json_free(p);
 }
 
+/* One copy of the vectors' ledger_steps: its outcome and the floor after it. */
+static void check_ledger_step(durable_ledger_kat *k, const jval *v)
+{
+    uint64_t number = 0, id = 0, base = 0, want_floor = 0, floor = 0;
+    const char *want = json_get_str(v, "outcome");
+    int ok = want && json_get_u64(v, "stream", &number) == 0 && json_get_u64(v, "id", &id) == 0 &&
+             json_get_u64(v, "base", &base) == 0;
+    check(ok, "malformed ledger step", "ledger_step");
+    if (!ok)
+        return;
+    char stream[33];
+    snprintf(stream, sizeof stream, "%032llx", (unsigned long long)number);
+    const char *got = durable_ledger_step(k, stream, id, base, &floor);
+    check(strcmp(got, want) == 0, "outcome differs", "ledger_step");
+    if (json_get_u64(v, "floor", &want_floor) == 0)
+        check(floor == want_floor, "floor differs", "ledger_step");
+}
+
 int durable_kat_run(const char *path)
 {
     size_t len = 0;
@@ -126,6 +144,12 @@ int durable_kat_run(const char *path)
         COUNT(check(durable_parse_fields(json_get(bad->items[i], "payload"), &f) != 0,
                     "accepted bad durable fields", name ? name : "?"));
     }
+    const jval *steps = json_get(doc, "ledger_steps");
+    durable_ledger_kat ledger = {0};
+    for (size_t i = 0; steps && steps->type == J_ARR && i < steps->n; i++)
+        COUNT(check_ledger_step(&ledger, steps->items[i]));
+    durable_ledger_free(&ledger);
+    COUNT(check(steps && steps->type == J_ARR && steps->n > 0, "no ledger steps", "ledger_steps"));
     printf("%d passed, %d failed\n", passed, failed);
     json_free(doc);
     sodium_memzero(key, sizeof key);

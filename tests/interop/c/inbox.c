@@ -188,6 +188,7 @@ const char *node_open_file(node_t *n, int dirfd, inbox_file *f, uint64_t max_pay
     } else {
         f->size = (int64_t)st.st_size;
         double ctime_s = (double)st.st_ctim.tv_sec + (double)st.st_ctim.tv_nsec / 1e9;
+        f->arrived_ms = (int64_t)st.st_ctim.tv_sec * 1000 + st.st_ctim.tv_nsec / 1000000;
         if (st.st_uid != geteuid())
             reason = "bad_file";
         else if (st.st_nlink == 2 && now_wall() - ctime_s < LINK_GRACE_SECONDS)
@@ -264,7 +265,7 @@ static const char *check_file(node_t *n, int dirfd, inbox_file *f, jval **payloa
     else if (strcmp(from, f->sender) != 0)
         reason = "unknown_sender";
     else if ((durable = durable_applies(n, h)) != 0) /* bound to our name: steps 4-5 there */
-        reason = durable_judge(n, h, nonce, to, p, &skipped);
+        reason = durable_judge(n, h, nonce, to, p, f->arrived_ms, &skipped);
     else if (strcmp(to, n->name) != 0 || memcmp(h->target_id, n->id_bytes, 16) != 0)
         reason = "wrong_target";
     else if (!node_sender_id_matches(n, from, h->source_id))

@@ -30,7 +30,8 @@ void node_refresh_peer_ids(node_t *n);
 typedef struct {
     const char *name;
     char sender[NAME_MAX_LEN + 1];
-    int64_t size; /* -1 while unknown */
+    int64_t size;       /* -1 while unknown */
+    int64_t arrived_ms; /* its change time (its delivery), Unix ms */
     int header_read;
     env_header h;
     uint8_t tag[ENV_TAG_LEN]; /* its authentication tag (a chunk's chain value) */
