@@ -47,6 +47,54 @@ def _loads(text: str) -> Any:
     return value
 
 
+# ---------------------------------------------------------------------------------- memory
+# What a JSON text costs once decoded by this runtime (CPython's json, 64-bit), as an upper bound
+# that needs no decoding: C-level counts of the structural characters, each weighted by the most
+# that one occurrence can add (an object, a slot in its container, a number after a separator),
+# and the text's width (1, 2 or 4 bytes per character of a str). Checked against the resident
+# memory of real decodings in tests/runtime/test_payload_cost.py; docs/PROTOCOL.md ("### chunks",
+# Memory) states the formula.
+QUOTE_BASE, QUOTE_PER_WIDTH = 32, 8   # per '"': half a str object's header
+JSON_OVERHEAD = 128            # the top-level value
+_ASTRAL = (b"\\ud", b"\\uD", b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")  # 4-byte chars (escaped or UTF-8)
+
+
+def json_structure(text: bytes | bytearray, start: int = 0, end: int | None = None) -> tuple[int, int]:
+    """(weighted structural characters, quotes) of text[start:end]: additive over consecutive
+    pieces (a "{}" or "[]" cut in two counts as non-empty, which only overestimates)."""
+    end = len(text) if end is None else end
+    dicts = text.count(b"{", start, end)      # a dict; a non-empty one with its first key table
+    weight = 80 * dicts + 120 * (dicts - text.count(b"{}", start, end))
+    lists = text.count(b"[", start, end)      # a list; a non-empty one with its first slots
+    weight += 64 * lists + 56 * (lists - text.count(b"[]", start, end))
+    # a list slot or a dict entry, each with room for a number object after it
+    weight += 48 * text.count(b",", start, end) + 96 * text.count(b":", start, end)
+    return weight, text.count(b'"', start, end)
+
+
+def json_width(text: bytes | bytearray) -> int:
+    """Bytes per character of the widest str its decoding can make: 1 (ASCII, no \\u escape),
+    4 (a character beyond U+FFFF, raw or as an escaped surrogate), else 2."""
+    if text.isascii() and b"\\u" not in text:
+        return 1
+    return 4 if any(mark in text for mark in _ASTRAL) else 2
+
+
+def json_cost(size: int, structure: tuple[int, int], width: int) -> int:
+    """The most memory decoding a JSON text of `size` bytes takes at its peak, and its value holds
+    at most: the text as a str (`width`·size), then, with the bytes given back, the larger of the
+    bytes and the value (`width`·size of characters and digits plus the weighted structure)."""
+    weight, quotes = structure
+    value = width * size + weight + (QUOTE_BASE + QUOTE_PER_WIDTH * width) * quotes + JSON_OVERHEAD
+    return width * size + max(size, value)
+
+
+def decoded_cost(text: bytes | bytearray, start: int = 0) -> int:
+    """json_cost of the JSON text text[start:] (its width judged on the whole of `text`, which can
+    only overestimate it)."""
+    return json_cost(len(text) - start, json_structure(text, start), json_width(text))
+
+
 def decode_payload(data: bytes, etype: int) -> dict[str, Any]:
     """Parse and validate a payload; anything wrong raises EnvelopeError('bad_payload')."""
     try:

@@ -159,10 +159,10 @@ class ChunksExtension(Extension):
         return lock
 
     # ================================================================== receiving
-    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any] | None:
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any, int] | None:
         if not flags & (FLAG_BINARY | FLAG_CHUNK):
             return None
-        return chunks.decode(plaintext, etype, flags)
+        return chunks.decode_with_cost(plaintext, etype, flags)
 
     def on_envelope(self, verdict, sender: str, data: bytes, name: str) -> bool:
         header, payload = verdict.header, verdict.payload
@@ -188,6 +188,9 @@ class ChunksExtension(Extension):
                                         chunks.chain_value(data), len(data), int(time.monotonic() * 1000))
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
+        if step.out_of_memory:  # this node's problem, not the sender's: the operator hears of it
+            self.node.telemetry.problem("out_of_memory", f"message {payload['messageId']} from {sender} voided: "
+                                                         f"{step.detail}")
         if step.kind == REFUSED:
             receiver.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last,
                             extra=names)
@@ -213,10 +216,10 @@ class ChunksExtension(Extension):
             if not released.is_set():
                 released.set()
                 with self._lock:
-                    self.reassembly.release(sender, message.size)
+                    self.reassembly.release(sender, message.reserved)
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
                                  payload=step.payload, body=Assembled(message.file_bytes, message.count),
-                                 finished=finished)
+                                 finished=finished, cost=message.reserved)
         self.node.receiver.dispatch(whole, sender, data, name)
 
     def _schedule_expiry(self) -> None:
