@@ -81,12 +81,13 @@ def json_width(text: bytes | bytearray) -> int:
 
 
 def json_cost(size: int, structure: tuple[int, int], width: int) -> int:
-    """The most memory decoding a JSON text of `size` bytes takes at its peak, and its value holds
-    at most: the text as a str (`width`·size), then, with the bytes given back, the larger of the
-    bytes and the value (`width`·size of characters and digits plus the weighted structure)."""
+    """The most memory decoding a JSON text of `size` bytes takes, and its value holds at most: the
+    bytes, the text as a str (`width`·size) and the value (`width`·size of characters and digits
+    plus the weighted structure), counted as if all three lived at once (what is freed first may
+    stay resident: an allocator keeps freed blocks for later)."""
     weight, quotes = structure
     value = width * size + weight + (QUOTE_BASE + QUOTE_PER_WIDTH * width) * quotes + JSON_OVERHEAD
-    return width * size + max(size, value)
+    return (1 + width) * size + value
 
 
 def decoded_cost(text: bytes | bytearray, start: int = 0) -> int:
