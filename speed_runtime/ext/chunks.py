@@ -25,6 +25,7 @@ from ..core import chunks
 from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
 from ..core.envelope import EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
+from ..core import payloads
 from ..core.payloads import encode_payload
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
@@ -188,6 +189,8 @@ class ChunksExtension(Extension):
                                         chunks.chain_value(data), len(data), int(time.monotonic() * 1000))
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
+            if step.voided_reason == "message_too_large" and step.voided.etype == EnvelopeType.SPC_REQUEST:
+                self._refuse_request(step.voided, step.detail)
         if step.out_of_memory:  # this node's problem, not the sender's: the operator hears of it
             self.node.telemetry.problem("out_of_memory", f"message {payload['messageId']} from {sender} voided: "
                                                          f"{step.detail}")
@@ -238,6 +241,16 @@ class ChunksExtension(Extension):
             self._voided(partial, "chunk_expired", f"no chunk of message {partial.message_id} came for "
                                                    f"{self._timeout:g} s ({partial.next_index} of {partial.count} arrived)")
         self._schedule_expiry()
+
+    def _refuse_request(self, message: Partial, detail: str) -> None:
+        """A request that can never be taken (too large, or too costly decoded): the caller hears
+        it now, as an ERROR response, rather than at its timeout."""
+        rid, service = message.first.get("requestId"), message.first.get("service")
+        if isinstance(rid, str):
+            self.node.reply(message.sender, EnvelopeType.SPC_RESPONSE, payloads.spc_failure(
+                self.node.name, message.sender, rid, "INVALID_ARGUMENTS",
+                f"the request was refused (message_too_large): {detail}"[:500]),
+                {"request_id": rid, "service": service, "status": "ERROR", "error_code": "INVALID_ARGUMENTS"})
 
     # ================================================================== records
     def _voided(self, partial: Partial, reason: str, detail: str) -> None:

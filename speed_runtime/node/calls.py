@@ -360,6 +360,10 @@ class Callee:
         body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
         self._reply(caller, EnvelopeType.SPC_RESPONSE, body, {**trace, "status": "ERROR", "error_code": error.code})
 
+    def start_waiting(self) -> None:
+        """Start a worker for requests that could get no thread before (threads.WorkerPool)."""
+        self._pool.start_waiting()
+
     def busy(self) -> bool:
         with self._lock:
             return bool(self._total or any(self._waiting.values()))

@@ -191,6 +191,8 @@ class Receiver:
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
+        self.node.lane_pool.start_waiting()  # handlers and services that could get no thread (out of
+        self.node.callee.start_waiting()     # memory) get one now
         if self.node.may_receive():
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged

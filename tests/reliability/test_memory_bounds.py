@@ -145,6 +145,26 @@ def test_running_out_of_memory_while_decoding_is_not_the_senders_fault(procs, ro
     assert not records(root, "r", "threat", peer="s"), "no threat points for the receiver's own problem"
 
 
+def test_a_message_whose_handler_can_get_no_thread_waits_and_is_never_judged_a_replay(procs, root, key):
+    """Under `ulimit -v` no handler thread can be started: the accepted message stays in the inbox,
+    held (never judged again: it would be a replay of its own sender's envelope, 30 threat
+    points, removed unread), and is handled once a thread can be had. Before: rejected as
+    `replayed_nonce`, its sender charged 30 points, the message lost."""
+    r = procs.start_scripted("r", allow=["s"], options={"features": ["quota"], "trace": True})
+    pid = r.proc.pid
+    inbox = os.path.join(root, "r", "inbox")
+    resource.prlimit(pid, resource.RLIMIT_AS, (status(pid, "VmSize") + 4 * MiB, resource.RLIM_INFINITY))
+    with Node(root, key, "s", allow=["r"], linger_seconds=0) as s:
+        s.send("r", {"n": 1})
+        wait_record(root, "r", "envelope", outcome="accepted", type="MESSAGE")
+        shown_for(3, lambda: not os.listdir(inbox) or records(root, "r", "envelope", outcome="rejected"))
+        assert os.listdir(inbox) and r.lines.empty(), "accepted, waiting for a thread"
+        resource.prlimit(pid, resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        assert json.loads(r.read_line(30))["data"] == {"n": 1}
+    assert not records(root, "r", "envelope", outcome="rejected")
+    assert not records(root, "r", "threat", peer="s")
+
+
 # ------------------------------------------------------------------ read-ahead (issue 26, finding 8)
 @pytest.mark.parametrize("senders,each", [(1, 40), (8, 12)])
 def test_a_blocked_handler_holds_what_the_read_ahead_bound_allows_as_rss(root, key, key_path, senders, each):
