@@ -5,8 +5,9 @@ Per sender instance at most one message is in progress: the chunks of a message 
 among that instance's chunk envelopes (other envelopes may come between them). Memory is reserved
 against the sender's budget and the node's total for what the message costs once decoded, so the
 budgets bound resident memory whatever senders claim or send (docs/PROTOCOL.md "### chunks",
-Memory): the first chunk reserves the declared size (the body is assembled in one buffer of that
-size, without a second copy), or for a JSON body the least its decoding can take; each piece of a
+Memory): the first chunk reserves the declared size (the body is assembled in one buffer that
+grows with what arrived, up to that size, and is handed over without a second copy), or for a
+JSON body the least its decoding can take; each piece of a
 JSON body adds what its structure may cost (payloads.json_structure), and the whole body its
 width. A reservation that can never fit the budgets voids the message (`message_too_large`), one
 that does not fit now voids it too (`reassembly_full`): a reliable sender retransmits it later.
@@ -24,7 +25,7 @@ that still arrive are refused with the same reason, so one problem gives one rea
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Hashable, NamedTuple
 
 from .chunks import VALUE_FIELD, Piece, decode_json
@@ -58,7 +59,8 @@ class Partial:
     prev: str = ""
     received: int = 0
     file_bytes: int = 0            # envelope files of its chunks, for the records
-    buffer: io.BytesIO | None = None   # the body so far (allocated whole: getvalue() is then no copy)
+    buffer: io.BytesIO | None = field(default_factory=io.BytesIO)  # the body so far (_append)
+    capacity: int = 0              # bytes the buffer has room for (at most `size`)
     json: bool = False             # the body is JSON text (first chunk's "body"), decoded when whole
     structure: tuple[int, int] = (0, 0)  # payloads.json_structure of the pieces so far
     reserved: int = 0              # bytes reserved for it against the budgets
@@ -139,7 +141,6 @@ class Reassembly:
         first = {k: v for k, v in header.items() if k not in ("messageId", "chunkIndex", "chunkCount", "messageSize")}
         partial = Partial(mid, sender, etype, flags, count, size, first, now_ms, now_ms, next_index=0,
                           json=first.get("body") == "json")
-        out_of_memory = False
         if size > self.max_message:
             reason, detail = "message_too_large", f"message {mid} of {size} bytes exceeds this node's limit of " \
                                                   f"{self.max_message}"
@@ -148,15 +149,11 @@ class Reassembly:
         else:
             refused = self._reserve(partial, partial.cost())
             if refused is None:
-                refused = self._allocate(partial)
-                out_of_memory = refused is not None
-            if refused is None:
                 self.partials[key] = partial
                 return self._add(key, partial, piece, chain, file_size, now_ms)
             reason, detail = refused
         self._mark(key, mid, reason)  # refused at its first chunk: the message is voided before it began
-        return Step(REFUSED, reason=reason, detail=detail, voided=partial, voided_reason=reason,
-                    out_of_memory=out_of_memory)
+        return Step(REFUSED, reason=reason, detail=detail, voided=partial, voided_reason=reason)
 
     def _reserve(self, partial: Partial, need: int) -> tuple[str, str] | None:
         """Raise the message's reservation to `need` bytes; (reason, detail) when it cannot be:
@@ -180,27 +177,17 @@ class Reassembly:
         partial.reserved = need
         return None
 
-    def _allocate(self, partial: Partial) -> tuple[str, str] | None:
-        """The body's buffer, of its whole size at once (touched now, as reserved)."""
-        try:
-            partial.buffer = io.BytesIO()
-            if partial.size:
-                partial.buffer.seek(partial.size - 1)
-                partial.buffer.write(b"\0")
-                partial.buffer.seek(0)
-        except MemoryError:
-            partial.buffer = None
-            self.release(partial.sender, partial.reserved)
-            return "reassembly_full", _out_of_memory(partial, "allocating its buffer")
-        return None
-
     def _add(self, key, partial: Partial, piece: Piece, chain: str, file_size: int, now_ms: int) -> Step:
         size = len(piece.data)
         partial.received += size
         if partial.received > partial.size or (size == 0 and partial.size > 0):
             return self._refuse(key, "chunk_invalid", f"chunk {partial.next_index} of message {partial.message_id} "
                                                       f"does not fit its declared size of {partial.size} bytes")
-        partial.buffer.write(piece.data)
+        try:
+            _append(partial, piece.data)
+        except MemoryError:  # this node's: never held against the sender
+            return self._refuse(key, "reassembly_full", _out_of_memory(partial, "assembling it"))._replace(
+                out_of_memory=True)
         if partial.json:
             weight, quotes = json_structure(piece.source, piece.start) if piece.source \
                 else json_structure(bytes(piece.data))
@@ -314,6 +301,22 @@ class Reassembly:
         if len(self._void) >= MAX_REMEMBERED_VOIDS:
             del self._void[next(iter(self._void))]
         self._void[key] = (message_id, reason)
+
+
+def _append(partial: Partial, data: memoryview) -> None:
+    """Write a piece to the body's buffer. Its room grows as pieces arrive, doubling up to the
+    declared size (never beyond: the size is reserved), so a first chunk that declares 64 MiB costs
+    no more than its own piece, and the whole body, once written, is the buffer's own bytes object
+    (getvalue() makes no copy)."""
+    buffer = partial.buffer
+    end = buffer.tell() + len(data)
+    if end > partial.capacity:
+        partial.capacity = min(partial.size, max(end, 2 * partial.capacity))
+        at = buffer.tell()
+        buffer.seek(partial.capacity - 1)
+        buffer.write(b"\0")
+        buffer.seek(at)
+    buffer.write(data)
 
 
 def _out_of_memory(partial: Partial, doing: str) -> str:
