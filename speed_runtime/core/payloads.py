@@ -56,6 +56,8 @@ def _loads(text: str) -> Any:
 # Memory) states the formula.
 QUOTE_BASE, QUOTE_PER_WIDTH = 32, 8   # per '"': half a str object's header
 JSON_OVERHEAD = 128            # the top-level value
+WORST_PER_BYTE = 209           # json_cost can never exceed this per byte (width 4, every byte a "{")
+SMALL_TEXT = 1024              # texts up to this size are charged the worst case, uncounted (cheaper)
 _ASTRAL = (b"\\ud", b"\\uD", b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")  # 4-byte chars (escaped or UTF-8)
 
 
@@ -92,8 +94,12 @@ def json_cost(size: int, structure: tuple[int, int], width: int) -> int:
 
 def decoded_cost(text: bytes | bytearray, start: int = 0) -> int:
     """json_cost of the JSON text text[start:] (its width judged on the whole of `text`, which can
-    only overestimate it)."""
-    return json_cost(len(text) - start, json_structure(text, start), json_width(text))
+    only overestimate it); for a small text its worst case, which costs no pass over it (a small
+    payload's bound then stays below what the read-ahead's count bounds allow anyway)."""
+    size = len(text) - start
+    if size <= SMALL_TEXT:
+        return WORST_PER_BYTE * size + JSON_OVERHEAD
+    return json_cost(size, json_structure(text, start), json_width(text))
 
 
 def decode_payload(data: bytes, etype: int) -> dict[str, Any]:

@@ -72,6 +72,12 @@ def test_the_estimate_is_not_far_above_it_for_the_costliest_shapes():
     assert payloads.decoded_cost(b'"' + b"x" * MiB + b'"') < 3 * MiB + 4096  # the bytes, the text, the value
 
 
+@pytest.mark.parametrize("text", [b"{" * 500, b"{}" * 250, b'"' * 500, '"😀"'.encode() * 100, b"[" * 999])
+def test_small_texts_are_charged_a_worst_case_never_below_the_count(text):
+    counted = payloads.json_cost(len(text), payloads.json_structure(text), payloads.json_width(text))
+    assert len(text) <= payloads.SMALL_TEXT and payloads.decoded_cost(text) >= counted
+
+
 def test_the_structure_of_pieces_adds_up_to_the_whole():
     text = json.dumps({"a": [{}, [], [1, {"b": "c"}], "x" * 50], "d": {}}).encode() * 3
     whole = payloads.json_structure(text)
