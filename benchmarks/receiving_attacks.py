@@ -7,13 +7,13 @@ figures of docs/RELIABILITY.md ("## Red team: memory, chunks, reliable and contr
 
 Each attack starts a fresh receiver, `speed node r --feature chunks --feature reliable --feature
 quota --operator KEY --trace` (a real process), and in this process an attacker node `m` (allowed
-by r) that seals envelopes itself, as any key holder can under its own registered instance, and
-an honest node `h`. Attacks:
+by r) that seals envelopes itself, as any key holder can under its own registered instance, an
+honest node `h`, and `g`, whose envelopes stand for an honest reliable sender's. Attacks:
 - partials: COUNT first chunks, each declaring a 64 MiB message that never continues;
 - chains: COUNT/5 messages of 64 MiB declared, each given two chained chunks, then abandoned;
 - disorder: a 64-chunk message with a duplicated chunk, one with two chunks swapped, then a good one;
 - nesting: MESSAGE values nested 100,000 deep (1 MiB of `[`), and 900 deep;
-- ids: COUNT*12 reliable MESSAGEs with distinct ids from m between an honest reliable message of h
+- ids: COUNT*12 reliable MESSAGEs with distinct ids from m between an honest reliable message of g
   and a copy of it (the copy must be a duplicate, not delivered again; r remembers 100,000 ids);
 - control: COUNT authentic control requests without a signature in r's control/.
 Per attack: the receiver's RSS at start and its peak (VmHWM), seconds until it had judged every
@@ -89,11 +89,14 @@ class Forger:
 
 
 def journal(root: str) -> list[dict]:
-    try:
-        with open(os.path.join(root, "speed_traces", "r.jsonl"), encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        return []
+    """r's journal, its rotated parts (r.jsonl.N … r.jsonl.1) first."""
+    directory = os.path.join(root, "speed_traces")
+    parts = sorted((n for n in os.listdir(directory) if n.startswith("r.jsonl.")), key=lambda n: -int(n.rsplit(".", 1)[1]))
+    out = []
+    for name in parts + ["r.jsonl"]:
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            out += [json.loads(line) for line in f if line.strip()]
+    return out
 
 
 def summary(records: list[dict]) -> dict:
@@ -131,7 +134,7 @@ def run_attack(attack: str, count: int, checkout: str, work: str) -> dict:
     key, operator = load_key(key_path), OperatorKey.new()
     env = {**os.environ, "PYTHONPATH": os.path.abspath(checkout)}
     cmd = [sys.executable, "-m", "speed_runtime", "node", "--dir", root, "--key", key_path, "--name", "r", "--trace",
-           "--allow", "m", "--allow", "h", "--operator", operator.public_text]
+           "--allow", "m", "--allow", "h", "--allow", "g", "--operator", operator.public_text]
     for feature in ("chunks", "reliable", "quota"):
         cmd += ["--feature", feature]
     receiver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work, text=True)
@@ -141,11 +144,12 @@ def run_attack(attack: str, count: int, checkout: str, work: str) -> dict:
         target_id = uuid.UUID(line.split("id=")[1].split()[0]).bytes
         inbox, control = os.path.join(root, "r", "inbox"), os.path.join(root, "r", "control")
         with Node(root, key, "m", allow=["r"], features=["chunks", "reliable"], linger_seconds=0) as m, \
-                Node(root, key, "h", allow=["r"], features=["chunks", "reliable"], linger_seconds=0) as h:
+                Node(root, key, "h", allow=["r"], features=["chunks", "reliable"], linger_seconds=0) as h, \
+                Node(root, key, "g", allow=["r"], features=["reliable"], linger_seconds=0) as g:
             forger = Forger(m, target_id)
             start = status(receiver.pid, "VmRSS")
             began = time.monotonic()
-            extra = attack_files(attack, count, forger, h)
+            extra = attack_files(attack, count, forger, Forger(g, target_id))
             sent = time.monotonic() - began
             judged = until(lambda: not os.listdir(inbox) and not os.listdir(control), 600)
             cleared = time.monotonic() - began
@@ -164,7 +168,7 @@ def run_attack(attack: str, count: int, checkout: str, work: str) -> dict:
         receiver.wait()
 
 
-def attack_files(attack: str, count: int, forger: Forger, h: Node) -> dict:
+def attack_files(attack: str, count: int, forger: Forger, honest_forger: Forger) -> dict:
     if attack == "partials":
         for i in range(count):
             forger.chain(f"p{i}", 64 * MiB, [os.urandom(1000)])
@@ -190,14 +194,14 @@ def attack_files(attack: str, count: int, forger: Forger, h: Node) -> dict:
             forger.deliver(MSG, b'{"from":"m","to":"r","data":' + value + b"}", 0)
     elif attack == "ids":
         mid = uuid.uuid4().hex
-        honest = payloads.encode_payload({"from": "h", "to": "r", "data": {"honest": 1}, "messageId": mid})
-        h_forger = Forger(h, forger.target_id)
-        h_forger.seq = 10_000  # after whatever h sent itself
-        h_forger.deliver(MSG, honest, FLAG_RELIABLE)
+        honest = payloads.encode_payload({"from": "g", "to": "r", "data": {"honest": 1}, "messageId": mid})
+        honest_forger.deliver(MSG, honest, FLAG_RELIABLE)  # as a reliable sender would (g sends nothing else to r)
         for i in range(count * 12):  # beyond the 100,000 ids r remembers
             forger.deliver(MSG, payloads.encode_payload({"from": "m", "to": "r", "data": i,
                                                          "messageId": f"f{i}"}), FLAG_RELIABLE)
-        h_forger.deliver(MSG, honest, FLAG_RELIABLE)  # a retransmission of the honest message
+        inbox = os.path.join(forger.m.root, "r", "inbox")
+        until(lambda: not os.listdir(inbox), 600)  # the flood handled (the receiver takes senders in turns)
+        honest_forger.deliver(MSG, honest, FLAG_RELIABLE)  # then a retransmission of the honest message
         return {"honestMessageId": mid}
     elif attack == "control":
         for i in range(count):
