@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from .envelope import EnvelopeType
 from .errors import EnvelopeError
-from .payloads import decode_payload, decoded_cost, encode_payload, json_cost, json_structure
+from .payloads import decode_payload, decoded_cost, encode_payload
 
 FLAG_BINARY = 0x0002      # the same bits as speed_runtime.ext (the allocation table lives there)
 FLAG_CHUNK = 0x0004
@@ -67,7 +67,7 @@ def binary_plaintext(header: dict[str, Any], body: bytes | memoryview) -> bytes:
 
 class Piece(NamedTuple):
     """A decoded chunk's bytes of the body: `data`, which is `source[start:]` (the plaintext it
-    came from, for counting without a copy: payloads.json_structure)."""
+    came from, which payloads.json_structure counts without a copy)."""
 
     data: memoryview
     source: bytes = b""
@@ -96,7 +96,7 @@ def decode_with_cost(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str
         raise EnvelopeError("bad_payload", "a binary payload needs a JSON header ended by a 0x00 byte")
     view = memoryview(plaintext)
     header = _header(view[:end])
-    head_cost = json_cost(end, json_structure(plaintext, 0, end), 4)
+    head_cost = decoded_cost(plaintext[:end])
     body = view[end + 1:]
     if flags & FLAG_CHUNK:
         check_chunk_header(header, etype)

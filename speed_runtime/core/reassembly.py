@@ -189,8 +189,7 @@ class Reassembly:
             return self._refuse(key, "reassembly_full", _out_of_memory(partial, "assembling it"))._replace(
                 out_of_memory=True)
         if partial.json:
-            weight, quotes = json_structure(piece.source, piece.start) if piece.source \
-                else json_structure(bytes(piece.data))
+            weight, quotes = json_structure(piece.source or bytes(piece.data))  # (its header too: only more)
             partial.structure = (partial.structure[0] + weight, partial.structure[1] + quotes)
             refused = self._reserve(partial, partial.cost())
             if refused is not None:
