@@ -7,9 +7,8 @@ against the sender's budget and the node's total for what the message costs once
 budgets bound resident memory whatever senders claim or send (docs/PROTOCOL.md "### chunks",
 Memory): the first chunk reserves the declared size (the body is assembled in one buffer that
 grows with what arrived, up to that size, and is handed over without a second copy), or for a
-JSON body the least its decoding can take; each piece of a
-JSON body adds what its structure may cost (payloads.json_structure), and the whole body its
-width. A reservation that can never fit the budgets voids the message (`message_too_large`), one
+JSON body the least its decoding can take; each piece of a JSON body adds what its structure may
+cost (payloads.json_structure), and the whole body its width. A reservation that can never fit the budgets voids the message (`message_too_large`), one
 that does not fit now voids it too (`reassembly_full`): a reliable sender retransmits it later.
 The value is decoded only once its cost is reserved, and a MemoryError while decoding is this
 node's, never the sender's (`reassembly_full`, not `bad_payload`). A reservation is released when
@@ -164,7 +163,7 @@ class Reassembly:
         sender, mid = partial.sender, partial.message_id
         mine = self.reserved.get(sender, 0)
         what = f"message {mid} of {partial.size} bytes" + (" needs" if not partial.json else
-                                                            " needs (decoded, as far as it came)")
+                                                            " needs, decoded as far as it is known,")
         if need > min(self.budget_per_sender, self.budget_total):
             return "message_too_large", (f"{what} {need} bytes of memory, more than the reassembly budget of "
                                          f"{min(self.budget_per_sender, self.budget_total)} bytes can ever hold")
@@ -222,7 +221,7 @@ class Reassembly:
                     text = str(body, "utf-8")
                 except UnicodeDecodeError:
                     raise EnvelopeError("bad_payload", "the body is not UTF-8 JSON") from None
-                del body  # the bytes go before the value is built (json_cost counts on it)
+                del body  # given back before the value is built (json_cost counts it anyway)
                 value = decode_json(text)
                 del text
             else:

@@ -165,6 +165,31 @@ def test_a_message_whose_handler_can_get_no_thread_waits_and_is_never_judged_a_r
     assert not records(root, "r", "threat", peer="s")
 
 
+def test_an_envelope_whose_decoding_runs_out_of_memory_stays_and_is_judged_again(root, key):
+    """A MemoryError while an envelope is decoded (before its sequence and nonce are recorded): the
+    file stays in the inbox, unjudged, and is judged again (reading 24): handled once, never
+    rejected. The fault is injected in the decoder of a real node."""
+    failures = []
+    with Node(root, key, "r", allow=["s"], trace=True, rescan_seconds=0.2) as r, \
+            Node(root, key, "s", allow=["r"], linger_seconds=0) as s:
+        got = []
+        r.on_message(got.append)
+        decode = r.receiver._decode
+
+        def once_out_of_memory(plaintext, etype, flags):
+            if not failures:
+                failures.append(etype)
+                raise MemoryError
+            return decode(plaintext, etype, flags)
+        r.receiver._decode = once_out_of_memory
+        s.send("r", {"n": 1})
+        wait_until(lambda: got, 30, "the message handled after the failure")
+        r.journal.flush()
+        assert failures and [m.data for m in got] == [{"n": 1}]
+        assert r.counters()["protocolErrors"] == 1 and not r.counters()["rejected"]
+    assert not records(root, "r", "envelope", outcome="rejected")
+
+
 # ------------------------------------------------------------------ read-ahead (issue 26, finding 8)
 @pytest.mark.parametrize("senders,each", [(1, 40), (8, 12)])
 def test_a_blocked_handler_holds_what_the_read_ahead_bound_allows_as_rss(root, key, key_path, senders, each):
