@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from .entry import entry_integer
 from .envelope import EnvelopeType
 from .errors import EnvelopeError
-from .payloads import decode_payload, encode_payload
+from .payloads import decode_payload, decoded_cost, encode_payload
 
 FLAG_BINARY = 0x0002      # the same bits as speed_runtime.ext (the allocation table lives there)
 FLAG_CHUNK = 0x0004
@@ -68,9 +68,12 @@ def binary_plaintext(header: dict[str, Any], body: bytes | memoryview) -> bytes:
 
 
 class Piece(NamedTuple):
-    """A decoded chunk's bytes of the body."""
+    """A decoded chunk's bytes of the body: `data`, which is `source[start:]` (the plaintext it
+    came from, which payloads.json_structure counts without a copy)."""
 
     data: memoryview
+    source: bytes = b""
+    start: int = 0
 
 
 def value_size(value: Any) -> int:
@@ -94,10 +97,17 @@ def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Pi
     """Judge and decode a payload in either layout; anything wrong raises EnvelopeError('bad_payload').
     v1 layout: (payload, None). Binary: the payload with its value in place (bytes or the decoded
     JSON), None. Chunk: the chunk's header, and its Piece."""
+    payload, piece, _ = decode_with_cost(plaintext, etype, flags)
+    return payload, piece
+
+
+def decode_with_cost(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Piece | None, int]:
+    """`decode`, and what the decoded payload costs in memory (payloads.decoded_cost; a chunk's
+    piece is counted by the reassembly that keeps it, so a chunk costs its header only)."""
     if not flags & FLAG_BINARY:
         if flags & FLAG_CHUNK:
             raise EnvelopeError("bad_payload", "a chunk must use the binary layout (flag 0x0002)")
-        return decode_payload(plaintext, etype), None
+        return decode_payload(plaintext, etype), None, decoded_cost(plaintext)
     if etype not in VALUE_FIELD:
         raise EnvelopeError("bad_payload", f"a {EnvelopeType(etype).name} cannot use the binary layout")
     end = plaintext.find(SEPARATOR, 0, MAX_HEADER + 1)
@@ -105,13 +115,15 @@ def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Pi
         raise EnvelopeError("bad_payload", "a binary payload needs a JSON header ended by a 0x00 byte")
     view = memoryview(plaintext)
     header = _header(view[:end])
+    head_cost = decoded_cost(plaintext[:end])
     body = view[end + 1:]
     if flags & FLAG_CHUNK:
         check_chunk_header(header, etype)
-        return header, Piece(body)
+        return header, Piece(body, plaintext, end + 1), head_cost
     check_first_fields(header, etype)
-    header[VALUE_FIELD[etype]] = decode_value(header["body"], body)
-    return header, None
+    kind = header["body"]
+    header[VALUE_FIELD[etype]] = decode_value(kind, body)
+    return header, None, head_cost + (len(body) if kind == "bytes" else decoded_cost(plaintext, end + 1))
 
 
 def _header(text: memoryview) -> dict[str, Any]:
@@ -131,8 +143,18 @@ def decode_value(kind: str, body: bytes | memoryview) -> Any:
     if kind == "bytes":
         return bytes(body)
     try:
-        return json.loads(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        text = str(body, "utf-8")
+    except UnicodeDecodeError:
+        raise EnvelopeError("bad_payload", "the body is not UTF-8 JSON") from None
+    return decode_json(text)
+
+
+def decode_json(text: str) -> Any:
+    """A body's JSON text (already a str: its bytes may be given back before the value is built);
+    EnvelopeError('bad_payload') when it is not JSON. A MemoryError is this node's, and passes."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
         raise EnvelopeError("bad_payload", "the body is not UTF-8 JSON") from None
 
 

@@ -47,6 +47,69 @@ def _loads(text: str) -> Any:
     return value
 
 
+# ---------------------------------------------------------------------------------- memory
+# What a JSON text costs once decoded by this runtime (CPython's json, 64-bit), as an upper bound
+# that needs no decoding: C-level counts of the structural characters, each weighted by the most
+# that one occurrence can add (an object, a slot in its container, a number after a separator),
+# and the text's width (1, 2 or 4 bytes per character of a str). Checked against the resident
+# memory of real decodings in tests/runtime/test_payload_cost.py; docs/PROTOCOL.md (reading 24)
+# states the formula.
+QUOTE_BASE, QUOTE_PER_WIDTH = 32, 8   # per '"': half a str object's header
+JSON_OVERHEAD = 128            # the top-level value
+WORST_PER_BYTE = 209           # json_cost can never exceed this per byte (width 4, every byte a "{")
+SMALL_TEXT = 1024              # texts up to this size are charged the worst case, uncounted (cheaper)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'{}[],:"')
+_ASTRAL_LEADS = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")  # UTF-8 of the characters beyond U+FFFF
+
+
+def json_structure(text: bytes | bytearray) -> tuple[int, int]:
+    """(weighted structural characters, quotes) of `text`: additive over the pieces of a text (a
+    "{}" cut in two counts as a non-empty object, which only overestimates). One pass keeps the
+    structural characters (bytes.translate), the counts run over those alone."""
+    marks = text.translate(None, _NOT_STRUCTURE)
+    dicts = marks.count(b"{")  # a dict; one with a key (its '"' kept) with its first key table
+    weight = 80 * dicts + 120 * (dicts - marks.count(b"{}"))
+    # a list, with its first slots (every one: its values may be all digits, which are not kept)
+    weight += 120 * marks.count(b"[")
+    # a list slot or a dict entry, each with room for a number object after it
+    weight += 48 * marks.count(b",") + 96 * marks.count(b":")
+    return weight, marks.count(b'"')
+
+
+def json_width(text: bytes | bytearray) -> int:
+    """Bytes per character of the widest str its decoding can make: 1 (ASCII, no \\u escape),
+    4 (a character beyond U+FFFF, raw or as an escaped surrogate), else 2. Single-byte searches
+    (memchr) first: the costly two-byte ones only for a text with a backslash."""
+    escaped = b"\\" in text
+    if text.isascii():
+        if not escaped or b"\\u" not in text:
+            return 1
+    elif any(lead in text for lead in _ASTRAL_LEADS):
+        return 4
+    return 4 if escaped and (b"\\ud" in text or b"\\uD" in text) else 2
+
+
+def json_cost(size: int, structure: tuple[int, int], width: int) -> int:
+    """The most memory decoding a JSON text of `size` bytes takes, and its value holds at most: the
+    bytes, the text as a str (`width`·size) and the value (`width`·size of characters and digits
+    plus the weighted structure), counted as if all three lived at once (what is freed first may
+    stay resident: an allocator keeps freed blocks for later)."""
+    weight, quotes = structure
+    value = width * size + weight + (QUOTE_BASE + QUOTE_PER_WIDTH * width) * quotes + JSON_OVERHEAD
+    return (1 + width) * size + value
+
+
+def decoded_cost(text: bytes | bytearray, start: int = 0) -> int:
+    """json_cost of the JSON text text[start:], its structure and width judged on the whole of
+    `text` (what comes before `start`, a header, can only add to it); for a small text its worst
+    case, which costs no pass over it (a small payload's bound then stays below what the
+    read-ahead's count bounds allow anyway)."""
+    size = len(text) - start
+    if size <= SMALL_TEXT:
+        return WORST_PER_BYTE * size + JSON_OVERHEAD
+    return json_cost(size, json_structure(text), json_width(text))
+
+
 def decode_payload(data: bytes, etype: int) -> dict[str, Any]:
     """Parse and validate a payload; anything wrong raises EnvelopeError('bad_payload')."""
     try:

@@ -55,6 +55,7 @@ class Verdict(NamedTuple):
     gap: int = 0
     detail: str = ""
     body: Any = None            # what a payload layout of an extension decoded besides the payload (§9)
+    cost: int = 0               # what the decoded payload holds in memory (payloads.decoded_cost), bytes
     finished: Callable[[bool, BaseException | None], None] | None = None  # told when its handling ended
 
     @property
@@ -90,11 +91,11 @@ def header_type(data: bytes) -> str:
     return type_name(data[1]) if len(data) >= HEADER_SIZE else "UNKNOWN"
 
 
-Decoder = Callable[[bytes, int, int], tuple[dict, Any]]
+Decoder = Callable[[bytes, int, int], tuple[dict, Any, int]]
 
 
-def decode_v1(plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any]:
-    return payloads.decode_payload(plaintext, etype), None
+def decode_v1(plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any, int]:
+    return payloads.decode_payload(plaintext, etype), None, payloads.decoded_cost(plaintext)
 
 
 def judge_envelope(sender: str, data: bytes, key: Key, me: Identity, sender_entry: RegistryEntry | None,
@@ -102,18 +103,19 @@ def judge_envelope(sender: str, data: bytes, key: Key, me: Identity, sender_entr
     """Steps 3–5. On acceptance the replay state records the envelope (and only then).
     A caller whose cached `sender_entry` disagrees with the envelope's source ID (verdict
     `unknown_sender` with detail "source") may read the entry afresh and judge again.
-    `decode(plaintext, type, flags)` gives the payload and anything else a payload layout selected
-    by a flag bit carries (§9); the default is v1's, which ignores the flags."""
+    `decode(plaintext, type, flags)` gives the payload, anything else a payload layout selected
+    by a flag bit carries (§9), and what the decoded payload costs in memory (the verdict's `cost`,
+    which the receiver's read-ahead counts); the default is v1's, which ignores the flags."""
     etype = header_type(data)
     try:
         opened = open_envelope(data, key, max_payload)
         header = opened.header
-        payload, body = decode(opened.payload, header.type, header.flags)
+        payload, body, cost = decode(opened.payload, header.type, header.flags)
         check_identities(sender, payload, header, me, sender_entry)
         gap = replay.check(header.source_id, sender, header.sequence, opened.nonce, header.timestamp_ms, now_ms)
     except EnvelopeError as exc:
         return Verdict(exc.reason, etype, detail=exc.detail)
-    return Verdict(None, etype, header, payload, opened.nonce, gap, body=body)
+    return Verdict(None, etype, header, payload, opened.nonce, gap, body=body, cost=cost)
 
 
 def check_identities(sender: str, payload: dict, header: Header, me: Identity,

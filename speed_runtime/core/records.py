@@ -36,8 +36,8 @@ LEASE_EVENTS = (
 )
 # health events of a node about itself (kind "health", an addition to §8 that readers skip)
 HEALTH_EVENTS = ("receiving_failed", "receiving_recovered", "inbox_replaced", "registry_lock_held",
-                 "renewal_failed", "stopped_renewing", "services_abandoned",
-                 "durable_store_failed", "handler_failed")  # the durable extension's
+                 "renewal_failed", "stopped_renewing", "services_abandoned", "out_of_memory",
+                 "durable_store_failed", "handler_failed")  # the last two: the durable extension's
 # logical messages of the chunks and reliable extensions (kind "message", readers that do not know it skip it)
 MESSAGE_EVENTS = ("sent", "retransmitted", "received", "send-error", "delivered", "duplicate", "voided")
 # threat-score changes of a receiver's `quota` extension (kind "threat", §9; readers skip unknown kinds)

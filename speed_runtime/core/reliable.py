@@ -105,13 +105,16 @@ def read_acks(payload: dict[str, Any]) -> list[tuple[str, str, str | None, int]]
 class Deliveries:
     """The receiver's memory of reliable messages it handed to its handler (one delivery per
     message within an instance): per (sender, messageId), in progress or done with its status.
-    Bounded: beyond `capacity` the oldest finished ones are forgotten (a retransmission of one of
-    those would be delivered again; with the defaults that takes more than `capacity` newer
-    messages within the sender's retransmission window)."""
+    Bounded: beyond `capacity` finished ones are forgotten, oldest first (a retransmission of one
+    of those would be delivered again). A sender can crowd the others out only down to an equal
+    share: one holding more than `capacity` / (senders remembered) forgets its own oldest, never
+    another's, so a flood of ids from one sender does not make another's copies delivered twice.
+    O(1) per message (in-progress entries, which are skipped, are few: the read-ahead bounds them)."""
 
     def __init__(self, capacity: int = 100_000):
         self.capacity = capacity
-        self._seen: "OrderedDict[Hashable, tuple[str, str | None, str | None]]" = OrderedDict()
+        self._seen: "OrderedDict[Hashable, tuple[str, str | None, str | None]]" = OrderedDict()  # oldest first
+        self._mine: dict[str, "OrderedDict[str, None]"] = {}  # per sender, its ids, oldest first
         self.in_progress = 0
 
     def begin(self, sender: str, mid: str) -> tuple[str, str | None, str | None]:
@@ -120,37 +123,53 @@ class Deliveries:
         state = self._seen.get(key)
         if state is not None:
             self._seen.move_to_end(key)
+            self._mine[sender].move_to_end(mid)
             return state
-        self._seen[key] = (IN_PROGRESS, None, None)
+        self._add(sender, mid, (IN_PROGRESS, None, None))
         self.in_progress += 1
-        self._trim()
+        self._trim(sender)
         return NEW, None, None
 
     def finish(self, sender: str, mid: str, status: str, error: str | None = None) -> None:
         key = (sender, mid)
-        if self._seen.get(key, (None,))[0] == IN_PROGRESS:
+        if key not in self._seen:  # forgotten meanwhile (it cannot be trimmed while in progress)
+            self._add(sender, mid, (DONE, status, error))
+            self._trim(sender)
+            return
+        if self._seen[key][0] == IN_PROGRESS:
             self.in_progress -= 1
         self._seen[key] = (DONE, status, error)
 
     def forget(self, sender: str, mid: str) -> None:
         """The message never reached the handler (withdrawn, the node stopping): a retransmission
         must be delivered."""
-        state = self._seen.pop((sender, mid), None)
+        state = self._drop(sender, mid)
         if state is not None and state[0] == IN_PROGRESS:
             self.in_progress -= 1
 
-    def _trim(self) -> None:
-        excess = len(self._seen) - self.capacity
-        if excess <= 0:
-            return
-        oldest = []
-        for key, state in self._seen.items():  # oldest first; in-progress ones are few (read-ahead bounds them)
-            if state[0] == DONE:
-                oldest.append(key)
-                if len(oldest) == excess:
-                    break
-        for key in oldest:
-            del self._seen[key]
+    def _add(self, sender: str, mid: str, state: tuple[str, str | None, str | None]) -> None:
+        self._seen[(sender, mid)] = state
+        self._mine.setdefault(sender, OrderedDict())[mid] = None
+
+    def _drop(self, sender: str, mid: str) -> tuple[str, str | None, str | None] | None:
+        state = self._seen.pop((sender, mid), None)
+        mine = self._mine.get(sender)
+        if mine is not None:
+            mine.pop(mid, None)
+            if not mine:
+                del self._mine[sender]
+        return state
+
+    def _trim(self, sender: str) -> None:
+        while len(self._seen) > self.capacity:
+            mine = self._mine[sender]
+            if len(mine) > self.capacity // len(self._mine):  # beyond its share: its own oldest go
+                victim = next(((sender, mid) for mid in mine if self._seen[(sender, mid)][0] == DONE), None)
+            else:
+                victim = next((key for key, state in self._seen.items() if state[0] == DONE), None)
+            if victim is None:
+                return
+            self._drop(*victim)
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -109,9 +109,10 @@ class Extension:
         Returns True while work is left, so that the thread does not sleep."""
         return False
 
-    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any] | None:
-        """(payload, anything else the layout carries) for a payload layout this extension's flag
-        bit selects; None when the flags select none of its layouts."""
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any, int] | None:
+        """(payload, anything else the layout carries, what the decoded payload costs in memory:
+        payloads.decoded_cost) for a payload layout this extension's flag bit selects; None when
+        the flags select none of its layouts."""
         return None
 
     def outbound(self, out: Outbound) -> int | None:
@@ -151,7 +152,7 @@ def decoder(extensions: dict[str, Extension]) -> Decoder:
     if not layouts:
         return decode_v1
 
-    def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any]:
+    def decode(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str, Any], Any, int]:
         for extension in layouts:
             decoded = extension.decode(plaintext, etype, flags)
             if decoded is not None:

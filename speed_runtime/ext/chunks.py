@@ -25,6 +25,7 @@ from ..core import chunks
 from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
 from ..core.envelope import EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
+from ..core import payloads
 from ..core.payloads import encode_payload
 from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
@@ -161,10 +162,10 @@ class ChunksExtension(Extension):
         return lock
 
     # ================================================================== receiving
-    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any] | None:
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> tuple[dict, Any, int] | None:
         if not flags & (FLAG_BINARY | FLAG_CHUNK):
             return None
-        return chunks.decode(plaintext, etype, flags)
+        return chunks.decode_with_cost(plaintext, etype, flags)
 
     def on_envelope(self, verdict, sender: str, data: bytes, name: str) -> bool:
         header, payload = verdict.header, verdict.payload
@@ -190,6 +191,11 @@ class ChunksExtension(Extension):
                                         chunks.chain_value(data), len(data), int(time.monotonic() * 1000))
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
+            if step.voided_reason == "message_too_large" and step.voided.etype == EnvelopeType.SPC_REQUEST:
+                self._refuse_request(step.voided, step.detail)
+        if step.out_of_memory:  # this node's problem, not the sender's: the operator hears of it
+            self.node.telemetry.problem("out_of_memory", f"message {payload['messageId']} from {sender} voided: "
+                                                         f"{step.detail}")
         if step.kind == REFUSED:
             receiver.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last,
                             extra=names)
@@ -215,10 +221,10 @@ class ChunksExtension(Extension):
             if not released.is_set():
                 released.set()
                 with self._lock:
-                    self.reassembly.release(sender, message.size)
+                    self.reassembly.release(sender, message.reserved)
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
                                  payload=step.payload, body=Assembled(message.file_bytes, message.count, message.size),
-                                 finished=finished)
+                                 finished=finished, cost=message.reserved)
         self.node.receiver.dispatch(whole, sender, data, name)
 
     def _schedule_expiry(self) -> None:
@@ -237,6 +243,16 @@ class ChunksExtension(Extension):
             self._voided(partial, "chunk_expired", f"no chunk of message {partial.message_id} came for "
                                                    f"{self._timeout:g} s ({partial.next_index} of {partial.count} arrived)")
         self._schedule_expiry()
+
+    def _refuse_request(self, message: Partial, detail: str) -> None:
+        """A request that can never be taken (too large, or too costly decoded): the caller hears
+        it now, as an ERROR response, rather than at its timeout."""
+        rid, service = message.first.get("requestId"), message.first.get("service")
+        if isinstance(rid, str):
+            self.node.reply(message.sender, EnvelopeType.SPC_RESPONSE, payloads.spc_failure(
+                self.node.name, message.sender, rid, "INVALID_ARGUMENTS",
+                f"the request was refused (message_too_large): {detail}"[:500]),
+                {"request_id": rid, "service": service, "status": "ERROR", "error_code": "INVALID_ARGUMENTS"})
 
     # ================================================================== records
     def _voided(self, partial: Partial, reason: str, detail: str) -> None:

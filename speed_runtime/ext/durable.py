@@ -412,7 +412,8 @@ class DurableExtension(Extension):
         except EnvelopeError:
             receiver.reject(name, sender, header.sequence, "bad_payload", len(data), verdict.type, data)
             return True
-        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name))
+        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name),
+                             verdict.cost + len(data))  # the task holds the envelope's bytes too
         return True
 
     # ------------------------------------------------------------------ handling (the sender's lane)

@@ -8,7 +8,8 @@ before its deadline (the request's timestamp + timeoutMs) is answered TIMEOUT at
 never runs, so a caller that retries after a TIMEOUT does not execute it twice. A request waiting
 for its service gives its sender's read-ahead slot back (so the same caller's requests to other
 services are not held up behind it); the waiting queues are bounded (WAITING_PER_SERVICE,
-WAITING_TOTAL), and a request beyond them is answered TIMEOUT at once, never run.
+WAITING_TOTAL, and `waiting_bytes` of what their arguments cost decoded, counted until the request
+finished), and a request beyond them is answered TIMEOUT at once, never run.
 """
 from __future__ import annotations
 
@@ -176,9 +177,11 @@ class Request:
     deadline: float | None         # monotonic; None when the request carries no timeoutMs
     take: Callable[[], bool]       # remove the request's file; False when its sender withdrew it
     done: Callable[[], None]       # the receiver may read ahead again (called once, by release)
+    cost: int = 0                  # what its arguments hold in memory (Verdict.cost)
     answered: threading.Lock = field(default_factory=threading.Lock)
     state: str = "waiting"         # waiting | running | finished
     released: bool = False
+    queued_cost: int = 0           # its cost counted against the callee's waiting budget (once queued)
 
     def release(self) -> None:
         if not self.released:
@@ -193,10 +196,13 @@ WAITING_TOTAL = 64
 
 class Callee:
     def __init__(self, name: str, services: ServiceTable, allows: Callable[[str], bool], reply: Reply,
-                 deadlines: Deadlines, telemetry: Telemetry, workers: int, per_service: int):
+                 deadlines: Deadlines, telemetry: Telemetry, workers: int, per_service: int,
+                 waiting_bytes: int = 64 << 20):
         self.name, self.services, self._allows, self._reply = name, services, allows, reply
         self._deadlines, self._telemetry = deadlines, telemetry
         self._per_service = per_service
+        self._waiting_bytes = waiting_bytes
+        self.waiting_cost = 0  # what the queued requests (and those started from the queue) hold
         self._pool = WorkerPool(workers, f"speed-{name}-spc", lambda exc: telemetry.count("handlerErrors"))
         self._workers = workers
         self._lock = threading.Lock()
@@ -222,14 +228,19 @@ class Callee:
                 return
             queue = self._waiting.setdefault(request.service_name, deque())
             full = len(queue) >= WAITING_PER_SERVICE or sum(map(len, self._waiting.values())) >= WAITING_TOTAL
-            if not full:
+            costly = self.waiting_cost + request.cost > self._waiting_bytes
+            if not (full or costly):
                 queue.append(request)
-        if full:
+                request.queued_cost = request.cost
+                self.waiting_cost += request.cost
+        if full or costly:
             request.state = "finished"
             if request.take():
                 self._telemetry.count("servicesTimedOutUnstarted")
+                why = "too many requests wait for it" if full else \
+                    f"the requests waiting for a worker would hold more than {self._waiting_bytes} bytes"
                 self._respond(request, error=SpcError("TIMEOUT", f"service {request.service_name!r} is saturated "
-                                                                 "(too many requests wait for it); it was not run"))
+                                                                 f"({why}); it was not run"))
             request.release()
             return
         request.release()  # waiting here, not in the sender's read-ahead: its other requests go on
@@ -249,7 +260,7 @@ class Callee:
         except RuntimeError:  # the pool stopped with the node
             self._running[request.service_name] -= 1
             self._total -= 1
-            request.state = "finished"
+            self._unqueue(request)
             threading.Thread(target=self._refuse_stopping, args=(request,), daemon=True).start()
 
     def _refuse_stopping(self, request: Request) -> None:
@@ -283,10 +294,16 @@ class Callee:
         finally:
             self._finish(request, running=True)
 
+    def _unqueue(self, request: Request) -> None:
+        """Under the lock: the request is finished; what it held against the waiting budget is free."""
+        request.state = "finished"
+        self.waiting_cost -= request.queued_cost
+        request.queued_cost = 0
+
     def _finish(self, request: Request, running: bool = False) -> None:
         nxt: list[tuple[Request, RegisteredService]] = []
         with self._lock:
-            request.state = "finished"
+            self._unqueue(request)
             if running:
                 self._running[request.service_name] -= 1
                 self._total -= 1
@@ -296,7 +313,7 @@ class Callee:
                     waiting = queue.popleft()
                     service = self.services.get(name)
                     if service is None:
-                        waiting.state = "finished"
+                        self._unqueue(waiting)
                         nxt.append((waiting, None))
                         continue
                     self._start(waiting, service)
@@ -313,7 +330,7 @@ class Callee:
         with self._lock:
             if request.state != "waiting":
                 return
-            request.state = "finished"
+            self._unqueue(request)
             queue = self._waiting.get(request.service_name)
             if queue is not None:
                 try:
@@ -343,6 +360,10 @@ class Callee:
         body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
         self._reply(caller, EnvelopeType.SPC_RESPONSE, body, {**trace, "status": "ERROR", "error_code": error.code})
 
+    def start_waiting(self) -> None:
+        """Start a worker for requests that could get no thread before (threads.WorkerPool)."""
+        self._pool.start_waiting()
+
     def busy(self) -> bool:
         with self._lock:
             return bool(self._total or any(self._waiting.values()))
@@ -356,7 +377,7 @@ class Callee:
             left = [r for queue in self._waiting.values() for r in queue]
             self._waiting.clear()
             for r in left:
-                r.state = "finished"
+                self._unqueue(r)
         for request in left:
             if request.take():
                 self._respond(request, error=SpcError("INTERNAL_ERROR", f"node {self.name} is shutting down"))

@@ -38,6 +38,9 @@ class NodeConfig:
     service_concurrency: int = 4               # services running at once, per service
     read_ahead: int = 32                       # envelopes taken from the inbox per sender before handled
     read_ahead_total: int = 256                # … and from all senders together
+    read_ahead_bytes: int = 64 * 1024 * 1024   # what they cost decoded (payloads.decoded_cost), from all senders…
+    read_ahead_bytes_per_sender: int = 16 * 1024 * 1024  # …and per sender
+    spc_waiting_bytes: int = 64 * 1024 * 1024  # what the requests waiting for a service's worker cost decoded
     linger_seconds: float = 10.0               # on close: wait for receivers to take what we delivered
     drain_seconds: float = 30.0                # on close: the most time spent handling what is left in the inbox
     stop_grace_seconds: float = 5.0            # on close: the most time to wait for running services
@@ -107,7 +110,8 @@ class NodeConfig:
             _non_negative(name, getattr(self, name))
         _positive("durable_ttl", self.durable_ttl, 30 * 86_400.0)
         for name in ("max_payload", "lane_workers", "spc_workers", "service_concurrency", "read_ahead",
-                     "read_ahead_total", "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
+                     "read_ahead_total", "read_ahead_bytes", "read_ahead_bytes_per_sender", "spc_waiting_bytes",
+                     "journal_max_bytes", "max_message", "chunk_size", "reassembly_bytes",
                      "reassembly_bytes_per_sender", "reliable_pending_bytes", "reliable_remember", "reliable_window",
                      "outbox_limit", "outbox_max_bytes", "durable_open_ledgers"):
             value = getattr(self, name)

@@ -47,16 +47,17 @@ class Dispatcher:
         assembled = isinstance(verdict.body, Assembled)
         size, traced = (verdict.body.size, True) if assembled else (len(data), False)
         finished = verdict.finished or _nothing
+        held = 0 if assembled else verdict.cost  # an assembled value's memory is the reassembly's until `finished`
         etype = header.type
         if etype == _MESSAGE:
             if not traced:
                 mid = payload.get("messageId")
                 self.receiver.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
-            if not self.receiver.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name)):
+            if not self.receiver.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name), held):
                 finished(False, None)
             return
         if etype == _SPC_REQUEST:
-            self.receiver.read_ahead.hold(sender, name, self.receiver.inbox.fd)
+            self.receiver.read_ahead.hold(sender, name, self.receiver.inbox.fd, held)
             if not traced:
                 self.receiver.accepted(verdict, sender, data, name,
                               {"request_id": payload["requestId"], "service": payload["service"]})
@@ -64,10 +65,12 @@ class Dispatcher:
             deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
 
             def done() -> None:
-                self.receiver.read_ahead.release(sender)
+                self.receiver.read_ahead.release(sender, cost=held)
                 finished(True, None)
+            # a request that waits for a worker gives its read-ahead slot and reservation back, and its
+            # cost moves to the callee's waiting budget until it finished
             self.node.callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
-                                            deadline, lambda: self.receiver.take(name), done))
+                                            deadline, lambda: self.receiver.take(name), done, verdict.cost))
             return
         # everything else is settled here and now
         if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):

@@ -115,7 +115,7 @@ class Node:
         self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry,
                              self.deliver_payload)
         self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
-                             self.telemetry, cfg.spc_workers, cfg.service_concurrency)
+                             self.telemetry, cfg.spc_workers, cfg.service_concurrency, cfg.spc_waiting_bytes)
         if cfg.observe_registry:
             self.monitor.rescan(time.time())
         self._state = "running"

@@ -1,9 +1,12 @@
 """The receiver's read-ahead: accepted envelopes that wait for their handler or are in it.
 
 Per sender at most `per_sender` of them, from all senders at most `total`: what is beyond stays
-in the inbox, unread (the inbox is the queue). An accepted file stays in the inbox until its
-handler starts and `take` removes it (§5.5 step 6: remove, then dispatch); while it is held its
-name is never judged again (`taken`).
+in the inbox, unread (the inbox is the queue). Each held envelope also weighs what its decoded
+payload costs in memory (`Verdict.cost`, payloads.decoded_cost): no file is taken while the
+sender's held cost is `bytes_per_sender` or more, or all senders' `bytes_total` or more, so what is
+held never exceeds `bytes_total` plus the cost of one envelope (docs/PROTOCOL.md reading 24). An
+accepted file stays in the inbox until its handler starts and `take` removes it (§5.5 step 6:
+remove, then dispatch); while it is held its name is never judged again (`taken`).
 
 The protocol thread, which waits while a sender (or all) is at its bound, is woken when that
 sender's held envelopes are down to half (a low-water mark), not at the first release: it then
@@ -25,12 +28,16 @@ def _unlink(dir_fd: int, name: str) -> None:
 
 
 class ReadAhead:
-    def __init__(self, per_sender: int, total: int, wake: Callable[[], None]):
+    def __init__(self, per_sender: int, total: int, wake: Callable[[], None], bytes_per_sender: int = 1 << 62,
+                 bytes_total: int = 1 << 62):
         self.per_sender, self.total = per_sender, total
+        self.bytes_per_sender, self.bytes_total = bytes_per_sender, bytes_total
         self._wake = wake  # the protocol thread, which waits while the read-ahead is full
         self._lock = threading.Lock()
         self._in_hand: dict[str, int] = {}  # per sender
         self._in_hand_total = 0
+        self._cost: dict[str, int] = {}     # per sender: what its held envelopes cost decoded
+        self.cost_total = 0
         self._at_bound: set[str] = set()  # senders that reached their bound since the last wake-up
         self._total_at_bound = False
         self.taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
@@ -46,25 +53,30 @@ class ReadAhead:
     # file more in for a moment: the bounds are memory bounds, not exact. The lock cost two
     # acquisitions per received file.
     def full(self) -> bool:
-        return self._in_hand_total >= self.total
+        return self._in_hand_total >= self.total or self.cost_total >= self.bytes_total
 
     def has_room(self, sender: str) -> bool:
-        return self._in_hand_total < self.total and self._in_hand.get(sender, 0) < self.per_sender
+        return self._in_hand_total < self.total and self.cost_total < self.bytes_total \
+            and self._in_hand.get(sender, 0) < self.per_sender and self._cost.get(sender, 0) < self.bytes_per_sender
 
     def has_room_for_any(self, senders: list[str]) -> bool:
         with self._lock:
-            if self._in_hand_total >= self.total:
+            if self.full():
                 return False
-            return any(self._in_hand.get(s, 0) < self.per_sender for s in senders)
+            return any(self._in_hand.get(s, 0) < self.per_sender and self._cost.get(s, 0) < self.bytes_per_sender
+                       for s in senders)
 
-    def hold(self, sender: str, name: str, dir_fd: int) -> None:
+    def hold(self, sender: str, name: str, dir_fd: int, cost: int = 0) -> None:
+        """Hold an accepted file of `sender` whose decoded payload costs `cost` bytes."""
         with self._lock:
             count = self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
             self._in_hand_total += 1
+            held = self._cost[sender] = self._cost.get(sender, 0) + cost
+            self.cost_total += cost
             self.taken[name] = dir_fd
-            if count >= self.per_sender:
+            if count >= self.per_sender or held >= self.bytes_per_sender:
                 self._at_bound.add(sender)
-            if self._in_hand_total >= self.total:
+            if self.full():
                 self._total_at_bound = True
 
     def take(self, name: str, dir_fd: int, keep_gil: bool) -> bool:
@@ -80,8 +92,9 @@ class ReadAhead:
             self.taken.pop(name, None)
         return True
 
-    def release(self, sender: str, name: str | None = None) -> None:
-        """One of `sender`'s held envelopes is done (and `name`, when given, no longer held)."""
+    def release(self, sender: str, name: str | None = None, cost: int = 0) -> None:
+        """One of `sender`'s held envelopes (of `cost`, as held) is done (and `name`, when given, no
+        longer held)."""
         with self._lock:
             if name is not None:
                 self.taken.pop(name, None)
@@ -91,40 +104,51 @@ class ReadAhead:
             else:
                 self._in_hand.pop(sender, None)
             self._in_hand_total -= 1
+            held = self._cost.get(sender, 0) - cost
+            if held > 0 and count > 0:
+                self._cost[sender] = held
+            else:
+                self._cost.pop(sender, None)
+            self.cost_total = max(0, self.cost_total - cost)
             wake = False
-            if sender in self._at_bound and count <= self.per_sender // 2:
+            if sender in self._at_bound and count <= self.per_sender // 2 and held <= self.bytes_per_sender // 2:
                 self._at_bound.discard(sender)
                 wake = True
-            if self._total_at_bound and self._in_hand_total <= self.total // 2:
+            if self._total_at_bound and self._in_hand_total <= self.total // 2 \
+                    and self.cost_total <= self.bytes_total // 2:
                 self._total_at_bound = False
                 wake = True
         if wake:
             self._wake()
 
-    def run_on_lane(self, lanes: SerialLanes, sender: str, name: str, dir_fd: int, task: Callable[[], None]) -> bool:
-        """Hold `name` and run `task` on the sender's lane; released when the task ends. False when
-        the lanes have stopped with the node (the file stays in the inbox for the next instance)."""
-        self.hold(sender, name, dir_fd)
-        return self.submit(lanes, sender, [(name, task)])
+    def run_on_lane(self, lanes: SerialLanes, sender: str, name: str, dir_fd: int, task: Callable[[], None],
+                    cost: int = 0) -> bool:
+        """Hold `name` (of `cost`) and run `task` on the sender's lane; released when the task ends.
+        False when the lanes have stopped with the node (the file stays in the inbox for the next
+        instance)."""
+        self.hold(sender, name, dir_fd, cost)
+        return self.submit(lanes, sender, [(name, task, cost)])
 
-    def submit(self, lanes: SerialLanes, sender: str, held: list[tuple[str, Callable[[], None]]]) -> bool:
-        """Run the tasks of held files on the sender's lane, in order, each releasing its file when
-        it ends; one task on the lane for all of them. False (all released) when the lanes have
-        stopped."""
+    def submit(self, lanes: SerialLanes, sender: str, held: list[tuple[str, Callable[[], None], int]]) -> bool:
+        """Run the tasks of held files (name, task, cost) on the sender's lane, in order, each
+        releasing its file when it ends; one task on the lane for all of them. False (all released)
+        when the lanes have stopped."""
         try:
             lanes.submit(sender, lambda: self._run_held(sender, held, lanes.on_error))
         except RuntimeError:
-            for name, _ in held:
-                self.release(sender, name)
+            for name, _, cost in held:
+                self.release(sender, name, cost)
             return False
         return True
 
-    def _run_held(self, sender: str, held: list[tuple[str, Callable[[], None]]],
-                  on_error: Callable[[BaseException], None]) -> None:
-        for name, task in held:
+    def _run_held(self, sender: str, held: list, on_error: Callable[[BaseException], None]) -> None:
+        for index in range(len(held)):
+            name, task, cost = held[index]
+            held[index] = None  # the task (and the value it holds) goes as soon as it ran: its cost is released
             try:
                 task()
             except BaseException as exc:  # one bad task must not stop the sender's later ones
                 on_error(exc)
             finally:
-                self.release(sender, name)
+                del task
+                self.release(sender, name, cost)

@@ -6,8 +6,9 @@ hands what passed to the dispatcher (node/dispatch.py): MESSAGEs to the sender's
 requests to the callee, responses and acknowledgements to whoever waits for them.
 
 Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
-accepted envelopes wait for their handler (`read_ahead_total` from all senders); the rest stay in
-the inbox, unread, and only their names are remembered (bounded too; beyond the bound the inbox
+accepted envelopes wait for their handler (`read_ahead_total` from all senders), and no more while
+what they cost decoded reaches `read_ahead_bytes_per_sender` (`read_ahead_bytes` from all senders,
+node/readahead.py); the rest stay in the inbox, unread, and only their names are remembered (bounded too; beyond the bound the inbox
 is listed again later). An accepted MESSAGE or request is removed from the inbox only when its
 handler starts (§5.5 step 6: remove, then dispatch), so a `kill -9` loses at most the envelopes
 being handled at that moment; what waits is still in the inbox for the next instance to judge.
@@ -51,7 +52,8 @@ class Receiver:
         self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
         self._lock = threading.Lock()
         self.dispatcher = Dispatcher(self)
-        self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake())
+        self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake(),
+                                    cfg.read_ahead_bytes_per_sender, cfg.read_ahead_bytes)
         self._names = PendingNames()
         self._turn = 0  # rotates the sender that goes first in a pass
         self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
@@ -189,6 +191,8 @@ class Receiver:
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
+        self.node.lane_pool.start_waiting()  # handlers and services that could get no thread (out of
+        self.node.callee.start_waiting()     # memory) get one now
         if self.node.may_receive():
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
@@ -350,19 +354,19 @@ class Receiver:
         """Dispatch by type (§5.5 step 6; node/dispatch.py)."""
         self.dispatcher.deliver(verdict, sender, data, name)
 
-    def run_on_lane(self, sender: str, name: str, task: Callable[[], None]) -> bool:
-        """Hold an accepted file (it counts against the read-ahead and is not judged again) and run
-        `task` on the sender's lane. The file stays in the inbox until the task removes it with
+    def run_on_lane(self, sender: str, name: str, task: Callable[[], None], cost: int = 0) -> bool:
+        """Hold an accepted file (it counts against the read-ahead, with `cost`: what its decoded
+        payload holds in memory, and is not judged again) and run `task` on the sender's lane. The file stays in the inbox until the task removes it with
         `take(name)`; a task that leaves it lets a later listing look at it again. False when the
         handlers' pool has stopped with the node (the file stays for the next instance).
         During a pass of the protocol thread the tasks of each sender are collected and handed to
         its lane together at the end of the pass: one wake-up of a worker per sender and pass, not
         one per message (that hand-off had halved the one-way rate)."""
         if self._batch is not None and threading.get_ident() == self._protocol_ident:
-            self.read_ahead.hold(sender, name, self.inbox.fd)
-            self._batch.setdefault(sender, []).append((name, task))
+            self.read_ahead.hold(sender, name, self.inbox.fd, cost)
+            self._batch.setdefault(sender, []).append((name, task, cost))
             return True
-        return self.read_ahead.run_on_lane(self.lanes, sender, name, self.inbox.fd, task)
+        return self.read_ahead.run_on_lane(self.lanes, sender, name, self.inbox.fd, task, cost)
 
     def take(self, name: str) -> bool:
         """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""

@@ -38,9 +38,25 @@ class WorkerPool:
             # an idle worker counts until it has woken: two tasks submitted before it does must not
             # both count on it (the second would wait behind the first, which may block for long)
             if len(self._tasks) > self._idle and len(self.threads) < self._size:
-                thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self.threads)}", daemon=True)
-                self.threads.append(thread)
-                thread.start()
+                self._start_worker()
+
+    def _start_worker(self) -> None:
+        """Under the lock. When no thread can be had now (`ulimit -v`, `-u`) the task waits in the
+        queue for a running worker, or for `start_waiting` or the next submit to start one; it is
+        never dropped (a handler's file would then be judged again, as a replay of its sender)."""
+        thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self.threads)}", daemon=True)
+        try:
+            thread.start()
+        except (RuntimeError, MemoryError):
+            return
+        self.threads.append(thread)
+
+    def start_waiting(self) -> None:
+        """Start a worker for tasks that wait with none to run them (a start failed before)."""
+        if self._tasks and not self.threads:  # (unlocked reads: a cheap look, asked often)
+            with self._cond:
+                if self._tasks and not self.threads and not self._stopped:
+                    self._start_worker()
 
     def _work(self) -> None:
         while True:

@@ -50,6 +50,30 @@ def test_memory_is_bounded_and_keeps_what_is_in_progress():
     assert d.begin("a", "9")[0] == DONE and d.begin("a", "0")[0] == NEW  # the oldest finished one was forgotten
 
 
+def test_a_flood_of_one_senders_ids_never_makes_anothers_copies_new_again():
+    """Principle (a): what one sender does counts only against that sender. Before, the oldest ids
+    of every sender went first: 10,000 ids of a flooder made an honest sender's copies NEW."""
+    d = Deliveries(capacity=100)
+    for i in range(10):
+        d.begin("honest", f"h{i}")
+        d.finish("honest", f"h{i}", "handled")
+    for i in range(10_000):
+        d.begin("flooder", f"f{i}")
+        d.finish("flooder", f"f{i}", "handled")
+    assert len(d) == 100
+    assert all(d.begin("honest", f"h{i}")[0] == DONE for i in range(10))
+    assert d.begin("flooder", "f9999")[0] == DONE and d.begin("flooder", "f0")[0] == NEW
+
+
+def test_senders_share_the_memory_equally_when_all_are_busy():
+    d = Deliveries(capacity=90)
+    for i in range(300):
+        for sender in ("a", "b", "c"):
+            d.begin(sender, str(i))
+            d.finish(sender, str(i), "handled")
+    assert len(d) == 90 and [len(d._mine[s]) for s in "abc"] == [30, 30, 30]
+
+
 def test_one_ack_can_acknowledge_several_messages():
     batch = reliable.ack_batch("b", "a", [(3, "m1", "handled", None), (4, "m2", "failed", "E: x"), (5, "m3", "handled",
                                                                                                       None)])

@@ -154,6 +154,38 @@ def test_forged_and_broken_chains_are_refused_by_the_c_node(procs, env):
     assert not c.find(event="message")
 
 
+def test_a_request_that_can_never_be_taken_is_answered_at_once_each_way(procs, env):
+    """A chunked SPC_REQUEST refused as `message_too_large` (declared beyond maxMessage, or, in the
+    Python runtime, costing more decoded than its reassembly budget can ever hold) is answered
+    with an ERROR response (INVALID_ARGUMENTS): the caller does not wait for its timeout."""
+    rt = python_runtime()
+    import time
+    import uuid
+    from speed_runtime.core import chunks
+    from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
+    from speed_runtime.transport import inject
+    c = procs.c_node("cnode", allow=["py"], args=FEATURES)
+    with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"]) as node:
+        node.register("echo", lambda arguments: arguments)
+        # C -> Python: 3.5 MiB of [{},...] cost about 150 MiB decoded, beyond a sender's 128 MiB
+        pad = "[" + ",".join(["{}"] * (3_500_000 // 3)) + "]"
+        c.command(f'call big py echo {{"pad":{pad}}}')
+        refused = c.wait_event(60, event="call_error", id="big")
+        assert refused["errorCode"] == "INVALID_ARGUMENTS" and "message_too_large" in refused["errorMessage"]
+        # Python -> C: a first chunk that declares more than the C node's maxMessage
+        target, rid = uuid.UUID(c.id).bytes, uuid.uuid4().hex
+        first = {"from": "py", "to": "cnode", "body": "json", "requestId": rid, "service": "echo", "callerNode": "py"}
+        plaintext = chunks.binary_plaintext(chunks.chunk_header(first, "huge-1", 0, 2, 64 * MiB + 1, None), b"{")
+        sealed = seal(Header(EnvelopeType.SPC_REQUEST, 500, int(time.time() * 1000), len(plaintext), node.id_bytes,
+                             target, BINARY | CHUNK), plaintext, node.key, os.urandom(12))
+        answer = node.caller.expect(rid, "cnode", target, "echo", 20, lambda: inject(
+            env.root, "cnode", envelope_filename("py", node.id_bytes, 500, sealed[64:76]), sealed))
+        with pytest.raises(rt.SpcError) as info:
+            answer.result(20)
+        assert info.value.code == "INVALID_ARGUMENTS" and "message_too_large" in str(info.value)
+        assert c.wait_event(event="voided", messageId="huge-1")["reason"] == "message_too_large"
+
+
 def test_v1_peers_never_receive_an_extension_envelope(procs, env):
     rt = python_runtime()
     v1 = procs.c_node("oldc", allow=["py"])  # the C node without --feature

@@ -45,6 +45,13 @@ const char *ext_chunks_dispatch(node_t *n, const void *header, const char *from,
     reasm_feed(&n->reasm, from, h->source_id, h->type, h->flags, p, piece, now_mono_ms(), &st);
     if (st.voided)
         emit_voided(n, from, st.voided_id, st.voided_reason, st.detail);
+    if (st.kind == REASM_REFUSED && st.voided && index == 0 && h->type == ENV_SPC_REQUEST &&
+        strcmp(st.voided_reason, "message_too_large") == 0 && json_get_str(p, "requestId")) {
+        /* no retry can make it fit: the caller hears it now, not at its timeout */
+        char *msg = xasprintf("the request was refused (message_too_large): %s", st.detail);
+        node_respond(n, from, json_get_str(p, "requestId"), "INVALID_ARGUMENTS", msg, NULL);
+        free(msg);
+    }
     if (st.kind == REASM_REFUSED)
         return st.reason;
     jval *l = json_obj();
