@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any, Iterable
 
 from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, DurableTrace, EnvelopeTrace, HealthTrace, LeaseTrace,
@@ -83,35 +84,50 @@ def record_of(event: Any, source: str = "journal", keep_envelope: bool = True) -
     observer) in the console's view model; None for anything else (an ``SpcTrace``, None). Its
     strings are as ``core.visible`` shows them: any member writes journals, and a record's fields
     end up in cells, titles, notifications and exports (the sealed bytes stay as they are)."""
-    v = visible
+    rec = _record_of(event, source, keep_envelope)
+    if rec is None:
+        return None
+    texts = _texts(rec)
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable():  # nearly always: one check, not one per field
+        return rec
+    return replace(rec, **{name: visible(text) for name, text in zip(TEXT_FIELDS, texts)})
+
+
+TEXT_FIELDS = ("node", "dir", "peer", "type", "outcome", "reason", "request_id", "service", "status", "error_code",
+               "subject", "event", "detail", "message_id", "stream")
+_texts = attrgetter(*TEXT_FIELDS)
+
+
+def _record_of(event: Any, source: str, keep_envelope: bool) -> TraceRecord | None:
     if isinstance(event, EnvelopeTrace):
         env = event.envelope if keep_envelope and event.envelope is not None \
             and len(event.envelope) <= ENVELOPE_FIELD_LIMIT else None  # what a journal would keep
         return TraceRecord(
-            id=next(_ids), ts=event.ts, node=v(event.node), kind="envelope", dir=v(event.dir), peer=v(event.peer),
-            type=v(event.type), seq=event.seq, size=event.size, outcome=v(event.outcome), reason=v(event.reason or ""),
-            request_id=v(event.request_id or ""), service=v(event.service or ""), status=v(event.status or ""),
-            error_code=v(event.error_code or ""), latency_ms=event.latency_ms, envelope=env, source=source,
-            message_id=v(event.message_id or ""), chunk=event.chunk, chunks=event.chunks)
+            id=next(_ids), ts=event.ts, node=event.node, kind="envelope", dir=event.dir, peer=event.peer,
+            type=event.type, seq=event.seq, size=event.size, outcome=event.outcome, reason=event.reason or "",
+            request_id=event.request_id or "", service=event.service or "", status=event.status or "",
+            error_code=event.error_code or "", latency_ms=event.latency_ms, envelope=env, source=source,
+            message_id=event.message_id or "", chunk=event.chunk, chunks=event.chunks)
     if isinstance(event, MessageTrace):
-        return TraceRecord(id=next(_ids), ts=event.ts, node=v(event.node), kind="message", dir=v(event.dir),
-                           peer=v(event.peer), type=v(event.type), seq=event.seq, size=event.size, event=v(event.event),
-                           reason=v(event.reason or ""), detail=v(event.detail), source=source,
-                           message_id=v(event.message_id), chunks=event.chunks, attempt=event.attempt)
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="message", dir=event.dir,
+                           peer=event.peer, type=event.type, seq=event.seq, size=event.size, event=event.event,
+                           reason=event.reason or "", detail=event.detail, source=source,
+                           message_id=event.message_id, chunks=event.chunks, attempt=event.attempt)
     if isinstance(event, ThreatTrace):
-        return TraceRecord(id=next(_ids), ts=event.ts, node=v(event.node), kind="threat", peer=v(event.peer),
-                           event=v(event.event), reason=v(event.reason), score=event.score, detail=v(event.instance),
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="threat", peer=event.peer,
+                           event=event.event, reason=event.reason, score=event.score, detail=event.instance,
                            source=source)
     if isinstance(event, DurableTrace):
-        return TraceRecord(id=next(_ids), ts=event.ts, node=v(event.node), kind="durable", peer=v(event.peer),
-                           event=v(event.event), status=v(event.status or ""), stream=v(event.stream), number=event.id,
-                           detail=v(event.detail), source=source)
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="durable", peer=event.peer,
+                           event=event.event, status=event.status or "", stream=event.stream, number=event.id,
+                           detail=event.detail, source=source)
     if isinstance(event, LeaseTrace):
-        return TraceRecord(id=next(_ids), ts=event.ts, node=v(event.node), kind="lease", subject=v(event.subject),
-                           event=v(event.event), source=source)
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="lease", subject=event.subject,
+                           event=event.event, source=source)
     if isinstance(event, HealthTrace):
-        return TraceRecord(id=next(_ids), ts=event.ts, node=v(event.node), kind="health", subject=v(event.node),
-                           event=v(event.event), detail=v(event.detail), source=source)
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="health", subject=event.node,
+                           event=event.event, detail=event.detail, source=source)
     return None
 
 
