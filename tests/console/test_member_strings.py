@@ -259,6 +259,7 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
     await screen_is(pilot, PickScreen, "the stop dialog")
     await step("stop dialog")
     await close(pilot)
+    app.actions.set_allow(own, "hsvc", True)  # its answers may come back
     history = app.calls
     for service in ("fail", "fail2", "answer"):
         n = len(history.entries())
@@ -266,13 +267,17 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
         await screen_is(pilot, CallScreen, "the call dialog")
         await pilot.click("#call-go")
         await wait_for(pilot, lambda: len(history.entries()) > n, timeout=60, what=f"the call of {service}")
-        await pilot.pause()
+        await wait_for(pilot, lambda: "latency" in str(app.screen.query_one("#call-result").render()),
+                       what="the answer in the dialog")
         await step(f"the answer of hsvc.{service} in the call dialog")
         await close(pilot)
         app.run_call(own, "hsvc", service, {}, 5.0)  # its outcome as a notification
         await wait_for(pilot, lambda: len(history.entries()) > n + 1, timeout=60, what=f"the re-call of {service}")
         await pilot.pause()
         await step(f"the answer of hsvc.{service} as a notification")
+        answered = history.entries()[-1]  # the hostile service's own answer, not a refusal on the way
+        assert (answered.status, answered.error_code) == (("SUCCESS", "") if service == "answer"
+                                                          else ("ERROR", "EXECUTION_FAILED")), answered
     await pilot.press("7")
     await step("audit with the live calls")
 
@@ -296,7 +301,7 @@ async def test_no_member_byte_reaches_the_terminal_clipboard_or_exports(tmp_path
             problems[where] = found  # the first place something got through
 
     with hostile_service(root, key, shots):
-        async with app.run_test(size=SIZE, headless=False) as pilot:
+        async with app.run_test(size=SIZE, headless=False, notifications=True) as pilot:
             await visit_everything(pilot, app, root, step)
             clipboard = app.clipboard
     out = "".join(written)
@@ -340,7 +345,7 @@ async def test_member_markup_is_text_never_an_error_a_link_or_an_action(tmp_path
             await pilot.pause()
 
     with hostile_service(root, key, shots):
-        async with app.run_test(size=SIZE, headless=False) as pilot:
+        async with app.run_test(size=SIZE, headless=False, notifications=True) as pilot:
             await visit_everything(pilot, app, root, step)
             assert app.is_running
     assert list(shots.iterdir()) == [], f"{SHOT} was written: a member's link ran an action"
