@@ -26,7 +26,8 @@ TITLE = "\x1b]2;PWNED\x07"  # OSC 2: sets the terminal's title
 CLIPBOARD = "\x1b]52;c;cHduZWQ=\x07"  # OSC 52: writes "pwned" to the clipboard
 CLEAR = "\x1b[2J"  # CSI: clears the screen
 C1 = "\u009b31m\u009d0;c1\u009c"  # the 8-bit CSI and OSC ... ST of C1
-CONTROLS = TITLE + CLIPBOARD + CLEAR + C1 + "\x7f"
+SURROGATE = "\ud800"  # valid in JSON ("\\ud800"), and no terminal driver can encode it
+CONTROLS = TITLE + CLIPBOARD + CLEAR + C1 + "\x7f" + SURROGATE
 BROKEN_MARKUP = '[a="]x[/]'  # a MarkupError where it is parsed
 FORMULA = "=2+5+cmd|' -c calc'!A0"
 SHOT = "pwned.svg"
@@ -47,7 +48,7 @@ def values(shots: Path) -> dict[str, str]:
 FILE_NAMES = ['[a="]' + TITLE + C1, "[@click=app.bell]CLICK" + CLEAR, FORMULA]
 
 # the visible forms the console must show instead (core.visible)
-SHOWN = ("\\x1b]2;PWNED\\x07", "\\x1b]52;c;cHduZWQ=\\x07", "\\x1b[2J", "\\x9b31m")
+SHOWN = ("\\x1b]2;PWNED\\x07", "\\x1b]52;c;cHduZWQ=\\x07", "\\x1b[2J", "\\x9b31m", "\\ud800")
 
 IDS = {"hlink": "77777777-7777-4777-8777-777777777777", "herror": "88888888-8888-4888-8888-888888888888"}
 
@@ -75,7 +76,7 @@ def records(name: str, v: str, now: float) -> list[dict]:
                           "callerNode": v, "timeoutMs": 5000}).encode()
     answer = json.dumps({"from": other, "to": name, "requestId": v, "status": "ERROR", "errorCode": v,
                          "errorMessage": v}).encode()
-    text = v.encode() + b" \xff not json"
+    text = v.encode("utf-8", "surrogatepass") + b" \xff not json"
     t = now - 5.0
     return [
         {"kind": "envelope", "ts": t, "node": v, "dir": "out", "peer": v, "type": "SPC_REQUEST", "seq": 1,
