@@ -127,13 +127,15 @@ def summary(vals: list[str], now: float) -> dict:
     }
 
 
-def build_hostile(base: Path, now: float | None = None) -> tuple[Path, Path, Paths, Path]:
-    """(root, key path, the console's paths, the folder a screenshot link would write into)."""
+def build_hostile(base: Path, now: float | None = None, shots: Path | None = None) -> tuple[Path, Path, Paths, Path]:
+    """(root, key path, the console's paths, the folder a screenshot link would write into:
+    ``shots``, else a new one in ``base``)."""
     now = time.time() if now is None else now
     root, key_path = build(base / "root", now)
     paths = Paths(base / "config", base / "data")
-    shots = base / "shots"
-    shots.mkdir()
+    if shots is None:
+        shots = base / "shots"
+        shots.mkdir()
     vals = values(shots)
     reg, tr = root / REGISTRY_DIR, root / TRACES_DIR
     for name, v in vals.items():

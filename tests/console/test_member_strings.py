@@ -16,12 +16,15 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from rich.cells import cell_len
 from speed_runtime import Node
 from speed_runtime.core.errors import SpcError
 from textual.drivers.headless_driver import HeadlessDriver
 
+from speedtui.environments.fixture import FIXED_NOW
 from speedtui.services import runtime as rt
+from speedtui.services.clock import FrozenClock
 from speedtui.services.processes import console_node_name
 from speedtui.ui.app import make_app
 from speedtui.ui.screens.calllink import CallLinkScreen
@@ -349,3 +352,39 @@ def clicks(app) -> list[tuple[int, int]]:
             spots.append((cell_len(line[:start]) + 2, y))
             start = line.find("CLICK", start + 1)
     return spots
+
+
+SIZES = [(80, 24), (120, 36)]
+
+
+def snapshot_app(tmp_path: Path):
+    """The hostile environment at the fixture's frozen time, its links pointing at a fixed folder."""
+    root, key_path, paths, _ = build_hostile(tmp_path, FIXED_NOW, shots=Path("/victim"))
+    return make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW), dir_label="/hostile/env",
+                    steady=True)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_hostile_entries_are_drawn_escaped(size, snap_compare, tmp_path):
+    """How an entry written by a hostile member looks: its fields and file names escaped, in the
+    table and in the detail (hlink under the cursor)."""
+    async def before(pilot):
+        pilot.app.view_widget("leases").query_one(FastTable).move_to_key("hlink")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(tmp_path), run_before=before, terminal_size=size)
+
+
+def test_a_hostile_envelope_is_drawn_escaped(snap_compare, tmp_path):
+    """The envelope dialog of a request whose every field and payload a hostile member wrote."""
+    async def before(pilot):
+        app = pilot.app
+        await pilot.press("4")
+        traces = app.view_widget("traces")
+        traces.follow = False
+        rec = next(r for r in app.traces.view if r.type == "SPC_REQUEST" and "CLICK" in r.node)
+        traces.query_one(FastTable).move_to_key((rec.ts, rec.id))
+        await pilot.press("enter")
+        await screen_is(pilot, EnvelopeScreen, "the envelope dialog")
+
+    assert snap_compare(snapshot_app(tmp_path), run_before=before, terminal_size=(120, 36))
