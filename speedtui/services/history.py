@@ -56,8 +56,9 @@ class AuditLog:
         for d in _read(self.path, limit):
             try:
                 out.append(AuditEntry(ts=float(d["ts"]), action=visible(str(d["action"])),
-                                      detail=visible(str(d.get("detail", ""))), command=visible(str(d.get("command", ""))),
-                                      ok=bool(d.get("ok", True)), result=visible(str(d.get("result", "")))))
+                                      detail=visible(str(d.get("detail", ""))),
+                                      command=visible(str(d.get("command", ""))), ok=bool(d.get("ok", True)),
+                                      result=visible(str(d.get("result", "")))))
             except (KeyError, TypeError, ValueError):
                 continue
         return out

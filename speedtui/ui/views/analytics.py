@@ -84,8 +84,8 @@ def summary_renderable(s: dict) -> Group:
             _column(t, c, left=c in ("target", "service", "codes"))
         for r in s["spc"][:15]:
             _add_row(t, r["target"], r["service"], str(r["calls"]), str(r["successes"]), str(r["errors"]),
-                      str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
-                      _ms(r["p99_ms"]), ", ".join(f"{k}={v}" for k, v in (r.get("error_codes") or {}).items()))
+                     str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
+                     _ms(r["p99_ms"]), ", ".join(f"{k}={v}" for k, v in (r.get("error_codes") or {}).items()))
         parts.append(t)
     if s.get("top_talkers"):
         t = _table("top talkers")
@@ -111,9 +111,9 @@ def summary_renderable(s: dict) -> Group:
         for c in ("node", "availability", "sessions", "restarts", "crashes", "left", "lost", "late", "online"):
             _column(t, c, left=c == "node")
         for r in s["availability"][:20]:
-            _add_row(t, r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]), str(r["crashes"]),
-                      str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
-                      "yes" if r["online_at_end"] else "no")
+            _add_row(t, r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]),
+                     str(r["crashes"]), str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
+                     "yes" if r["online_at_end"] else "no")
         parts.append(t)
     parts += extension_tables(s)
     return Group(*parts)
