@@ -38,7 +38,7 @@ from speedtui.ui.screens.timetravel import TimeTravelScreen
 from speedtui.ui.widgets.fast_table import FastTable
 
 from .conftest import SIZE, run_async, wait_for
-from .hostile import FORMULA, SHOT, SHOWN, SURROGATE, build_hostile, terminal_problems, values
+from .hostile import FILE_NAMES, FORMULA, SHOT, SHOWN, SURROGATE, build_hostile, terminal_problems, values
 
 HOSTILE_MARKS = ("CLICK", '[a="]', "\\x1b")  # a string holds one of these once a member wrote it
 
@@ -358,8 +358,10 @@ SIZES = [(80, 24), (120, 36)]
 
 
 def snapshot_app(tmp_path: Path):
-    """The hostile environment at the fixture's frozen time, its links pointing at a fixed folder."""
+    """The hostile environment at the fixture's frozen time, its links pointing at a fixed folder,
+    without the journal link (its notification names the test's folder)."""
     root, key_path, paths, _ = build_hostile(tmp_path, FIXED_NOW, shots=Path("/victim"))
+    (root / "speed_traces" / f"{FILE_NAMES[0]}.jsonl").unlink()
     return make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW), dir_label="/hostile/env",
                     steady=True)
 
