@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from speed_runtime.cli.common import ShowVersion
+from speed_runtime.core.visible import visible
 
 EXIT_USAGE = 2
 
 
 def _fail(msg: str) -> int:
-    print(f"speedtui: {msg}", file=sys.stderr)
+    print(f"speedtui: {visible(msg)}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         app.run()
     finally:
         app.shutdown()
-    return 0
+    # an exception that ended the app was shown by Textual as it closed; scripts see a failure
+    return app.return_code or 0
 
 
 if __name__ == "__main__":  # pragma: no cover

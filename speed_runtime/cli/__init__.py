@@ -23,9 +23,10 @@ from ..core.quota import QuotaExceededError
 from ..core.errors import (AccessDeniedError, ConfigError, ControlTimeoutError, DeliveryTimeoutError, LeaseLostError,
                            NameInUseError, NodeUnavailableError, OperatorNotTrustedError, RegistryLockError,
                            SpcError, SpeedError)
+from ..core.visible import visible
 from . import clients, node, operator
 from .common import (EXIT_CODES, ShowVersion, EXIT_CONFIG, EXIT_LEASE_LOST, EXIT_NOT_TRUSTED, EXIT_OK, EXIT_REMOTE, EXIT_TIMEOUT,
-                     EXIT_UNAVAILABLE, default_dir)
+                     EXIT_UNAVAILABLE, default_dir, visible_output)
 
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a process that SIGPIPE ended
 
@@ -59,6 +60,12 @@ def exit_code(exc: SpeedError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # what `speed` prints may quote members' strings: none of their control characters reaches the terminal
+    with visible_output():
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
@@ -68,13 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
         return EXIT_BROKEN_PIPE
     except SpeedError as exc:
-        print(f"speed: {exc}", file=sys.stderr)
+        print(f"speed: {visible(str(exc))}", file=sys.stderr)  # one line, even when a member's text holds newlines
         return exit_code(exc)
     except TimeoutError as exc:  # a builtin timeout (an OSError too): the exit code scripts wait for
-        print(f"speed: {exc or 'timed out'}", file=sys.stderr)
+        print(f"speed: {visible(str(exc) or 'timed out')}", file=sys.stderr)
         return EXIT_TIMEOUT
     except OSError as exc:  # the operating system refused: one sentence, never a traceback
-        print(f"speed: {_os_error(exc)}", file=sys.stderr)
+        print(f"speed: {visible(_os_error(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, DeliveryTimeoutError, SpeedError
 from ..core.liveness import judge
+from ..core.visible import visible, visible_json
 from ..fsutil import local_facts, prepare_root
 from ..keyfile import generate_key_file
 from ..registry import Registry
@@ -112,7 +113,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = node.call(args.target, args.service, arguments, timeout=args.timeout)
         elapsed = (time.perf_counter() - started) * 1000
-    print(json.dumps(result, ensure_ascii=False))
+    print(visible_json(result))  # the service's answer: valid JSON, its control characters as \u escapes
     print(f"{args.service} on {args.target}: SUCCESS in {elapsed:.1f} ms", file=sys.stderr)
     return EXIT_OK
 
@@ -195,8 +196,8 @@ def cmd_receipts(args: argparse.Namespace) -> int:
         print(f"no receipts issued by {args.name} were found in {args.dir}")
     for where, r in ([] if args.json else reports):
         verdict = "verified" if r.ok else f"BROKEN at receipt {r.first_break}: {r.reason}"
-        print(f"{r.sender} <- {r.receiver} (stream {r.stream[:8]}, {where}): {r.count} receipts, "
-              f"{r.handled} handled: {verdict}")
+        print(visible(f"{r.sender} <- {r.receiver} (stream {r.stream[:8]}, {where}): {r.count} receipts, "
+                      f"{r.handled} handled: {verdict}"))
     return EXIT_OK if all(r.ok for _, r in reports) else EXIT_REMOTE
 
 
@@ -253,7 +254,8 @@ def print_rows(as_json: bool, rows: list[dict], table: list[tuple], empty: str) 
     elif not rows:
         print(empty)
     else:
-        widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+        table = [tuple(visible(str(cell)) for cell in row) for row in table]  # names, hosts, errors: one line each
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         for row in table:
             print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
     return EXIT_OK
@@ -264,10 +266,10 @@ def cmd_reap(args: argparse.Namespace) -> int:
     names = args.names or registry.names()
     reaped = [name for name in names if registry.reap(name, time.time(), local_facts())]
     for name in reaped:
-        print(f"reaped {name}")
+        print(f"reaped {visible(name)}")
     kept = [n for n in args.names if n not in reaped]
     for name in kept:
-        print(f"speed: {name} was not reaped: it is live or has no entry", file=sys.stderr)
+        print(f"speed: {visible(name)} was not reaped: it is live or has no entry", file=sys.stderr)
     if not reaped and not args.names:
         print("no stale entries")
     return EXIT_OK if not kept else EXIT_UNAVAILABLE

@@ -7,9 +7,11 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator, TextIO
 
 from ..core.errors import ConfigError
+from ..core.visible import visible_lines
 from ..keyfile import load_key
 
 EXIT_OK, EXIT_REMOTE, EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
@@ -148,3 +150,30 @@ def log_to_stderr() -> None:
     logger = logging.getLogger("speed_runtime")
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
+
+
+class VisibleStream:
+    """A text stream that writes every control character as an escape (``core.visible``), newlines
+    excepted: what `speed` prints quotes what members wrote (names, file names, errors, answers),
+    and none of it may act on the terminal (principle (f), docs/RELIABILITY.md)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(visible_lines(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding…: the stream's own
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def visible_output() -> Iterator[None]:
+    """While it lasts, stdout and stderr (prints, logging, argparse) are ``VisibleStream``s."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = VisibleStream(out), VisibleStream(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err

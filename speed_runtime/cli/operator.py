@@ -5,10 +5,10 @@ JSON on stdout."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..control import Operator, default_operator_key_path, generate_operator_key, load_operator_key
+from ..core.visible import visible, visible_json
 from .common import EXIT_OK, add_common, add_lock_timeout, env_key, seconds
 
 
@@ -76,8 +76,8 @@ def cmd_request(args: argparse.Namespace) -> int:
             result = operator.lift(args.target, args.sender)
         else:
             result = operator.status(args.target)
-    print(json.dumps(result, ensure_ascii=False))
-    print(f"speed: {_sentence(args, result)}", file=sys.stderr)
+    print(visible_json(result))  # the node's answer: valid JSON, its control characters as \u escapes
+    print(f"speed: {visible(_sentence(args, result))}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -10,4 +10,5 @@ system.
     receiving  the receiver's judgement (§5.5 steps 1–5)     access     grants, policies, the explainer
     services   services and the callee's checks (§5.6)      records    trace events and journal lines (§8)
     message    what an application receives                  control    operator keys, signed requests (§9 `control`)
+    visible    members' strings made fit to show: control characters written out (principle (f))
 """

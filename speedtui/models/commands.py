@@ -6,10 +6,11 @@ lines to the audit log as the "equivalent command", so what the operator reads i
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
+
+from speed_runtime.core.visible import visible_json
 
 
 @dataclass
@@ -52,7 +53,9 @@ def _repeat(flag: str, values: Iterable[str]) -> list[str]:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # arguments may hold what a member wrote (a payload opened as a call): the same JSON value,
+    # with no control character in the line shown, copied and audited
+    return visible_json(value, separators=(",", ":"))
 
 
 def node_command(root: Any, key: Any, spec: NodeSpec, control_stdin: bool = False) -> SpeedCommand:

@@ -1,6 +1,8 @@
 """Registry table model: entries as rows (liveness is the runtime's verdict, ``liveness.py``
 words it), sort, filter. Pure: the files are read by ``services/registry.py`` with the runtime's
-reader, whose records (``speed_runtime.registry.RegistryRecord``: name, entry or error) come here."""
+reader, whose records (``speed_runtime.registry.RegistryRecord``: name, entry or error) come here.
+Every string of a row is shown as ``core.visible`` writes it (members write the entries and name
+the files); the entry itself (``raw``) stays as it was, for JSON views (``visible_json``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from speed_runtime.core.control import trusted_operators
 from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.visible import visible, visible_data
 
 from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
 
@@ -58,8 +61,10 @@ def _static(rec: "RegistryRecord") -> dict[str, Any]:
     if e is None:
         return dict(raw=None, counters={})
     counters = e.extra.get("counters")
-    return dict(raw=e.to_dict(), counters=counters if isinstance(counters, dict) else {},
-                operators=trusted_operators(e))
+    return dict(raw=e.to_dict(), counters=visible_data(counters) if isinstance(counters, dict) else {},
+                operators=visible_data(trusted_operators(e)), host=visible(e.host), runtime=visible(e.runtime),
+                groups=visible_data(e.groups), services=visible_data(e.services), allow=visible_data(e.allow),
+                features=visible_data(e.features))
 
 
 def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
@@ -68,18 +73,18 @@ def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
     (without facts only the wall-clock rules apply: no pid is judged)."""
     st = static if static is not None else _static(rec)
     e = rec.entry
-    if e is None:
-        return NodeRow(name=rec.name, status=STALE, remaining=-1.0, hb_age=None, pid=None, pid_alive=None, host="",
-                       runtime="", uptime=None, groups=(), services=(), allow=(), counters={}, node_id="",
-                       lease_seconds=0.0, raw=None, error=rec.error or "unreadable",
-                       reason=f"unreadable entry: {rec.error or 'unreadable'}", health=health)
+    if e is None:  # its name is the file's: anything a member chose
+        error = visible(rec.error or "unreadable")
+        return NodeRow(name=visible(rec.name), status=STALE, remaining=-1.0, hb_age=None, pid=None, pid_alive=None,
+                       host="", runtime="", uptime=None, groups=(), services=(), allow=(), counters={}, node_id="",
+                       lease_seconds=0.0, raw=None, error=error, reason=f"unreadable entry: {error}", health=health)
     v = judge(e, now, facts)
     return NodeRow(
         name=e.name, status=v.state, remaining=v.remaining, hb_age=v.age, pid=e.pid,
-        pid_alive=pid_alive(v, e, facts), host=e.host, runtime=e.runtime, uptime=uptime(v, e, now),
-        groups=e.groups, services=e.services, allow=e.allow, counters=st["counters"], node_id=e.id,
-        lease_seconds=lease_seconds(e), raw=st["raw"], reason=reason_text(v, e), verdict=v, health=health,
-        features=e.features, operators=st.get("operators", ()),
+        pid_alive=pid_alive(v, e, facts), host=st["host"], runtime=st["runtime"], uptime=uptime(v, e, now),
+        groups=st["groups"], services=st["services"], allow=st["allow"], counters=st["counters"], node_id=e.id,
+        lease_seconds=lease_seconds(e), raw=st["raw"], reason=visible(reason_text(v, e)), verdict=v, health=health,
+        features=st["features"], operators=st["operators"],
     )
 
 

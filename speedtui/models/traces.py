@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any, Iterable
 
 from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, DurableTrace, EnvelopeTrace, HealthTrace, LeaseTrace,
                                         MessageTrace, ThreatTrace)
 from speed_runtime.core.records import parse_record as parse_event
+from speed_runtime.core.visible import visible
 
 _ids = itertools.count(1)
 
@@ -79,7 +81,25 @@ class TraceRecord:
 
 def record_of(event: Any, source: str = "journal", keep_envelope: bool = True) -> TraceRecord | None:
     """The runtime's trace event (``core.records``: parsed from a journal line, or handed to an
-    observer) in the console's view model; None for anything else (an ``SpcTrace``, None)."""
+    observer) in the console's view model; None for anything else (an ``SpcTrace``, None). Its
+    strings are as ``core.visible`` shows them: any member writes journals, and a record's fields
+    end up in cells, titles, notifications and exports (the sealed bytes stay as they are)."""
+    rec = _record_of(event, source, keep_envelope)
+    if rec is None:
+        return None
+    texts = _texts(rec)
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable():  # nearly always: one check, not one per field
+        return rec
+    return replace(rec, **{name: visible(text) for name, text in zip(TEXT_FIELDS, texts)})
+
+
+TEXT_FIELDS = ("node", "dir", "peer", "type", "outcome", "reason", "request_id", "service", "status", "error_code",
+               "subject", "event", "detail", "message_id", "stream")
+_texts = attrgetter(*TEXT_FIELDS)
+
+
+def _record_of(event: Any, source: str, keep_envelope: bool) -> TraceRecord | None:
     if isinstance(event, EnvelopeTrace):
         env = event.envelope if keep_envelope and event.envelope is not None \
             and len(event.envelope) <= ENVELOPE_FIELD_LIMIT else None  # what a journal would keep

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speed_runtime.core.visible import visible
+
 from ..models.errors import describe_call_error, describe_failure
 from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
 from ..models.history import AuditEntry, CallRecord
@@ -296,8 +298,8 @@ class ActionService:
             status = "ERROR"
             code = str(getattr(exc, "code", "") or "")
             raw = str(getattr(exc, "message", "") or exc).strip()
-            message = (describe_call_error(code, raw.splitlines()[0] if raw else "", self._own_set()) if code
-                       else self.describe(exc))
+            message = visible(describe_call_error(code, raw.splitlines()[0] if raw else "", self._own_set()) if code
+                              else self.describe(exc))  # the callee's text: shown, stored, never acting
         latency = (time.perf_counter() - started) * 1000.0
         rec = CallRecord(ts=time.time(), caller=caller, target=target, service=service, arguments=arguments,
                          timeout=timeout, status=status, result=result, error_code=code, error_message=message,

@@ -1,11 +1,35 @@
 """Exports the operator asks for (filtered traces, the access matrix, a lease history): new files
-(mode 0600) in the environment's own data folder, never overwriting one."""
+(mode 0600) in the environment's own data folder, never overwriting one. What members wrote is
+data there too (principle (f)): no control character is written (``core.visible``), and no CSV
+cell is a formula for the spreadsheet that opens it."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import time
 from pathlib import Path
+from typing import Iterable
+
+from speed_runtime.core.visible import visible, visible_lines
+
+# a spreadsheet takes a cell starting with one of these for a formula (or a tab or CR before one)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text: its control characters written out, and
+    a leading ``'`` where it would otherwise start a formula (OWASP's advice for CSV injection)."""
+    text = visible(str(value))
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def csv_lines(rows: Iterable[Iterable[object]]) -> list[str]:
+    """``rows`` as CSV lines, every cell through ``csv_cell``."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([csv_cell(c) for c in row] for row in rows)
+    return buf.getvalue().splitlines()
 
 
 def write_export(folder: Path, kind: str, suffix: str, lines: list[str], now: float) -> Path:
@@ -19,7 +43,7 @@ def write_export(folder: Path, kind: str, suffix: str, lines: list[str], now: fl
         except FileExistsError:
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line + "\n")
+            for line in lines:  # each line as its producer made it, with nothing that acts on a terminal
+                fh.write(visible_lines(line) + "\n")
         return path
     raise OSError(f"too many exports named {safe}-{stamp} in {folder}")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from speed_runtime.core.errors import SpeedError
+from speed_runtime.core.visible import visible
 from speed_runtime.ext.durable_store import OutboxItem, PendingCopy, list_outboxes, list_pending, verify_receipts
 
 from ..models.commands import outbox_command, receipts_command
@@ -26,20 +27,26 @@ class ExtensionError(Exception):
     """What could not be read or done, in one sentence."""
 
 
+def _shown(item: Any) -> Any:
+    """A listed item (a NamedTuple) with its strings as ``visible`` shows them: members name the
+    directories and files these come from."""
+    return item._replace(**{k: visible(v) for k, v in item._asdict().items() if isinstance(v, str)})
+
+
 def read_outboxes(root: Path) -> tuple[list[OutboxItem], list[PendingCopy]]:
     """What waits in every node's outbox, and the durable copies waiting in inboxes."""
     try:
-        return list_outboxes(str(root)), list_pending(str(root))
+        return [_shown(i) for i in list_outboxes(str(root))], [_shown(p) for p in list_pending(str(root))]
     except (SpeedError, OSError) as exc:
-        raise ExtensionError(f"the outboxes of {root} cannot be read: {exc}") from None
+        raise ExtensionError(visible(f"the outboxes of {root} cannot be read: {exc}")) from None
 
 
 def check_receipts(root: Path, secret: bytes, name: str) -> list[tuple[str, Any]]:
     """(where, ChainReport) for every receipt chain ``name`` issued."""
     try:
-        return verify_receipts(str(root), secret, name)
+        return [(visible(where), _shown(r)) for where, r in verify_receipts(str(root), secret, name)]
     except (SpeedError, OSError, ValueError) as exc:
-        raise ExtensionError(f"the receipts issued by {name} cannot be verified: {exc}") from None
+        raise ExtensionError(visible(f"the receipts issued by {name} cannot be verified: {exc}")) from None
 
 
 def receipts_summary(name: str, reports: list[tuple[str, Any]]) -> tuple[bool, str]:

@@ -1,4 +1,6 @@
-"""The audit log and the SPC call history: JSON lines (mode 0600) kept across runs."""
+"""The audit log and the SPC call history: JSON lines (mode 0600) kept across runs. Both quote what
+members wrote (names, a service's error text): read back, their strings are as ``core.visible``
+shows them (a call's arguments and result stay JSON values, drawn with ``visible_json``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from speed_runtime.core.visible import visible
 
 from ..models.history import AuditEntry, CallRecord
 
@@ -51,12 +55,16 @@ class AuditLog:
         out = []
         for d in _read(self.path, limit):
             try:
-                out.append(AuditEntry(ts=float(d["ts"]), action=str(d["action"]), detail=str(d.get("detail", "")),
-                                      command=str(d.get("command", "")), ok=bool(d.get("ok", True)),
-                                      result=str(d.get("result", ""))))
+                out.append(AuditEntry(ts=float(d["ts"]), action=visible(str(d["action"])),
+                                      detail=visible(str(d.get("detail", ""))),
+                                      command=visible(str(d.get("command", ""))), ok=bool(d.get("ok", True)),
+                                      result=visible(str(d.get("result", "")))))
             except (KeyError, TypeError, ValueError):
                 continue
         return out
+
+
+_CALL_TEXTS = ("caller", "target", "service", "status", "error_code", "error_message")
 
 
 class CallHistory:
@@ -72,7 +80,8 @@ class CallHistory:
         out = []
         for d in _read(self.path, limit):
             try:
-                out.append(CallRecord(**{k: d[k] for k in CallRecord.__dataclass_fields__ if k in d}))
+                out.append(CallRecord(**{k: visible(d[k]) if k in _CALL_TEXTS and isinstance(d[k], str) else d[k]
+                                         for k in CallRecord.__dataclass_fields__ if k in d}))
             except TypeError:
                 continue
         return out

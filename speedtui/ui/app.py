@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
+from speed_runtime.core.visible import visible, visible_lines
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -87,7 +88,7 @@ class SpeedApp(App):
         self.paths = paths or Paths.default()
         self.config = config or Config.load(self.paths.config_file)
         self.demo = demo
-        self.dir_label = dir_label or str(self.root)
+        self.dir_label = visible(dir_label or str(self.root))
         self.start_sources = start_sources
         self.refresh_interval = refresh_interval
         self.initial_view = initial_view
@@ -194,6 +195,14 @@ class SpeedApp(App):
                                                             events.MouseScrollUp)):
             self.gc_pacer.input_seen()
         await super().on_event(event)
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None,
+               markup: bool = False) -> None:
+        """Every notification is plain text with its control characters written out, whatever its
+        caller asks: many quote what members wrote (names, file names, errors, entries), and markup
+        there would be theirs (a `[@click=...]` link runs any action of the app when clicked)."""
+        super().notify(visible_lines(str(message)), title=visible(str(title)), severity=severity, timeout=timeout,
+                       markup=False)
 
     def on_descendant_focus(self, event) -> None:
         if self.steady and isinstance(event.widget, Input):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.text import Text
+from speed_runtime.core.visible import visible
 from textual.widgets import Static
 
 from ..models.registry import lock_banner
@@ -84,9 +86,11 @@ class Feed:
             self.app.notify(n.text, title="replay", severity="error" if n.alarming else "information")
 
     def _note_problems(self, problems: dict[str, str | None]) -> None:
-        """Files a reader skips: listed in the traces status line, and told once."""
+        """Files a reader skips: listed in the traces status line, and told once. Their names are
+        a member's choice (`[a="]x.jsonl`, an ESC in a name): kept as ``visible`` writes them."""
         known = self.app.state.reader_problems
         for where, text in problems.items():
+            where, text = visible(where), None if text is None else visible(text)
             if text is None:
                 known.pop(where, None)
                 continue
@@ -99,5 +103,5 @@ class Feed:
         if text != self._banner:
             self._banner = text
             banner = self.app.query_one("#banner", Static)
-            banner.update("\n".join(f"⚠ {line}" for line in text.splitlines()))
+            banner.update(Text("\n".join(f"⚠ {visible(line)}" for line in text.splitlines())))
             banner.display = bool(text)

@@ -4,9 +4,10 @@ thread worker.  The app routes requests here; results come back to it as typed m
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
+
+from speed_runtime.core.visible import visible_json, visible_lines
 
 from ..models.commands import NodeSpec, speed_call_command
 from ..models.history import AuditEntry, CallRecord
@@ -263,6 +264,8 @@ class Operations:
 
     # ------------------------------------------------------------------ copy and export
     def copy(self, text: str, what: str) -> None:
+        # what members wrote reaches the clipboard (and the shell it is pasted into) as data
+        text = visible_lines(text)
         self.app.copy_to_clipboard(text)  # OSC 52: works over SSH too
         self.app.notify(text if len(text) <= 300 else text[:300] + "…", title=f"copied {what}", timeout=8)
 
@@ -285,7 +288,7 @@ class Operations:
         if isinstance(app.screen, CallScreen):
             app.screen.show_result(rec)
         else:
-            detail = (json.dumps(rec.result, ensure_ascii=False)[:80] if rec.status == "SUCCESS"
+            detail = (visible_json(rec.result)[:80] if rec.status == "SUCCESS"
                       else f"{rec.error_code or 'failed'}: {rec.error_message}")
             app.notify(f"{rec.caller} → {rec.target}.{rec.service}: {detail} ({rec.latency_ms:.1f} ms)",
                        severity="information" if rec.status == "SUCCESS" else "error")

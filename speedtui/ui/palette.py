@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from textual.app import SystemCommand
 from textual.binding import Binding
+from textual.markup import escape
 
 from .screens.jump import JumpTarget
 
@@ -63,11 +64,12 @@ def palette_commands(app: "SpeedApp", views: list[tuple[str, str]]) -> Iterable[
                         lambda: (app.action_show("durable"), app.view_widget("durable").action_relist()))
     yield SystemCommand("Verify durable receipts", "key v in Durable · A node's receipt chains (`speed receipts`)",
                         lambda: (app.action_show("durable"), app.view_widget("durable").action_verify()))
+    # the palette reads its titles as markup, and members name nodes (files) and services: escaped
     for target in sorted(app.jump_targets().values(), key=lambda t: (t.kind, t.name)):
         if target.kind == "node":
-            yield SystemCommand(f"Node: {target.name}", "Show it in Leases", partial(app.jump_to, target))
+            yield SystemCommand(f"Node: {escape(target.name)}", "Show it in Leases", partial(app.jump_to, target))
         elif target.kind == "service":
-            yield SystemCommand(f"Service: {target.name}", "The nodes that offer it, in Leases",
+            yield SystemCommand(f"Service: {escape(target.name)}", "The nodes that offer it, in Leases",
                                 partial(app.jump_to, JumpTarget("service", target.name)))
 
 

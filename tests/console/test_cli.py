@@ -1,5 +1,6 @@
 """The `speedtui` command line: defaults, clear one-sentence errors (exit 2), keygen."""
 
+import json
 import os
 import subprocess
 import sys
@@ -93,3 +94,80 @@ def test_main_in_process_missing_key(tmp_path, capsys, monkeypatch):
     root.mkdir(mode=0o700)
     assert main(["--dir", str(root), "--key", str(tmp_path / "absent.key")]) == 2
     assert "speedtui:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- on a real terminal
+CRASH_AT_START = ("import sys\nfrom speedtui.ui.app import SpeedApp\n"
+                  "def boom(self): raise RuntimeError('a crash at start')\n"
+                  "SpeedApp.on_mount = boom\nfrom speedtui.__main__ import main\nsys.exit(main(sys.argv[1:]))\n")
+
+
+def in_terminal(argv, tmp_path, until: bytes, keys: bytes = b"q", timeout: float = 90.0) -> tuple[int, bytes, bool]:
+    """Run ``argv`` on a pseudo-terminal of 120x36 as an operator would; once ``until`` is drawn
+    (or the process ended), type ``keys``. Returns (exit status, all it wrote, whether it was still
+    running when the keys were typed)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 36, 120, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", XDG_CONFIG_HOME=str(tmp_path / "xdg-config"),
+               XDG_DATA_HOME=str(tmp_path / "xdg-data"), HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    out = bytearray()
+
+    def read(until_done) -> None:
+        deadline = time.monotonic() + timeout
+        while not until_done() and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    out.extend(os.read(master, 1 << 16))
+                except OSError:  # the process ended and closed the terminal
+                    return
+
+    try:
+        read(lambda: until in out or proc.poll() is not None)
+        running = proc.poll() is None
+        if running:
+            os.write(master, keys)
+        read(lambda: proc.poll() is not None)
+        read(lambda: False) if proc.poll() is not None else None  # what is left to read, until EOF
+        return proc.wait(30), bytes(out), running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_a_journal_link_named_as_markup_is_reported_and_the_console_runs(tmp_path):
+    """The reproduction of issue 26: a link in speed_traces/ named `[a="]x.jsonl` (and an entry's
+    host setting the terminal's title) ended `speedtui` at every start with a MarkupError, exit 0."""
+    from speedtui.environments.fixture import build
+
+    from .hostile import TITLE, terminal_problems
+
+    root, key = build(tmp_path / "root")
+    os.symlink(root / "speed_traces" / "billing.jsonl", root / "speed_traces" / '[a="]x.jsonl')
+    entry = json.loads((root / "speed_registry" / "billing.node").read_text())
+    (root / "speed_registry" / "billing.node").write_text(json.dumps({**entry, "host": TITLE}))
+    status, out, running = in_terminal([sys.executable, "-m", "speedtui", "--dir", str(root), "--key", str(key)],
+                                       tmp_path, until=b"skipped")
+    text = out.decode("utf-8", "replace")
+    assert running and status == 0, text[-2000:]
+    assert "MarkupError" not in text and 'x.jsonl skipped' in text
+    assert terminal_problems(text) == []
+
+
+def test_a_crash_ends_speedtui_with_a_failure_status(tmp_path):
+    from speedtui.environments.fixture import build
+
+    root, key = build(tmp_path / "root")
+    status, out, _ = in_terminal([sys.executable, "-c", CRASH_AT_START, "--dir", str(root), "--key", str(key)],
+                                 tmp_path, until=b"a crash at start")
+    assert status == 1 and b"a crash at start" in out

@@ -14,6 +14,7 @@ from speed_runtime import Node
 from speed_runtime.cli import build_parser
 from speed_runtime.keyfile import load_key
 from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.fsutil import prepare_root
 from speed_runtime.registry import Registry
 
 SPEED = [sys.executable, "-m", "speed_runtime"]
@@ -113,3 +114,56 @@ def test_registry_table_json_and_reap(root, key):
 def test_registry_of_a_directory_without_nodes(workdir):
     result = speed("registry", "--dir", workdir)
     assert result.returncode == 2 and "no SPEED node has run there" in result.stderr
+
+
+# what a member would write to act on the operator's terminal (ESC, OSC title and clipboard, CSI, C1 CSI)
+TITLE, CLIPBOARD, CLEAR, C1 = "\x1b]2;PWNED\x07", "\x1b]52;c;cHduZWQ=\x07", "\x1b[2J", "\u009b31m"
+HOSTILE = TITLE + CLIPBOARD + CLEAR + C1 + "\x7f"
+
+
+def acting(text: str) -> list[str]:
+    """The characters of `text` a terminal would act on (newlines aside)."""
+    return [c for c in text if c != "\n" and (ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f)]
+
+
+def test_registry_and_reap_print_members_strings_escaped(root, key):
+    prepare_root(root)
+    registry = Registry(root)
+    with registry.locked():
+        registry._write(RegistryEntry(name="hostile", id="00000000-0000-4000-8000-000000000003", pid=1,
+                                      last_heartbeat=time.time() - 100, lease_seconds=5, host=HOSTILE,
+                                      runtime="rt\n" + HOSTILE, groups=(HOSTILE,), services=(C1,), allow=(CLEAR,)))
+    for name in (TITLE, "=2+5+cmd|' -c calc'!A0"):  # file names no node may take: unreadable entries
+        with open(os.path.join(registry.dir, name + ".node"), "w") as f:
+            f.write("{torn")
+    table = speed("registry", "--dir", root)
+    assert table.returncode == 0, table.stderr
+    assert acting(table.stdout + table.stderr) == []
+    assert "\\x1b]2;PWNED\\x07\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x9b31m\\x7f" in table.stdout
+    assert len(table.stdout.splitlines()) == 4  # the header and one line per entry: a newline in a field is one too
+    rows = {r["name"]: r for r in json.loads(speed("registry", "--dir", root, "--json").stdout)}
+    assert rows["hostile"]["host"] == HOSTILE and rows[TITLE]["state"] == "unreadable"  # JSON keeps the data whole
+    reaped = speed("reap", "--dir", root)
+    assert reaped.returncode == 0 and acting(reaped.stdout + reaped.stderr) == []
+    assert "reaped \\x1b]2;PWNED\\x07" in reaped.stdout.splitlines()
+
+
+def test_call_prints_a_hostile_services_answer_and_error_escaped(root, key, key_path):
+    from speed_runtime.core.errors import SpcError
+
+    answer = {"title": TITLE, "c1": C1, "nested": [{"del": "\x7f", "clear": CLEAR}], "word": "héllo"}
+
+    def fail(arguments):
+        raise SpcError("EXECUTION_FAILED", HOSTILE + "\nspeed: SUCCESS (forged)")
+
+    with Node(root, key, "hostile", allow=["caller"]) as node:
+        node.register("answer", lambda arguments: answer)
+        node.register("fail", fail)
+        ok = speed("call", "hostile", "answer", "--as", "caller", "--dir", root, "--key", key_path)
+        failed = speed("call", "hostile", "fail", "--as", "caller", "--dir", root, "--key", key_path)
+    assert ok.returncode == 0, ok.stderr
+    assert acting(ok.stdout + ok.stderr) == [] and json.loads(ok.stdout) == answer  # valid JSON, the same value
+    assert "\\u009b31m" in ok.stdout and "héllo" in ok.stdout
+    assert failed.returncode == 1 and acting(failed.stderr) == []
+    assert failed.stderr.splitlines() == [
+        "speed: EXECUTION_FAILED: \\x1b]2;PWNED\\x07\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x9b31m\\x7f\\x0aspeed: SUCCESS (forged)"]

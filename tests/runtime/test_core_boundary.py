@@ -18,7 +18,7 @@ for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "cl
 
 import speed_runtime.core as core
 from speed_runtime.core import (access, control, entry, envelope, errors, keys, liveness, message, names, payloads,
-                                receiving, records, replay, services)
+                                receiving, records, replay, services, visible)
 
 # importing reads the modules' files; from here on, nothing may touch the file system
 touched = []
@@ -48,6 +48,7 @@ text = control.request_text(target="b", instance=str(__import__("uuid").UUID(byt
                             requester="a", command="status", arguments={}, issued_ms=1, expires_ms=2)
 signed = json.loads(control.request_payload(op, "a", "b", "r", text))
 assert control.judge_control(signed, me, {op.fingerprint: op.public_key}, control.RequestGuard(), 1).reason is None
+assert visible.visible("\x1b]2;x\x07") == "\\x1b]2;x\\x07"
 print(json.dumps({
     "modules": sorted(m for m in sys.modules if m.split(".")[0] in
                       ("threading", "_thread", "watchdog", "textual", "rich", "pyspark", "logging", "speedtui",

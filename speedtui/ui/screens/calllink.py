@@ -39,7 +39,9 @@ class CallLinkScreen(ModalScreen[None]):
             step = {("SPC_REQUEST", "out"): "request sent", ("SPC_REQUEST", "in"): "request received",
                     ("SPC_RESPONSE", "out"): "response sent", ("SPC_RESPONSE", "in"): "response received"
                     }.get((r.type, r.dir), r.type)
-            t.add_row(f"{fmt_ts(r.ts)} +{(r.ts - t0) * 1000:.1f}ms", step, r.node, r.type, str(r.seq), r.result)
+            # Text cells: a str cell of a rich table is markup, and the records' fields are members'
+            t.add_row(*(Text(c) for c in (f"{fmt_ts(r.ts)} +{(r.ts - t0) * 1000:.1f}ms", step, r.node, r.type,
+                                          str(r.seq), r.result)))
         with Vertical(classes="dialog", id="calllink-dialog"):
             yield Static("Follow call (Esc closes)", classes="dialog-title")
             with VerticalScroll():

@@ -9,6 +9,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from rich.text import Text
+from speed_runtime.core.visible import visible, visible_json
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -252,7 +253,7 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         t = Text()
         if rec.status == "SUCCESS":
             t.append("SUCCESS ", style="bold green")
-            t.append(json.dumps(rec.result, ensure_ascii=False)[:400])
+            t.append(visible_json(rec.result)[:400])
         else:
             t.append(f"{rec.error_code or 'failed'}: ", style="bold red")
             t.append(rec.error_message)
@@ -261,7 +262,7 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         self.query_one("#call-result", Static).update(t)
 
     def show_failure(self, text: str) -> None:
-        self.query_one("#call-result", Static).update(Text.assemble(("not called: ", "bold red"), text))
+        self.query_one("#call-result", Static).update(Text.assemble(("not called: ", "bold red"), visible(text)))
 
     def action_copy(self) -> None:
         v = self.values()

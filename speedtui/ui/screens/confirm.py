@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -20,8 +21,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="confirm-dialog"):
-            yield Static(self.title_text, classes="dialog-title")
-            yield Static(self.body, classes="dialog-body")
+            # plain text: a body names entries, hosts and pids that members wrote
+            yield Static(Text(self.title_text), classes="dialog-title")
+            yield Static(Text(self.body), classes="dialog-body")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(f"{self.yes} (y)", id="yes", variant="error")
                 yield Button("Cancel (n)", id="no")

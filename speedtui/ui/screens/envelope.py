@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from rich.console import Group
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
+from speed_runtime.core.visible import visible, visible_json, visible_lines
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -24,9 +24,10 @@ def envelope_renderable(rec: TraceRecord, secret: bytes | None):
     summary = Table(box=None, show_header=False, padding=(0, 1))
     summary.add_column(style="bold", no_wrap=True)
     summary.add_column()
-    summary.add_row("record", f"{rec.node} {rec.dir} {rec.type} seq {rec.seq} → {rec.result}")
+    # Text, never a str: a str cell of a rich table is markup, and the record's fields are a member's
+    summary.add_row("record", Text(f"{rec.node} {rec.dir} {rec.type} seq {rec.seq} → {rec.result}"))
     if rec.request_id:
-        summary.add_row("request", f"{rec.request_id} {rec.service} {rec.status} {rec.error_code}".strip())
+        summary.add_row("request", Text(f"{rec.request_id} {rec.service} {rec.status} {rec.error_code}".strip()))
     if not rec.envelope:
         return Group(summary, Text("\nthis record carries no sealed envelope: nothing to decrypt", style="yellow"))
     dec = rt.decode_envelope(rec.envelope, secret)
@@ -43,17 +44,17 @@ def envelope_renderable(rec: TraceRecord, secret: bytes | None):
                      ("header length", h.header_length), ("sequence", h.seq), ("timestamp", f"{h.timestamp_ms} ({ts})"),
                      ("payload size", h.payload_size), ("source node id", h.source_id),
                      ("target node id", h.target_id), ("nonce", h.nonce.hex())]:
-            hdr.add_row(k, str(v))
+            hdr.add_row(k, Text(str(v)))
         parts.append(hdr)
     tag = (Text("tag check: ✓ authentic (ChaCha20-Poly1305 verified with this key)", style="bold green")
-           if dec.tag_ok else Text(f"tag check: ✗ {dec.problem}", style="bold red"))
+           if dec.tag_ok else Text(f"tag check: ✗ {visible(dec.problem or '')}", style="bold red"))
     parts.append(tag)
     if dec.payload is not None:
         parts.append(Text("payload", style="bold"))
-        parts.append(Syntax(json.dumps(dec.payload, indent=2, ensure_ascii=False), "json",
-                            theme="ansi_dark", background_color="default", word_wrap=True))
-    elif dec.payload_text:
-        parts.append(Text(dec.payload_text))
+        parts.append(Syntax(visible_json(dec.payload, indent=2), "json", theme="ansi_dark",
+                            background_color="default", word_wrap=True))
+    elif dec.payload_text:  # not JSON: the sender's text, its control characters written out
+        parts.append(Text(visible_lines(dec.payload_text)))
     parts.append(Text(f"sealed bytes ({len(rec.envelope)})", style="bold"))
     parts.append(Text(rt.hexdump(rec.envelope, limit=1024), style="dim"))
     return Group(*parts)
@@ -71,7 +72,7 @@ class EnvelopeScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide", id="envelope-dialog"):
-            yield Static(f"Envelope {self.rec.sender} → {self.rec.receiver}  ({self.rec.type})",
+            yield Static(Text(f"Envelope {self.rec.sender} → {self.rec.receiver}  ({self.rec.type})"),
                          classes="dialog-title")
             with VerticalScroll():
                 yield Static(envelope_renderable(self.rec, self.secret))
@@ -95,5 +96,5 @@ class EnvelopeScreen(ModalScreen[str | None]):
         if dec is None or dec.payload_text is None:
             self.notify("no decrypted payload to copy", severity="warning")
             return
-        text = json.dumps(dec.payload, indent=2, ensure_ascii=False) if dec.payload is not None else dec.payload_text
+        text = visible_json(dec.payload, indent=2) if dec.payload is not None else visible_lines(dec.payload_text)
         self.app.post_message(CopyText(text, "the decrypted payload"))

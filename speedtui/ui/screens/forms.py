@@ -204,8 +204,8 @@ class PickScreen(ModalScreen[str | None]):
         from textual.widgets.option_list import Option
 
         with Vertical(classes="dialog", id="pick-dialog"):
-            yield Static(self.title_text, classes="dialog-title")
-            yield OptionList(*[Option(label, id=key) for key, label in self.items], id="pick-list")
+            yield Static(Text(self.title_text), classes="dialog-title")
+            yield OptionList(*[Option(label, id=key) for key, label in self.items], id="pick-list", markup=False)
 
     def on_option_list_option_selected(self, event) -> None:
         self.dismiss(event.option.id)

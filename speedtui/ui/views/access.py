@@ -3,8 +3,6 @@ explainer; export the matrix."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 from rich.text import Text
@@ -15,6 +13,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
 from ...models.access import AccessGraph, explain, grants_needed
+from ...services.exports import csv_lines
 from ..messages import ExportRows, GrantRequested
 from ..state import ConsoleState
 from ..widgets.matrix import AccessMatrix
@@ -179,10 +178,8 @@ class AccessView(Vertical):
 
     def action_export(self) -> None:
         g = self.state.graph()
-        rows = matrix_rows(g, self._names)
-        buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows(rows)
-        self.post_message(ExportRows("access-matrix", "csv", buf.getvalue().splitlines(),
+        # names may come from file names (unreadable entries): csv_lines keeps every cell a text
+        self.post_message(ExportRows("access-matrix", "csv", csv_lines(matrix_rows(g, self._names)),
                                      f"access matrix of {len(self._names)} nodes"))
         doc = {n: {"allows": list(g.nodes[n].allow), "may_write_to": [m for m in self._names if g.may_write(n, m)]}
                for n in self._names}

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from speed_runtime.core.visible import visible, visible_data
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -41,7 +42,13 @@ TOTALS = {"records": "records", "envelopes_sent": "envelopes sent", "bytes_sent"
 
 
 def _table(title: str) -> Table:
-    return Table(title=title, title_justify="left", title_style="bold", box=None, padding=(0, 1))
+    return Table(title=Text(title, style="bold"), title_justify="left", box=None, padding=(0, 1))
+
+
+def _add_row(t: Table, *cells: Any) -> None:
+    """A row of Text cells: a str cell of a rich table is markup, and the report's names and reasons
+    come from the journals members write."""
+    t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 
 def _column(t: Table, header: str, left: bool = False) -> None:
@@ -76,16 +83,16 @@ def summary_renderable(s: dict) -> Group:
         for c in ("target", "service", "calls", "ok", "err", "none", "succ", "p50", "p95", "p99", "codes"):
             _column(t, c, left=c in ("target", "service", "codes"))
         for r in s["spc"][:15]:
-            t.add_row(r["target"], r["service"], str(r["calls"]), str(r["successes"]), str(r["errors"]),
-                      str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
-                      _ms(r["p99_ms"]), ", ".join(f"{k}={v}" for k, v in (r.get("error_codes") or {}).items()))
+            _add_row(t, r["target"], r["service"], str(r["calls"]), str(r["successes"]), str(r["errors"]),
+                     str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
+                     _ms(r["p99_ms"]), ", ".join(f"{k}={v}" for k, v in (r.get("error_codes") or {}).items()))
         parts.append(t)
     if s.get("top_talkers"):
         t = _table("top talkers")
         for c in ("source", "target", "envelopes", "bytes"):
             _column(t, c, left=c in ("source", "target"))
         for r in s["top_talkers"][:10]:
-            t.add_row(r["source"], r["target"], str(r["envelopes"]), str(r["bytes"]))
+            _add_row(t, r["source"], r["target"], str(r["envelopes"]), str(r["bytes"]))
         parts.append(t)
     rej = s.get("rejections") or {}
     if rej.get("by_reason"):
@@ -94,7 +101,7 @@ def summary_renderable(s: dict) -> Group:
         _column(t, "count", left=True)
         top = max(rej["by_reason"].values())
         for reason, n in rej["by_reason"].items():
-            t.add_row(reason, bar(n, top))
+            _add_row(t, reason, bar(n, top))
         parts.append(t)
         if rej.get("bursts"):
             parts.append(Text("bursts: " + "; ".join(f"{b['node']} {b['reason']} x{b['rejections']}"
@@ -104,9 +111,9 @@ def summary_renderable(s: dict) -> Group:
         for c in ("node", "availability", "sessions", "restarts", "crashes", "left", "lost", "late", "online"):
             _column(t, c, left=c == "node")
         for r in s["availability"][:20]:
-            t.add_row(r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]), str(r["crashes"]),
-                      str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
-                      "yes" if r["online_at_end"] else "no")
+            _add_row(t, r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]),
+                     str(r["crashes"]), str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
+                     "yes" if r["online_at_end"] else "no")
         parts.append(t)
     parts += extension_tables(s)
     return Group(*parts)
@@ -118,7 +125,7 @@ def _data_table(title: str, columns: tuple[str, ...], rows: list[tuple], left: i
     for i, c in enumerate(columns):
         _column(t, c, left=i < left)
     for r in rows:
-        t.add_row(*(("-" if v is None else str(v)) for v in r))
+        _add_row(t, *(("-" if v is None else str(v)) for v in r))
     return t
 
 
@@ -227,6 +234,7 @@ class AnalyticsView(Vertical):
         self.show_summary(s, f"last report of {self.app.dir_label}; a runs a new analysis")
 
     def show_summary(self, s: dict, note: str, fresh: bool = False) -> None:
+        s = visible_data(s)  # names, reasons, messages: from journals members write
         self.summary = s
         self.query_one("#an-status", Static).update(Text(note, style="dim"))
         body = summary_renderable(s)
@@ -323,4 +331,4 @@ class AnalyticsView(Vertical):
                               fresh=True)
         else:
             self.query_one("#an-status", Static).update(Text(
-                f"analysis failed: {error} (log {self.log_path})", style="bold red"))
+                f"analysis failed: {visible(error)} (log {self.log_path})", style="bold red"))

@@ -41,7 +41,8 @@ class AuditView(Vertical):
         self._n = (-1, -1)
 
     def compose(self) -> ComposeResult:
-        yield Static(f"actions on [b]{self.state.root_label}[/b] (this environment's audit log, kept across runs)",
+        yield Static(Text.assemble("actions on ", (self.state.root_label, "bold"),
+                                   " (this environment's audit log, kept across runs)"),
                      classes="section", id="audit-title")
         yield FastTable(AUDIT_COLS, id="audit-table")
         with Vertical(id="calls-box"):

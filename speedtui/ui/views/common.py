@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from rich.text import Text
+from speed_runtime.core.visible import visible_json
 
 STATUS_STYLE = {"online": "green", "leaving": "yellow", "stale": "bold red"}
 STATUS_ICON = {"online": "●", "leaving": "◐", "stale": "○"}
@@ -33,4 +33,6 @@ def fmt_datetime(ts: float) -> str:
 
 
 def pretty_json(obj: object) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)
+    """An entry or a payload as the operator reads it: indented, letters as they are, no control
+    character (members wrote it: ``visible_json``)."""
+    return visible_json(obj, indent=2, sort_keys=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import base64
 import bisect
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
+from speed_runtime.core.visible import visible_json
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -387,7 +387,7 @@ class TracesView(Vertical):
 
     def action_export(self) -> None:
         """The records the filter shows, as JSON lines (the journal's fields, oldest first)."""
-        lines = [json.dumps(record_dict(r), separators=(",", ":"), ensure_ascii=False) for r in self.state.traces.view]
+        lines = [visible_json(record_dict(r), separators=(",", ":")) for r in self.state.traces.view]
         what = f"{len(lines)} trace records" + (f" matching {self._filter_text!r}" if self._filter_text else "")
         self.post_message(ExportRows("traces", "jsonl", lines, what))
 
