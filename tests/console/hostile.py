@@ -147,12 +147,14 @@ def build_hostile(base: Path, now: float | None = None, shots: Path | None = Non
         (reg / f"{bad}.node").write_text("{not json")
     # a link in speed_traces/ whose name is markup and escapes: reported (never read), by its name
     os.symlink(root / TRACES_DIR / "hlink.jsonl", tr / f"{FILE_NAMES[0]}.jsonl")
-    # an outbox under a hostile node and target (directories any member can make)
-    box = root / FILE_NAMES[0] / "durable" / "outbox" / FILE_NAMES[1]
-    box.mkdir(parents=True, mode=0o700)
-    meta = {"target": FILE_NAMES[1], "stream": "ef" * 16, "id": 9, "created": now - 30,
-            "expiresAt": int((now + 3600) * 1000), "size": 8, "type": "MESSAGE"}
-    (box / f"{9:020d}.msg").write_bytes(seal_outbox_entry(meta, bytes(8), Key(FIXED_KEY), b"\x09" * 12))
+    # outboxes under a hostile node and target (directories any member can make: never listed, as
+    # they name no node) and under a node of the environment (listed)
+    for node, target in ((FILE_NAMES[0], FILE_NAMES[1]), ("hlink", "herror")):
+        box = root / node / "durable" / "outbox" / target
+        box.mkdir(parents=True, mode=0o700, exist_ok=True)
+        meta = {"target": target, "stream": "ef" * 16, "id": 9, "created": now - 30,
+                "expiresAt": int((now + 3600) * 1000), "size": 8, "type": "MESSAGE"}
+        (box / f"{9:020d}.msg").write_bytes(seal_outbox_entry(meta, bytes(8), Key(FIXED_KEY), b"\x09" * 12))
     # the console's own files, which quote members: a call history, an audit log, a report
     env = paths.env_dir(root)
     (env / "analytics").mkdir(parents=True, mode=0o700)
