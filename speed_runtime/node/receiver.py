@@ -259,7 +259,7 @@ class Receiver:
                 if refused:
                     break
         if refused:
-            self.reject(name, sender, file_seq, refused)
+            self.reject(name, sender, file_seq, refused, attributable=False)
             return True
         try:
             data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)
@@ -268,13 +268,14 @@ class Receiver:
         except NotReady:
             return False
         except FileRejected as exc:
-            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
+            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type, attributable=False)
             return True
         verdict = self.judge_as_delivered(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
         if verdict.reason is not None:
-            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
+            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data,
+                        attributable=verdict.attributable)
             return True
         self.dispatcher.dispatch(verdict, sender, data, name)
         return True
@@ -321,14 +322,21 @@ class Receiver:
         return entries[sender]
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-               data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "") -> None:
+               data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "",
+               attributable: bool = True) -> None:
+        """Remove and record a rejected file. `attributable`: the file authenticated as `sender`
+        (the default, for the dispatcher and the extensions, which reject envelopes that passed
+        steps 1–5); only then do the extensions hear of it (`on_rejected`: threat scores), so that
+        nothing a name in a file name merely claims, nor the receiver's own grants, counts against
+        a sender (docs/PROTOCOL.md "Order of checks")."""
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
                                                "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
-        for extension in self.node.extensions.values():
-            extension.on_rejected(sender, name, reason, detail)
+        if attributable:
+            for extension in self.node.extensions.values():
+                extension.on_rejected(sender, name, reason, detail)
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
