@@ -1,9 +1,11 @@
 """The receiving half of a node: the protocol thread (wire contract §5.5).
 
 It waits on the node's one inotify instance (inbox and registry directory), lists the inbox on
-overflow and every `rescan_seconds`, judges each file with the pure core (`core.receiving`) and
-hands what passed to the dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC
-requests to the callee, responses and acknowledgements to whoever waits for them.
+overflow and every `rescan_seconds` (in slices between its passes, so a huge inbox holds nobody
+up), judges each file with the pure core (`core.receiving`) and hands what passed to the
+dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC requests to the callee,
+responses and acknowledgements to whoever waits for them. A file refused on its name alone (junk:
+no envelope name, or a sender not allowed) is removed after the senders' files, a slice per pass.
 
 Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
 accepted envelopes wait for their handler (`read_ahead_total` from all senders); the rest stay in
@@ -20,6 +22,7 @@ put in the old directory is moved over.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from typing import Any, Callable
@@ -31,12 +34,16 @@ from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 from .dispatch import Dispatcher
-from .inbox import InboxDirectory, PendingNames
+from .inbox import InboxDirectory, InboxListing, JunkNames, PendingNames
 from .readahead import ReadAhead
 from .threads import SerialLanes
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
+# the most of one kind of work a step does before it looks for events again: a slice of a listing,
+# a pass of taking files in turns, removing junk. Another sender's file waits for about three.
+SLICE_SECONDS = 0.002
+CLOCK_EVERY = 16  # files between two looks at the clock
 
 
 class Receiver:
@@ -53,7 +60,11 @@ class Receiver:
         self.dispatcher = Dispatcher(self)
         self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake())
         self._names = PendingNames()
-        self._turn = 0  # rotates the sender that goes first in a pass
+        self._junk = JunkNames()  # refused on the name alone, to be removed
+        self._listing: InboxListing | None = None  # a listing under way, taken in slices
+        self._drain_listed = False  # while draining: a listing begun since the drain began has ended
+        self._resume = ""  # a pass begins with the first sender after this name (the first sender rotates)
+        self._cut = False  # the last step stopped a pass or junk removal at its slice: go on at once
         self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
         self._pass_entries: dict[str, Any] | None = None  # senders' entries as of this pass (_sender_entry)
         self.last_progress = time.monotonic()
@@ -95,6 +106,7 @@ class Receiver:
         """Handle everything in the inbox now (after `leaving` was published), then stop taking
         files; returns False when the deadline came first."""
         self.drained.clear()
+        self._drain_listed = False
         self.draining.set()
         self.watch.wake()
         return self.drained.wait(max(0.0, deadline - time.monotonic()))
@@ -132,27 +144,35 @@ class Receiver:
         self._protocol_ident = threading.get_ident()
         next_listing = 0.0
         backoff = 0.0
-        while not self._stopping.is_set():
-            try:
-                next_listing = self._step(next_listing, backoff)
-                backoff = 0.0
-                self.last_progress = time.monotonic()
-            except Exception as exc:  # nothing ends this thread: count, report, retry soon
-                self.node.telemetry.count("protocolErrors")
-                self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
-                backoff = min(1.0, backoff * 2 or 0.05)
-                self._names.need_listing = True
-                self._stopping.wait(backoff)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    next_listing = self._step(next_listing, backoff)
+                    backoff = 0.0
+                    self.last_progress = time.monotonic()
+                except Exception as exc:  # nothing ends this thread: count, report, retry soon
+                    self.node.telemetry.count("protocolErrors")
+                    self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
+                    backoff = min(1.0, backoff * 2 or 0.05)
+                    self._events_lost()
+                    self._stopping.wait(backoff)
+        finally:
+            self._abandon_listing()
 
     def _step(self, next_listing: float, backoff: float) -> float:
         now = time.monotonic()
-        busy = self._has_work() or self._extensions_busy
-        wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
+        if self._listing is not None or self._cut:
+            wait = 0.0  # a listing runs, or a slice of work was cut: look for events and go on
+            self._cut = False
+        elif self._has_work() or self._extensions_busy:
+            wait = DEFER_SECONDS
+        else:
+            wait = max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
         events, overflow = self.watch.wait(wait)
         if overflow:
             self.node.telemetry.count("inotifyOverflows")
             self.node.monitor_overflowed()
-            self._names.need_listing = True
+            self._events_lost()
         if self._hints:
             with self._lock:
                 hinted, self._hints, done = self._hints, [], self._hints_done
@@ -165,27 +185,26 @@ class Receiver:
             elif key != "inbox":
                 self.node.extensions[key].hint(name)
             elif not name:
-                self._names.need_listing = True  # the inbox itself was moved or removed: look at it again
+                self._events_lost()  # the inbox itself was moved or removed: look at it again
             else:
                 self._remember(name)
         draining = self.draining.is_set()
-        listed = draining or self._names.need_listing or time.monotonic() >= next_listing
-        if listed:
+        began = self._listing is None and (draining or self._names.need_listing or time.monotonic() >= next_listing)
+        if began:
             if self.inbox.replaced():
                 self.node.telemetry.count("inboxRecoveries")
                 self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
                                                                 "removed; receiving from the new one")
-            self._names.need_listing = False
-            started = time.monotonic()
+                self._names.events_lost()
             self._names.begin_listing()
-            try:
-                self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
-            finally:
-                self._names.end_listing()
-            took = time.monotonic() - started
+            self._listing = self.inbox.list()
+        if self._listing is not None and self._listing.slice(self._remember, SLICE_SECONDS):
+            work, self._listing = self._listing.work, None
+            self._names.end_listing()
+            self._drain_listed = draining
             # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
             # it is spaced out so that it takes at most about 1% of this thread's time
-            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * took))
+            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
@@ -193,9 +212,11 @@ class Receiver:
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
             if self.node.extensions:
-                self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
+                self._extensions_busy = any([ext.step(began) for ext in self.node.extensions.values()])
             self._receive()
-            if draining and not self._names and not self._names.need_listing:
+            self._remove_junk()
+            if draining and self._drain_listed and self._listing is None and not self._names and not self._junk \
+                    and not self._names.need_listing:
                 self.draining.clear()
                 self.drained.set()
         elif draining:  # the lease is gone: nothing more may be taken
@@ -205,19 +226,49 @@ class Receiver:
             done.set()
         return next_listing
 
+    def _events_lost(self) -> None:
+        """Events may have been lost: a listing from the start, and no file taken until it ended
+        (a sender's file found later than a larger one of the same sender would be a replay)."""
+        self._abandon_listing()
+        self._names.events_lost()
+
+    def _abandon_listing(self) -> None:
+        if self._listing is not None:
+            self._listing.close()
+            self._listing = None
+            self._names.end_listing()
+
     # ------------------------------------------------------------------ knowing what is there
     def _remember(self, name: str) -> None:
-        if name not in self.read_ahead.taken:  # accepted and waiting for its handler: not to be judged again
-            self._names.remember(name, self.node.access.current)
+        if name in self.read_ahead.taken or name in self._junk:
+            return  # accepted and waiting for its handler, or refused already: not to be judged again
+        if not self._names.remember(name, self.node.access.current):
+            self._junk.add(name)
 
     def _has_work(self) -> bool:
-        return bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders())
+        return bool(self._junk) or (bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders()))
+
+    def _remove_junk(self) -> None:
+        """Files refused on their name alone, after the senders' files and a slice per pass: a
+        flood of junk delays another sender's file by at most a slice, and costs O(1) per file."""
+        junk = self._junk
+        started, removed = time.monotonic(), 0
+        while junk:
+            name, sender, seq = junk.pop()
+            self.reject(name, sender, seq, "unauthorized", attributable=False)
+            removed += 1
+            if removed % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
+                self._cut = True
+                break
+        if junk.need_listing():
+            self._names.need_listing = True
 
     # ------------------------------------------------------------------ judging
     def _receive(self) -> None:
         """Take files in turns, one per sender per turn (each sender's in sequence order), while
-        the sender (and all) have room: a sender with a backlog waits behind one file of every
-        other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
+        the sender (and all) have room, for at most a slice: a sender with a backlog waits behind
+        one file of every other sender, not behind its whole read-ahead. The first sender of a
+        pass rotates (after a pass cut at its slice, the next one goes on where it stopped)."""
         self._batch, self._pass_entries = {}, {}
         try:
             self._take_in_turns()
@@ -228,9 +279,12 @@ class Receiver:
 
     def _take_in_turns(self) -> None:
         senders = self._names.senders()
-        if senders:
-            self._turn = (self._turn + 1) % len(senders)
-            senders = senders[self._turn:] + senders[:self._turn]
+        if not senders:
+            return
+        first = bisect.bisect_right(senders, self._resume) % len(senders)
+        senders = senders[first:] + senders[:first]
+        self._resume = senders[0]  # the next pass begins with the sender after this one (it rotates)
+        started, taken = time.monotonic(), 0
         while senders:
             again = []
             for sender in senders:
@@ -245,13 +299,19 @@ class Receiver:
                     self._names.push_back(sender, item)  # not ready (a link in progress): this sender waits
                 elif self._names.has(sender):
                     again.append(sender)
+                taken += 1
+                # a pass is a slice too: a sender whose files are all rejected (they take no read-ahead)
+                # must not keep the others' new files unseen for all of its backlog
+                if taken % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
+                    self._resume, self._cut = sender, True  # the next pass goes on after this sender
+                    return
             senders = again
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
-        # step 1 again, as grants stand now: PendingNames parsed the name ("?" for one that is not
-        # an envelope name, which no grant can allow)
+        # step 1 again, as grants stand now (PendingNames holds names of senders allowed when first
+        # seen: a revoke since then refuses them unread)
         refused = None if sender in self.node.access.current else "unauthorized"
         if not refused:
             for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
