@@ -168,6 +168,25 @@ def test_while_a_listing_runs_the_other_senders_are_taken():
     assert names.has("flood") and names.pop("flood")[1] == MAX_NAMES_PER_SENDER + 1
 
 
+def test_flooding_senders_that_fill_every_name_leave_room_for_the_others():
+    """Four flooders remembering 16,384 names each fill the 65,536 names in all: a steady sender's
+    new file was then not remembered, and waited for a listing (seconds to tens of seconds)."""
+    from speed_runtime.node.inbox import MAX_NAMES
+
+    floods = [f"flood{i}" for i in range(MAX_NAMES // MAX_NAMES_PER_SENDER)]
+    allowed = set(floods) | {"steady"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    for flood in floods:
+        for seq in range(1, MAX_NAMES_PER_SENDER + 2):
+            names.remember(_name(flood, seq), allowed)
+    names.remember(_name(floods[0], 0), allowed)   # the total is full: no room beyond a sender's share
+    names.need_listing = False
+    names.remember(_name("steady", 1), allowed)
+    assert names.has("steady") and names.pop("steady")[1] == 1 and not names.need_listing
+
+
 def test_after_lost_events_nobody_is_taken_until_a_new_listing_ended():
     allowed = {"a"}
     names = PendingNames()
