@@ -8,7 +8,7 @@ whose header names the sender's registered instance, is `attributable` to the se
 1. `judge_name`: a name that is not an envelope name, or a sender not in the Access Registry,
    is `unauthorized` and the file is removed unread.
 2. `judge_file`: on the open descriptor's facts: not a regular file, foreign owner → `bad_file`;
-   two links and young → deferred (a link()+unlink() delivery in progress); larger than the
+   then two links and young → deferred (a link()+unlink() delivery in progress); larger than the
    limit → `too_large` (never read); shorter than any envelope → `bad_size`.
 3.–5. `judge_envelope`: framing, tag, payload shape, `from`/`to`/IDs, timestamp window, nonce,
    sequence (bounded gaps).
@@ -82,10 +82,12 @@ def judge_file(facts: FileFacts, now: float, max_size: int, trusted_uids: Abstra
     """Step 2: None when the file may be read; DEFER; or a rejection reason."""
     if not stat.S_ISREG(facts.mode):
         return "bad_file"
-    if facts.nlink != 1:
-        return DEFER if now - facts.ctime < TWO_LINK_GRACE_SECONDS else "bad_file"
+    # the owner before the links: a deferred file holds up its claimed sender's later files, and a
+    # hard link made by an untrusted writer must not (one every 2 s named for a sender stalled it)
     if facts.uid not in trusted_uids:
         return "bad_file"
+    if facts.nlink != 1:
+        return DEFER if now - facts.ctime < TWO_LINK_GRACE_SECONDS else "bad_file"
     if facts.size > max_size:
         return "too_large"
     if facts.size < OVERHEAD:

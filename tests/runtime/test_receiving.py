@@ -47,6 +47,8 @@ def test_step_1_names():
     (FileFacts(REG, 2, 0, 100, 0.0), 1.0, DEFER),        # link()+unlink() in progress
     (FileFacts(REG, 2, 0, 100, 0.0), 3.0, "bad_file"),   # … for too long
     (FileFacts(REG, 1, 65534, 100, 0.0), 1.0, "bad_file"),  # a foreign owner
+    (FileFacts(REG, 2, 65534, 100, 0.0), 1.0, "bad_file"),  # … never deferred: its hard link would hold up
+                                                             # the sender it names (issue 26, red team)
     (FileFacts(REG, 1, 0, 5000, 0.0), 1.0, "too_large"),
     (FileFacts(REG, 1, 0, 91, 0.0), 1.0, "bad_size"),
     (FileFacts(REG, 1, 0, 100, 0.0), 1.0, None),
