@@ -102,8 +102,8 @@ class PendingNames:
     `end_listing`), so a huge inbox never stops the other senders: while it runs, a sender's names
     below its barrier (what it had not remembered when the listing began) stay takeable, names from
     it on wait for the end. After events were lost (an inotify overflow, a replaced inbox, an
-    error) nothing is known for sure: every sender waits for the end of a listing begun after that
-    (`events_lost`).
+    error) nothing is known for sure: every sender waits for the end of the listing under way and
+    of one begun after that (`events_lost`), with one pass in between.
 
     Bounds: MAX_NAMES_PER_SENDER per sender; MAX_NAMES in all, except that a sender holding fewer
     than FAIR_SHARE names is always remembered (so a few flooding senders cannot make the others'
@@ -119,8 +119,13 @@ class PendingNames:
         self.need_listing = True  # names not remembered have room now, or events were lost: list again
 
     def events_lost(self) -> None:
-        """Events may have been lost: list again, and take nothing until that listing has ended."""
+        """Events may have been lost: list again, and take nothing until that listing has ended.
+        A listing under way goes on, holding every sender from now on: abandoning it would let a
+        writer who overflows the events faster than a listing ends keep every sender waiting for
+        ever; between its end and the next listing's beginning one pass takes files."""
         self._lost = self.need_listing = True
+        if self._listing:
+            self._hold_all = True
 
     def begin_listing(self) -> None:
         """A listing sees every file: what was not remembered before is looked at anew."""

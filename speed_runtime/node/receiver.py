@@ -154,7 +154,8 @@ class Receiver:
                     self.node.telemetry.count("protocolErrors")
                     self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
                     backoff = min(1.0, backoff * 2 or 0.05)
-                    self._events_lost()
+                    self._abandon_listing()  # (it may be what failed) and events read may be lost
+                    self._names.events_lost()
                     self._stopping.wait(backoff)
         finally:
             self._abandon_listing()
@@ -172,7 +173,7 @@ class Receiver:
         if overflow:
             self.node.telemetry.count("inotifyOverflows")
             self.node.monitor_overflowed()
-            self._events_lost()
+            self._names.events_lost()
         if self._hints:
             with self._lock:
                 hinted, self._hints, done = self._hints, [], self._hints_done
@@ -185,7 +186,7 @@ class Receiver:
             elif key != "inbox":
                 self.node.extensions[key].hint(name)
             elif not name:
-                self._events_lost()  # the inbox itself was moved or removed: look at it again
+                self._names.events_lost()  # the inbox itself was moved or removed: look at it again
             else:
                 self._remember(name)
         draining = self.draining.is_set()
@@ -225,12 +226,6 @@ class Receiver:
         if done is not None:
             done.set()
         return next_listing
-
-    def _events_lost(self) -> None:
-        """Events may have been lost: a listing from the start, and no file taken until it ended
-        (a sender's file found later than a larger one of the same sender would be a replay)."""
-        self._abandon_listing()
-        self._names.events_lost()
 
     def _abandon_listing(self) -> None:
         if self._listing is not None:

@@ -202,6 +202,28 @@ def test_after_lost_events_nobody_is_taken_until_a_new_listing_ended():
     assert [names.pop("a")[1], names.pop("a")[1]] == [4, 5]
 
 
+def test_events_lost_again_and_again_never_stop_every_sender_for_good():
+    """A writer who overflows the events faster than a listing ends: the listing under way goes
+    on (holding every sender), and one pass takes files between it and the next."""
+    allowed = {"a"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    names.remember(_name("a", 1), allowed)
+    names.begin_listing()                      # a periodic listing: a is takeable while it runs
+    assert names.has("a")
+    names.events_lost()                        # an overflow meanwhile: nobody is taken from now on
+    assert not names.has("a") and names.listing
+    names.remember(_name("a", 2), allowed)
+    names.end_listing()
+    assert names.has("a") and names.pop("a")[1] == 1   # the pass between two listings
+    names.begin_listing()                      # the listing asked for by the overflow holds every sender
+    names.events_lost()
+    assert not names.has("a")
+    names.end_listing()
+    assert names.has("a") and names.pop("a")[1] == 2
+
+
 def test_a_backlog_beyond_the_bound_is_taken_in_sequence_order_with_listings_in_slices():
     """As test_a_backlog_larger_than_the_bound_is_taken_in_sequence_order, with each listing cut
     into slices between which files are taken and new ones arrive."""
