@@ -62,6 +62,7 @@ class Receiver:
         self._names = PendingNames()
         self._junk = JunkNames()  # refused on the name alone, to be removed
         self._listing: InboxListing | None = None  # a listing under way, taken in slices
+        self._listing_drains = False  # the listing under way began while draining
         self._drain_listed = False  # while draining: a listing begun since the drain began has ended
         self._resume = ""  # a pass begins with the first sender after this name (the first sender rotates)
         self._cut = False  # the last step stopped a pass or junk removal at its slice: go on at once
@@ -199,10 +200,11 @@ class Receiver:
                 self._names.events_lost()
             self._names.begin_listing()
             self._listing = self.inbox.list()
+            self._listing_drains = draining
         if self._listing is not None and self._listing.slice(self._remember, SLICE_SECONDS):
             work, self._listing = self._listing.work, None
             self._names.end_listing()
-            self._drain_listed = draining
+            self._drain_listed = self._listing_drains and draining
             # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
             # it is spaced out so that it takes at most about 1% of this thread's time
             spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
