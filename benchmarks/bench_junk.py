@@ -49,23 +49,25 @@ def _kinds() -> tuple[str, ...]:
     return KINDS if os.geteuid() == 0 else KINDS[:-1]
 
 
-def _make(inbox: str, kind: str, count: int, sender_id8: str) -> None:
-    """The files are made whole in a directory beside the inbox, then renamed in."""
+def make_junk(inbox: str, kind: str, count: int, sender: str = FRAMED, id8: str = "0badcafe",
+              first_seq: int = 10**6) -> None:
+    """`count` files of `kind` (KINDS) named for `sender` (but `invented names`), made whole in a
+    directory beside the inbox and renamed in: what a writer without the key can make."""
     staging = os.path.join(os.path.dirname(os.path.dirname(inbox)), "staging")
     os.makedirs(staging, exist_ok=True)
     for i in range(count):
         if kind == "invented names":
-            name = f"j{i}.01234567.{1:020d}.89abcdef.env"
+            name = f"j{first_seq + i}.01234567.{1:020d}.89abcdef.env"
         else:
-            name = f"{FRAMED}.{sender_id8}.{10**6 + i:020d}.{i % 2**32:08x}.env"
+            name = f"{sender}.{id8}.{first_seq + i:020d}.{i % 2**32:08x}.env"
         path = os.path.join(staging, name)
         if kind == "FIFOs":
             os.mkfifo(path, 0o600)
         else:
             with open(path, "wb") as f:
                 f.write(os.urandom(300) if kind == "framed, random bytes" else b"x")
-        if kind == "other owner":
-            os.chown(path, 65534, 65534)
+        if kind == "other owner" and os.geteuid() == 0:
+            os.chown(path, 65534, 65534)  # (not root: a one-byte file of ours)
         os.rename(path, os.path.join(inbox, name))
 
 
@@ -99,7 +101,7 @@ def clear_once(receiver: str, kind: str, count: int) -> dict:
         proc.send_signal(signal.SIGSTOP)
         while not _stopped(proc.pid):
             time.sleep(0.001)
-        _make(inbox, kind, count, "0badcafe")
+        make_junk(inbox, kind, count)
         started = time.monotonic()
         proc.send_signal(signal.SIGCONT)
         while _entries(inbox) and time.monotonic() - started < 600:

@@ -23,6 +23,8 @@ from speed_runtime.core.threat import NEVER_SCORED
 from speed_runtime.inotify import Watch
 from speed_runtime.journal import read_journal
 
+from benchmarks.bench_junk import make_junk
+
 from ..helpers.wait import wait_until
 from .conftest import files_of, frozen, go, messages, stopped
 
@@ -215,24 +217,6 @@ def test_ten_thousand_invented_sender_names_track_nothing(root, key_path):
         assert r.extensions["quota"].threats() == [] and r.counters()["threat"] == {}
 
 
-def _framed(inbox: str, sender: str, id_bytes: bytes, first_seq: int, kind: str, count: int) -> None:
-    """Files named for `sender` that authenticate as nobody: what anyone who can write into the
-    inbox (or a member of its group) can make without the key."""
-    staging = os.path.join(os.path.dirname(os.path.dirname(inbox)), "staging")  # made whole, then renamed in
-    os.makedirs(staging, exist_ok=True)
-    for seq in range(first_seq, first_seq + count):
-        name = envelope_filename(sender, id_bytes, seq, seq.to_bytes(12, "big"))
-        path = os.path.join(staging, name)
-        if kind == "fifo":
-            os.mkfifo(path, 0o600)
-        else:
-            with open(path, "wb") as f:
-                f.write(os.urandom(300) if kind == "random" else b"x")
-        if kind == "other owner" and os.geteuid() == 0:
-            os.chown(path, 65534, 65534)  # not a trusted owner (as root; else a one-byte file of ours)
-        os.rename(path, os.path.join(inbox, name))
-
-
 def test_files_framed_under_a_name_never_count_against_it_before_or_after_it_is_allowed(procs, root, key_path):
     """Issue 26, finding 4: 120 FIFOs (or one-byte files of another owner) named for a sender that
     was not allowed yet scored it 109-117; once the operator allowed it, it was quarantined. A name
@@ -242,14 +226,14 @@ def test_files_framed_under_a_name_never_count_against_it_before_or_after_it_is_
     r = procs.start("r", echo=True, trace=True, extra=["--operator", operator_key.public_text, "--feature", "quota"])
     inbox = os.path.join(root, "r", "inbox")
     with Node(root, key_path, "g") as g, Operator(root, key_path, operator_key) as operator:
-        _framed(inbox, "g", g.id_bytes, 1000, "fifo", 120)
-        _framed(inbox, "g", g.id_bytes, 2000, "other owner", 120)
+        id8 = g.id_bytes.hex()[:8]  # files framed under g's name and its instance, by a writer without the key
+        make_junk(inbox, "FIFOs", 120, "g", id8, 1000)
+        make_junk(inbox, "other owner", 120, "g", id8, 2000)
         wait_until(lambda: len(_rejections(root, "r", "g")) == 240, 60, "240 files named for g judged")
         assert {e.reason for e in _rejections(root, "r", "g")} == {"unauthorized"}
         assert operator.allow("r", "g")["allow"] == ["g"]
-        for kind in ("fifo", "other owner", "one byte", "random"):  # framed under g's name, now allowed
-            _framed(inbox, "g", g.id_bytes, {"fifo": 3000, "other owner": 4000, "one byte": 5000,
-                                             "random": 6000}[kind], kind, 30)
+        for first, kind in enumerate(("FIFOs", "other owner", "framed, 1 byte", "framed, random bytes")):
+            make_junk(inbox, kind, 30, "g", id8, 3000 + 1000 * first)  # under g's name, now allowed
         wait_until(lambda: len(_rejections(root, "r", "g")) == 360, 60, "120 more files named for g judged")
         for i in range(5):
             g.send("r", i)
