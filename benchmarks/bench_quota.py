@@ -4,7 +4,10 @@ to one receiver whose handler takes 2 ms. Measured per variant, in interleaved r
 - `no flood`:        the seven steady senders alone (the floor of their latency);
 - `flood, quota`:    the flooder honours the receiver's published limits (`features=["quota"]`);
 - `flood, v1 sender`: the flooder speaks only v1 and ignores them (the receiver still bounds its
-                     own memory with its read-ahead; the inbox grows).
+                     own memory with its read-ahead; the inbox grows);
+- `a busy core`:     no flood, but a process spinning on one core as the v1 flooder does (it sends
+                     as fast as it can): what the flooder's CPU alone costs the others on this
+                     machine, which no receiver can win back (a control, not a goal).
 
 Latency: from the steady sender's `time.time()` just before `send` to the receiver's handler start;
 the first second of each round is a warm-up and not counted (the seven senders start together,
@@ -44,7 +47,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKOUT = {"dir": REPO}  # whose runtime the flood rounds run (--checkout)
 STEADY = [f"n{i}" for i in range(7)]
 WARMUP_SECONDS = 1.0  # not counted: seven senders' first (cold) sends all at once
-VARIANTS = ("no flood", "flood, quota", "flood, v1 sender")
+VARIANTS = ("no flood", "flood, quota", "flood, v1 sender", "a busy core")
 
 RECEIVER = r'''
 import json, os, sys, time
@@ -109,7 +112,10 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
                   for name in STEADY]
         procs += steady
         flooder = None
-        if variant != "no flood":
+        if variant == "a busy core":
+            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            time.sleep(1.0)
+        elif variant != "no flood":
             features = ["--feature", "quota"] if variant == "flood, quota" else []
             flooder = _peer(root, key, "flood", "--count", str(10**9), "--size", str(flood_size), "--timeout", "60",
                             *features)
@@ -259,14 +265,15 @@ def main(argv=None) -> int:
 
     costs = None if args.no_send_cost else send_costs(max(3, args.rounds * 2), args.sends)
     floor_p99 = median("no flood", "p99") if "no flood" in results else float("nan")
-    def ratio_per_round(variant: str) -> float:  # against the `no flood` of the same round (the same load)
-        if "no flood" not in results:
+    def ratio_per_round(variant: str, base: str = "no flood") -> float:  # against `base` of the same round
+        if base not in results:
             return float("nan")
-        return round(statistics.median(r["p99"] / f["p99"] for r, f in zip(results[variant], results["no flood"])), 2)
+        return round(statistics.median(r["p99"] / f["p99"] for r, f in zip(results[variant], results[base])), 2)
 
     summary = {v: {"p50Ms": median(v, "p50"), "p99Ms": median(v, "p99"),
                    "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
                    "p99VsNoFloodSameRound": ratio_per_round(v),
+                   "p99VsBusyCoreSameRound": ratio_per_round(v, "a busy core"),
                    "steadyHandled": sum(r["steadyHandled"] for r in results[v]),
                    "steadySent": sum(r["steadySent"] for r in results[v]),
                    "floodPerSecond": median(v, "floodPerSecond"), "receiverPeakMB": median(v, "receiverPeakMB"),

@@ -3,11 +3,12 @@ of the file name, the facts of the opened file, its bytes, the node's own identi
 registry entry, the replay state and the time. The node's protocol thread (`node/receiver.py`)
 does the I/O around them: list, open, read, remove, dispatch.
 
-Order (docs/PROTOCOL.md "Order of checks"):
+Order (docs/PROTOCOL.md "Order of checks"); only a rejection after step 3's tag, of an envelope
+whose header names the sender's registered instance, is `attributable` to the sender:
 1. `judge_name`: a name that is not an envelope name, or a sender not in the Access Registry,
    is `unauthorized` and the file is removed unread.
 2. `judge_file`: on the open descriptor's facts: not a regular file, foreign owner → `bad_file`;
-   two links and young → deferred (a link()+unlink() delivery in progress); larger than the
+   then two links and young → deferred (a link()+unlink() delivery in progress); larger than the
    limit → `too_large` (never read); shorter than any envelope → `bad_size`.
 3.–5. `judge_envelope`: framing, tag, payload shape, `from`/`to`/IDs, timestamp window, nonce,
    sequence (bounded gaps).
@@ -19,12 +20,15 @@ from typing import AbstractSet, Any, Callable, NamedTuple
 
 from . import payloads
 from .entry import RegistryEntry
-from .envelope import HEADER_SIZE, OVERHEAD, FileName, Header, open_envelope, parse_filename, type_name
+from .envelope import (HEADER_SIZE, OVERHEAD, FileName, Header, decode_header, open_envelope, parse_filename,
+                       type_name)
 from .errors import EnvelopeError
 from .keys import Key
 from .replay import ReplayGuard
 
 TWO_LINK_GRACE_SECONDS = 2.0
+# what open_envelope decides before, or by, the tag: such a file authenticates as nobody
+BEFORE_THE_TAG = frozenset({"bad_size", "too_large", "bad_version", "bad_tag"})
 DEFER = "defer"  # judge_file's answer for a file to look at again shortly
 
 
@@ -57,6 +61,10 @@ class Verdict(NamedTuple):
     body: Any = None            # what a payload layout of an extension decoded besides the payload (§9)
     cost: int = 0               # what the decoded payload holds in memory (payloads.decoded_cost), bytes
     finished: Callable[[bool, BaseException | None], None] | None = None  # told when its handling ended
+    # a rejection that may count against the file name's sender (threat scores, `quota`): the tag
+    # passed and the header's source ID is the instance the sender's entry names (docs/PROTOCOL.md
+    # "Order of checks"); False for everything decided before that, whoever the file name claims
+    attributable: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -75,10 +83,12 @@ def judge_file(facts: FileFacts, now: float, max_size: int, trusted_uids: Abstra
     """Step 2: None when the file may be read; DEFER; or a rejection reason."""
     if not stat.S_ISREG(facts.mode):
         return "bad_file"
-    if facts.nlink != 1:
-        return DEFER if now - facts.ctime < TWO_LINK_GRACE_SECONDS else "bad_file"
+    # the owner before the links: a deferred file holds up its claimed sender's later files, and a
+    # hard link made by an untrusted writer must not (one every 2 s named for a sender stalled it)
     if facts.uid not in trusted_uids:
         return "bad_file"
+    if facts.nlink != 1:
+        return DEFER if now - facts.ctime < TWO_LINK_GRACE_SECONDS else "bad_file"
     if facts.size > max_size:
         return "too_large"
     if facts.size < OVERHEAD:
@@ -114,8 +124,16 @@ def judge_envelope(sender: str, data: bytes, key: Key, me: Identity, sender_entr
         check_identities(sender, payload, header, me, sender_entry)
         gap = replay.check(header.source_id, sender, header.sequence, opened.nonce, header.timestamp_ms, now_ms)
     except EnvelopeError as exc:
-        return Verdict(exc.reason, etype, detail=exc.detail)
+        return Verdict(exc.reason, etype, detail=exc.detail,
+                       attributable=exc.reason not in BEFORE_THE_TAG and from_registered_instance(data, sender_entry))
     return Verdict(None, etype, header, payload, opened.nonce, gap, body=body, cost=cost)
+
+
+def from_registered_instance(data: bytes, sender_entry: RegistryEntry | None) -> bool:
+    """Whether an envelope whose tag passed names, in its header, the instance the sender's
+    registry entry names: it then authenticates as that sender, and only then can a rejection count
+    against the sender."""
+    return sender_entry is not None and decode_header(data).source_id == sender_entry.id_bytes
 
 
 def check_identities(sender: str, payload: dict, header: Header, me: Identity,

@@ -1,17 +1,22 @@
 """Threat scores and quarantine (docs/PROTOCOL.md "Extensions (§9)" › `quota` › threat scores).
 Pure: `now` is an argument (seconds on any monotonic clock).
 
-A receiver keeps a score per claimed sender name (the name in the file name), and per claimed
-instance (the 8 hex digits of the instance ID in the file name). Each rejection adds its reason's
-weight; scores halve every `half_life` seconds. When a name's score reaches `threshold` the name is
-quarantined: its files are removed unread (decided on the file name, like `unauthorized`) and
-journaled as `quarantined`, until its score has decayed below `release`. Files removed while
-quarantined add nothing (they were not judged), so a quarantine ends by itself; a sender that
-misbehaves again after its release starts near `release` and is quarantined again quickly.
+A receiver keeps a score per sender name, and per instance (the 8 hex digits of the instance ID
+in the file name). Only a rejection of an envelope that *authenticated* as that sender (its tag
+passed under the key and its header names the sender's registered instance) is scored: the caller
+(node/receiver.py) never passes anything else, and the reasons decided before authentication have
+no weight here at all (NEVER_SCORED: a name in a file name proves nothing). Each scored rejection
+adds its reason's weight; scores halve every `half_life` seconds. When a name's score reaches
+`threshold` the name is quarantined: its files are removed unread (decided on the file name, like
+`unauthorized`) and journaled as `quarantined`, until its score has decayed below `release`. Files
+removed while quarantined add nothing (they were not judged), so a quarantine ends by itself; a
+sender that misbehaves again after its release starts near `release` and is quarantined again
+quickly.
 
-Memory is bounded: at most `max_names` names (the lowest score is forgotten first, never a
-quarantined one), `MAX_INSTANCES` instances per name, `LAST_REASONS` reasons and `BUCKETS` counts
-of recent rejections each.
+Memory is bounded and every call is O(1) amortized: at most `max_names` names (when full, the
+lowest scores are forgotten, an eighth of the table at once, never a quarantined one),
+`MAX_INSTANCES` instances per name, `LAST_REASONS` reasons and `BUCKETS` counts of recent
+rejections each; the quarantined names are kept apart, so a release looks at them alone.
 """
 from __future__ import annotations
 
@@ -24,20 +29,24 @@ from .errors import ConfigError
 from .records import REJECT_REASONS
 
 LATE_RESPONSE = "late_response"  # an unexpected_response answering nothing still pending (late, or unknown)
-SCORED_REASONS = REJECT_REASONS + (LATE_RESPONSE,)
+KNOWN_REASONS = REJECT_REASONS + (LATE_RESPONSE,)  # each is in DEFAULT_WEIGHTS or NEVER_SCORED
 DEFAULT_WEIGHTS: Mapping[str, float] = {
-    # sealed with the key (the tag passed) and impossible for a correct sender: tampering or forgery
-    "bad_tag": 30.0, "bad_sequence": 30.0, "replayed_nonce": 30.0, "replayed_sequence": 30.0,
-    "unexpected_response": 30.0,
-    # malformed by a writer the receiver trusts (the owner check of step 2 came first)
-    "bad_version": 20.0, "bad_size": 20.0, "bad_payload": 20.0, "too_large": 10.0,
-    # usually innocent: a race with a restart, a skewed clock, a caller that gave up
-    "unknown_sender": 5.0, "stale_timestamp": 2.0, LATE_RESPONSE: 2.0,
-    "unauthorized": 1.0,
-    # never attributable to the claimed sender: a previous instance of ours was the target (left
-    # over after our restart), or the file is not a regular file of a trusted owner
-    "wrong_target": 0.0, "bad_file": 0.0,
+    # impossible for a correct sender: tampering, replay or forgery by a key holder
+    "bad_sequence": 30.0, "replayed_nonce": 30.0, "replayed_sequence": 30.0, "unexpected_response": 30.0,
+    # sealed by the sender's instance, but not a payload of the type's shape
+    "bad_payload": 20.0,
+    # the payload's `from` is not the name of the sender whose instance sealed it
+    "unknown_sender": 5.0,
+    # usually innocent: a skewed clock, a caller that gave up
+    "stale_timestamp": 2.0, LATE_RESPONSE: 2.0,
+    # addressed to a previous instance of ours (left over after our restart): not the sender's fault
+    "wrong_target": 0.0,
 }
+# Decided before the envelope authenticates as anyone (on the file name, the file's facts, the
+# framing or the tag), or by the receiver's own state (its grants): anyone who can write into the
+# inbox, or an operator's revoke, could make them, so they never count against the named sender.
+NEVER_SCORED = ("unauthorized", "bad_file", "too_large", "bad_size", "bad_version", "bad_tag")
+EVICT_FRACTION = 8  # a full table forgets the lowest eighth of its names at once (O(1) amortized)
 MAX_INSTANCES = 4
 LAST_REASONS = 5
 BUCKET_SECONDS = 10.0
@@ -70,10 +79,16 @@ class ThreatPolicy:
         values = {k: options[k] for k in known if k in options}
         weights = dict(DEFAULT_WEIGHTS)
         for reason, weight in (values.pop("weights", None) or {}).items():
-            if reason not in DEFAULT_WEIGHTS:
-                raise ConfigError(f"no threat weight for {reason!r}; the reasons are: {', '.join(SCORED_REASONS)}")
+            if reason not in DEFAULT_WEIGHTS and reason not in NEVER_SCORED:
+                raise ConfigError(f"no threat weight for {reason!r}; the reasons are: {', '.join(DEFAULT_WEIGHTS)}")
             if not _number(weight) or weight < 0:
                 raise ConfigError(f"the threat weight of {reason} must be a number of at least 0, not {weight!r}")
+            if reason in NEVER_SCORED:
+                if weight:
+                    raise ConfigError(f"{reason} cannot weigh against a sender: it is decided before the envelope "
+                                      f"authenticates as anyone (only 0 is accepted); the reasons with a weight "
+                                      f"are: {', '.join(DEFAULT_WEIGHTS)}")
+                continue
             weights[reason] = float(weight)
         if "release" not in values and _number(values.get("threshold")):
             values["release"] = values["threshold"] / 2  # as the defaults (100, 50): a threshold alone is enough
@@ -109,6 +124,7 @@ class ThreatChange(NamedTuple):
     event: str
     score: float
     reason: str = ""
+    at: float = 0.0  # when it happened, on the table's clock (a report made later still says when)
 
 
 class ThreatState(NamedTuple):
@@ -157,9 +173,11 @@ class ThreatTable:
     def __init__(self, policy: ThreatPolicy | None = None):
         self.policy = policy or ThreatPolicy()
         self._senders: dict[str, _Sender] = {}
+        self._quarantined: set[str] = set()  # names whose quarantined_at is set
 
     def rejected(self, name: str, instance: str, reason: str, now: float) -> list[ThreatChange]:
-        """Score one rejection of a file claiming `name` (and `instance`); the changes to report."""
+        """Score one rejection of an envelope that authenticated as `name` (and `instance`); the
+        changes to report."""
         policy = self.policy
         weight = policy.weights.get(reason, 0.0)
         if weight <= 0:
@@ -177,19 +195,25 @@ class ThreatTable:
             sender.recent[-1][1] += 1
         else:
             sender.recent.append([bucket, 1])
-        changes = [ThreatChange(name, instance, "raised", score, reason)]
+        changes = [ThreatChange(name, instance, "raised", score, reason, now)]
         if policy.quarantine and sender.quarantined_at is None and score >= policy.threshold:
             sender.quarantined_at = now
-            changes.append(ThreatChange(name, instance, QUARANTINED, score, reason))
+            self._quarantined.add(name)
+            changes.append(ThreatChange(name, instance, QUARANTINED, score, reason, now))
         return changes
 
     def _track(self, name: str, now: float) -> _Sender | None:
-        if len(self._senders) >= self.policy.max_names:
+        limit = self.policy.max_names
+        if len(self._senders) >= limit:
+            # forget the lowest scores, an eighth of the table at once: one pass over the table per
+            # max_names/8 new names, never one per name (a flood of new names must cost O(1) each)
             half = self.policy.half_life
-            candidates = [(s.score.now(now, half), n) for n, s in self._senders.items() if s.quarantined_at is None]
+            candidates = sorted((s.score.now(now, half), n) for n, s in self._senders.items()
+                                if s.quarantined_at is None)
             if not candidates:
                 return None
-            del self._senders[min(candidates)[1]]
+            for _, forgotten in candidates[:max(1, limit // EVICT_FRACTION)]:
+                del self._senders[forgotten]
         sender = self._senders[name] = _Sender()
         return sender
 
@@ -213,11 +237,12 @@ class ThreatTable:
         if score >= self.policy.release:
             return True, None
         sender.quarantined_at = None
-        return False, ThreatChange(name, "", "released", score)
+        self._quarantined.discard(name)
+        return False, ThreatChange(name, "", "released", score, "", now)
 
     def release_due(self, now: float) -> list[ThreatChange]:
         changes = []
-        for name in [n for n, s in self._senders.items() if s.quarantined_at is not None]:
+        for name in list(self._quarantined):
             change = self.check(name, now)[1]
             if change is not None:
                 changes.append(change)
@@ -227,9 +252,8 @@ class ThreatTable:
         """The earliest moment (the table's clock) at which a quarantine can end."""
         policy = self.policy
         moments = []
-        for s in self._senders.values():
-            if s.quarantined_at is None:
-                continue
+        for name in self._quarantined:
+            s = self._senders[name]
             if policy.release <= 0:
                 moments.append(s.score.at + policy.half_life * 64)  # 2**-64 of any score: gone
             else:
@@ -244,9 +268,10 @@ class ThreatTable:
             return None
         score = sender.score.now(now, self.policy.half_life)
         sender.quarantined_at = None
+        self._quarantined.discard(name)
         sender.score = _Decaying()
         sender.instances.clear()
-        return ThreatChange(name, "", "lifted", score)
+        return ThreatChange(name, "", "lifted", score, "", now)
 
     def states(self, now: float, limit: int | None = None) -> list[ThreatState]:
         """Every tracked name, quarantined first, then by score (highest first); at most `limit`."""

@@ -19,7 +19,7 @@ the extension's flag bit (called by the receiver's judgement, through `decoder`)
 payload the node is about to deliver (Node.deliver_payload: return the sequence number when the
 extension delivered it in its own layout); on the receiving side `admit` before an allowed
 sender's file is opened, `rejudge` for a rejected envelope before it is removed and `on_rejected`
-after a file was rejected; on the sending side `admit_send` before an envelope is sealed and
+after an envelope that authenticated as its sender was rejected; on the sending side `admit_send` before an envelope is sealed and
 `delivered` after it landed in the target's inbox.
 """
 from __future__ import annotations
@@ -126,8 +126,10 @@ class Extension:
         return None
 
     def on_rejected(self, sender: str, name: str, reason: str, detail: str) -> None:
-        """A file claiming `sender` was rejected with `reason` (and recorded); `detail` refines
-        some reasons (`late` for an unexpected_response that answers nothing still pending)."""
+        """An envelope that authenticated as `sender` (its tag passed and its header names the
+        sender's registered instance) was rejected with `reason` (and recorded); never called for
+        a file that authenticated as nobody. `detail` refines some reasons (`late` for an
+        unexpected_response that answers nothing still pending)."""
 
     def admit_send(self, target: str, entry: RegistryEntry, etype: int, size: int, wait: float | None,
                    lock: threading.Lock) -> RegistryEntry:

@@ -2,7 +2,8 @@
 and threat scores. The arithmetic is pure, in core/quota.py and core/threat.py; this is the glue.
 
 As a receiver the node publishes its per-sender limits in its registry entry (`"quota": {...}`)
-and keeps a threat score per claimed sender: a sender whose score reaches the threshold is
+and keeps a threat score per sender, raised only by envelopes that authenticated as that sender
+(the receiver calls `on_rejected` for nothing else): a sender whose score reaches the threshold is
 quarantined (its files are removed unread, journaled `quarantined`) until the score decays below
 the release level or the operator lifts it (`Node.lift_quarantine`).
 
@@ -248,8 +249,9 @@ class Quarantine:
         return QUARANTINED_REASON if quarantined else None
 
     def rejected(self, sender: str, name: str, reason: str, detail: str) -> None:
+        """An envelope that authenticated as `sender` was rejected (the receiver's `on_rejected`)."""
         if reason == QUARANTINED_REASON or not is_valid_name(sender):
-            return  # unread files are no evidence; a name that cannot be a sender scores nothing
+            return  # unread files are no evidence (and a name that cannot be a sender never authenticates)
         if reason == "unexpected_response" and detail == "late":
             reason = LATE_RESPONSE
         parsed = parse_filename(name)
@@ -287,8 +289,9 @@ class Quarantine:
             elif change.event in ("released", "lifted"):
                 log.warning("node %s: sender %s is no longer quarantined (%s)", self.node.name, change.name,
                             "the operator lifted it" if change.event == "lifted" else "its score decayed")
-            if telemetry.observers:
-                telemetry.emit(ThreatTrace(time.time(), self.node.name, change.name, change.event, change.score,
+            if telemetry.observers:  # stamped with when it happened (the table's clock is time.monotonic)
+                ts = time.time() - max(0.0, time.monotonic() - change.at)
+                telemetry.emit(ThreatTrace(ts, self.node.name, change.name, change.event, change.score,
                                            change.instance, change.reason))
 
     def _schedule_release(self) -> None:

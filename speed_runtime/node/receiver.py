@@ -1,9 +1,11 @@
 """The receiving half of a node: the protocol thread (wire contract §5.5).
 
 It waits on the node's one inotify instance (inbox and registry directory), lists the inbox on
-overflow and every `rescan_seconds`, judges each file with the pure core (`core.receiving`) and
-hands what passed to the dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC
-requests to the callee, responses and acknowledgements to whoever waits for them.
+overflow and every `rescan_seconds` (in slices between its passes, so a huge inbox holds nobody
+up), judges each file with the pure core (`core.receiving`) and hands what passed to the
+dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC requests to the callee,
+responses and acknowledgements to whoever waits for them. A file refused on its name alone (junk:
+no envelope name, or a sender not allowed) is removed after the senders' files, a slice per pass.
 
 Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
 accepted envelopes wait for their handler (`read_ahead_total` from all senders), and no more while
@@ -21,6 +23,7 @@ put in the old directory is moved over.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from typing import Any, Callable
@@ -32,12 +35,16 @@ from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 from .dispatch import Dispatcher
-from .inbox import InboxDirectory, PendingNames
+from .inbox import InboxDirectory, InboxListing, JunkNames, PendingNames
 from .readahead import ReadAhead
 from .threads import SerialLanes
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
+# the most of one kind of work a step does before it looks for events again: a slice of a listing,
+# a pass of taking files in turns, removing junk. Another sender's file waits for about three.
+SLICE_SECONDS = 0.002
+CLOCK_EVERY = 16  # files between two looks at the clock
 
 
 class Receiver:
@@ -55,7 +62,12 @@ class Receiver:
         self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake(),
                                     cfg.read_ahead_bytes_per_sender, cfg.read_ahead_bytes)
         self._names = PendingNames()
-        self._turn = 0  # rotates the sender that goes first in a pass
+        self._junk = JunkNames()  # refused on the name alone, to be removed
+        self._listing: InboxListing | None = None  # a listing under way, taken in slices
+        self._listing_drains = False  # the listing under way began while draining
+        self._drain_listed = False  # while draining: a listing begun since the drain began has ended
+        self._resume = ""  # a pass begins with the first sender after this name (the first sender rotates)
+        self._cut = False  # the last step stopped a pass or junk removal at its slice: go on at once
         self._batch: dict[str, list] | None = None  # held files of this pass, per sender (run_on_lane)
         self._pass_entries: dict[str, Any] | None = None  # senders' entries as of this pass (_sender_entry)
         self.last_progress = time.monotonic()
@@ -97,6 +109,7 @@ class Receiver:
         """Handle everything in the inbox now (after `leaving` was published), then stop taking
         files; returns False when the deadline came first."""
         self.drained.clear()
+        self._drain_listed = False
         self.draining.set()
         self.watch.wake()
         return self.drained.wait(max(0.0, deadline - time.monotonic()))
@@ -134,27 +147,36 @@ class Receiver:
         self._protocol_ident = threading.get_ident()
         next_listing = 0.0
         backoff = 0.0
-        while not self._stopping.is_set():
-            try:
-                next_listing = self._step(next_listing, backoff)
-                backoff = 0.0
-                self.last_progress = time.monotonic()
-            except Exception as exc:  # nothing ends this thread: count, report, retry soon
-                self.node.telemetry.count("protocolErrors")
-                self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
-                backoff = min(1.0, backoff * 2 or 0.05)
-                self._names.need_listing = True
-                self._stopping.wait(backoff)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    next_listing = self._step(next_listing, backoff)
+                    backoff = 0.0
+                    self.last_progress = time.monotonic()
+                except Exception as exc:  # nothing ends this thread: count, report, retry soon
+                    self.node.telemetry.count("protocolErrors")
+                    self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
+                    backoff = min(1.0, backoff * 2 or 0.05)
+                    self._abandon_listing()  # (it may be what failed) and events read may be lost
+                    self._names.events_lost()
+                    self._stopping.wait(backoff)
+        finally:
+            self._abandon_listing()
 
     def _step(self, next_listing: float, backoff: float) -> float:
         now = time.monotonic()
-        busy = self._has_work() or self._extensions_busy
-        wait = DEFER_SECONDS if busy else max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
+        if self._listing is not None or self._cut:
+            wait = 0.0  # a listing runs, or a slice of work was cut: look for events and go on
+            self._cut = False
+        elif self._has_work() or self._extensions_busy:
+            wait = DEFER_SECONDS
+        else:
+            wait = max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
         events, overflow = self.watch.wait(wait)
         if overflow:
             self.node.telemetry.count("inotifyOverflows")
             self.node.monitor_overflowed()
-            self._names.need_listing = True
+            self._names.events_lost()
         if self._hints:
             with self._lock:
                 hinted, self._hints, done = self._hints, [], self._hints_done
@@ -167,27 +189,27 @@ class Receiver:
             elif key != "inbox":
                 self.node.extensions[key].hint(name)
             elif not name:
-                self._names.need_listing = True  # the inbox itself was moved or removed: look at it again
+                self._names.events_lost()  # the inbox itself was moved or removed: look at it again
             else:
                 self._remember(name)
         draining = self.draining.is_set()
-        listed = draining or self._names.need_listing or time.monotonic() >= next_listing
-        if listed:
+        began = self._listing is None and (draining or self._names.need_listing or time.monotonic() >= next_listing)
+        if began:
             if self.inbox.replaced():
                 self.node.telemetry.count("inboxRecoveries")
                 self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
                                                                 "removed; receiving from the new one")
-            self._names.need_listing = False
-            started = time.monotonic()
+                self._names.events_lost()
             self._names.begin_listing()
-            try:
-                self.inbox.list(self._remember)  # streaming: memory stays within the names' bounds
-            finally:
-                self._names.end_listing()
-            took = time.monotonic() - started
+            self._listing = self.inbox.list()
+            self._listing_drains = draining
+        if self._listing is not None and self._listing.slice(self._remember, SLICE_SECONDS):
+            work, self._listing = self._listing.work, None
+            self._names.end_listing()
+            self._drain_listed = self._listing_drains and draining
             # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
             # it is spaced out so that it takes at most about 1% of this thread's time
-            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * took))
+            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
@@ -197,9 +219,11 @@ class Receiver:
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
             if self.node.extensions:
-                self._extensions_busy = any([ext.step(listed) for ext in self.node.extensions.values()])
+                self._extensions_busy = any([ext.step(began) for ext in self.node.extensions.values()])
             self._receive()
-            if draining and not self._names and not self._names.need_listing:
+            self._remove_junk()
+            if draining and self._drain_listed and self._listing is None and not self._names and not self._junk \
+                    and not self._names.need_listing:
                 self.draining.clear()
                 self.drained.set()
         elif draining:  # the lease is gone: nothing more may be taken
@@ -209,19 +233,43 @@ class Receiver:
             done.set()
         return next_listing
 
+    def _abandon_listing(self) -> None:
+        if self._listing is not None:
+            self._listing.close()
+            self._listing = None
+            self._names.end_listing()
+
     # ------------------------------------------------------------------ knowing what is there
     def _remember(self, name: str) -> None:
-        if name not in self.read_ahead.taken:  # accepted and waiting for its handler: not to be judged again
-            self._names.remember(name, self.node.access.current)
+        if name in self.read_ahead.taken or name in self._junk:
+            return  # accepted and waiting for its handler, or refused already: not to be judged again
+        if not self._names.remember(name, self.node.access.current):
+            self._junk.add(name)
 
     def _has_work(self) -> bool:
-        return bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders())
+        return bool(self._junk) or (bool(self._names) and self.read_ahead.has_room_for_any(self._names.senders()))
+
+    def _remove_junk(self) -> None:
+        """Files refused on their name alone, after the senders' files and a slice per pass: a
+        flood of junk delays another sender's file by at most a slice, and costs O(1) per file."""
+        junk = self._junk
+        started, removed = time.monotonic(), 0
+        while junk:
+            name, sender, seq = junk.pop()
+            self.reject(name, sender, seq, "unauthorized", attributable=False)
+            removed += 1
+            if removed % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
+                self._cut = True
+                break
+        if junk.need_listing():
+            self._names.need_listing = True
 
     # ------------------------------------------------------------------ judging
     def _receive(self) -> None:
         """Take files in turns, one per sender per turn (each sender's in sequence order), while
-        the sender (and all) have room: a sender with a backlog waits behind one file of every
-        other sender, not behind its whole read-ahead. The first sender of a pass rotates."""
+        the sender (and all) have room, for at most a slice: a sender with a backlog waits behind
+        one file of every other sender, not behind its whole read-ahead. The first sender of a
+        pass rotates (after a pass cut at its slice, the next one goes on where it stopped)."""
         self._batch, self._pass_entries = {}, {}
         try:
             self._take_in_turns()
@@ -232,9 +280,12 @@ class Receiver:
 
     def _take_in_turns(self) -> None:
         senders = self._names.senders()
-        if senders:
-            self._turn = (self._turn + 1) % len(senders)
-            senders = senders[self._turn:] + senders[:self._turn]
+        if not senders:
+            return
+        first = bisect.bisect_right(senders, self._resume) % len(senders)
+        senders = senders[first:] + senders[:first]
+        self._resume = senders[0]  # the next pass begins with the sender after this one (it rotates)
+        started, taken = time.monotonic(), 0
         while senders:
             again = []
             for sender in senders:
@@ -249,13 +300,19 @@ class Receiver:
                     self._names.push_back(sender, item)  # not ready (a link in progress): this sender waits
                 elif self._names.has(sender):
                     again.append(sender)
+                taken += 1
+                # a pass is a slice too: a sender whose files are all rejected (they take no read-ahead)
+                # must not keep the others' new files unseen for all of its backlog
+                if taken % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
+                    self._resume, self._cut = sender, True  # the next pass goes on after this sender
+                    return
             senders = again
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
         """Judge one file and dispatch it; False if it must be looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
-        # step 1 again, as grants stand now: PendingNames parsed the name ("?" for one that is not
-        # an envelope name, which no grant can allow)
+        # step 1 again, as grants stand now (PendingNames holds names of senders allowed when first
+        # seen: a revoke since then refuses them unread)
         refused = None if sender in self.node.access.current else "unauthorized"
         if not refused:
             for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
@@ -263,7 +320,7 @@ class Receiver:
                 if refused:
                     break
         if refused:
-            self.reject(name, sender, file_seq, refused)
+            self.reject(name, sender, file_seq, refused, attributable=False)
             return True
         try:
             data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)
@@ -272,13 +329,14 @@ class Receiver:
         except NotReady:
             return False
         except FileRejected as exc:
-            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type)
+            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type, attributable=False)
             return True
         verdict = self.judge_as_delivered(sender, data, arrived)
         if verdict.reason == "wrong_target" and self.node.name_taken():
             return True  # the file belongs to the new owner of our name: leave it alone
         if verdict.reason is not None:
-            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data)
+            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data,
+                        attributable=verdict.attributable)
             return True
         self.dispatcher.dispatch(verdict, sender, data, name)
         return True
@@ -325,14 +383,21 @@ class Receiver:
         return entries[sender]
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
-               data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "") -> None:
+               data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "",
+               attributable: bool = True) -> None:
+        """Remove and record a rejected file. `attributable`: the file authenticated as `sender`
+        (the default, for the dispatcher and the extensions, which reject envelopes that passed
+        steps 1–5); only then do the extensions hear of it (`on_rejected`: threat scores), so that
+        nothing a name in a file name merely claims, nor the receiver's own grants, counts against
+        a sender (docs/PROTOCOL.md "Order of checks")."""
         if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
         self.node.telemetry.rejected(reason)
         self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
                                                "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
-        for extension in self.node.extensions.values():
-            extension.on_rejected(sender, name, reason, detail)
+        if attributable:
+            for extension in self.node.extensions.values():
+                extension.on_rejected(sender, name, reason, detail)
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:

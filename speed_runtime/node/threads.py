@@ -106,9 +106,14 @@ class WorkerPool:
         return finished
 
 
+LANE_TURN = 8  # tasks a lane runs before it gives its worker to the lanes waiting for one
+
+
 class SerialLanes:
     """Per-key FIFO on a shared pool: one sender's work runs in order, different senders in
-    parallel, and no thread is tied to a sender that has gone quiet."""
+    parallel, and no thread is tied to a sender that has gone quiet. A lane that always has work
+    (a flooding sender) runs LANE_TURN tasks and then queues again behind the lanes waiting for a
+    worker: a few flooders cannot hold every worker while the other senders' handlers wait."""
 
     def __init__(self, pool: WorkerPool, on_error: Callable[[BaseException], None]):
         self._pool = pool
@@ -132,7 +137,7 @@ class SerialLanes:
             raise
 
     def _drain(self, key: Hashable) -> None:
-        while True:
+        for _ in range(LANE_TURN):
             with self._lock:
                 lane = self._lanes[key]
                 if not lane:
@@ -143,6 +148,15 @@ class SerialLanes:
                 task()
             except BaseException as exc:  # one bad task must not stall its lane
                 self.on_error(exc)
+        with self._lock:
+            if not self._lanes[key]:
+                del self._lanes[key]
+                return
+        try:  # more to do: after the lanes already waiting for a worker (the pool's queue is FIFO)
+            self._pool.submit(lambda: self._drain(key))
+        except RuntimeError:  # the pool has stopped with the node: what is queued is dropped, as there
+            with self._lock:
+                self._lanes.pop(key, None)
 
 
 class Deadlines:

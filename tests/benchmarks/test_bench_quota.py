@@ -12,7 +12,7 @@ def test_bench_quota_quick_mode_measures_every_variant():
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
-    assert set(report["variants"]) == {"no flood", "flood, quota", "flood, v1 sender"}
+    assert set(report["variants"]) == {"no flood", "flood, quota", "flood, v1 sender", "a busy core"}
     for variant in report["variants"].values():
         assert variant["steadyHandled"] > 0 and variant["p99Ms"] > 0 and variant["receiverPeakMB"] > 0
     assert report["variants"]["flood, quota"]["floodPerSecond"] > 0

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from speed_runtime import Node, generate_key_file
+from speed_runtime import Node
 
 from speedtui.environments.fixture import CHUNKED_ID, FIXED_NOW, NODES, RELIABLE_ID, entry, journal_records
 from speedtui.models.query import parse_query
@@ -22,6 +22,7 @@ from speedtui.services.history import AuditLog
 from speedtui.ui.app import make_app
 from speedtui.ui.views.leases import DURABLE_MARK
 
+from ..helpers.replay import send_and_replay
 from .conftest import SIZE, entry_record, run_async, wait_for
 
 
@@ -218,14 +219,12 @@ async def test_a_reliable_send_shows_its_retransmission_and_final_outcome(fixtur
 # ------------------------------------------------------------------ with real nodes
 
 @run_async
-async def test_a_sender_with_a_wrong_key_is_quarantined_and_lifted_at_the_consoles_node(live_env, tmp_path):
+async def test_a_replaying_sender_is_quarantined_and_lifted_at_the_consoles_node(live_env, tmp_path):
     root, key, paths = live_env
-    other = tmp_path / "other.key"
-    generate_key_file(other)
     guard = Node(root, key.path, "guard", features=["quota"], trace=True, allow=["mallory"],
                  heartbeat_seconds=0.5)
     guard.start()
-    mallory = Node(root, other, "mallory", allow=["guard"], heartbeat_seconds=0.5)
+    mallory = Node(root, key.path, "mallory", allow=["guard"], heartbeat_seconds=0.5)
     mallory.start()
     app = make_app(root, key, paths=paths)
     try:
@@ -233,15 +232,15 @@ async def test_a_sender_with_a_wrong_key_is_quarantined_and_lifted_at_the_consol
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("8")
             view = app.view_widget("security")
-            for i in range(6):  # bad_tag weighs 30: the fourth reaches the threshold of 100
-                await asyncio.to_thread(mallory.send, "guard", {"n": i})
+            for i in range(6):  # each copy is a replay (30 points): the fourth reaches the threshold of 100
+                await asyncio.to_thread(send_and_replay, mallory, "guard", {"n": i})
 
             def guard_row():
                 return next((r for r in table_rows(view, "#security-table") if r[:2] == ("guard", "mallory")), None)
 
             await wait_for(pilot, lambda: guard_row() and guard_row()[3] == "QUARANTINED", what="the quarantine")
             row = guard_row()
-            assert float(row[2]) >= 100 and row[6].startswith("bad_tag")
+            assert float(row[2]) >= 100 and row[6].startswith("replayed_nonce")
             assert set(row[4]) - {"·"}, "rejections drawn in the sparkline"
             detail = view.query_one("#security-detail").render().plain
             assert "quarantined" in detail and "not this console's node" not in detail

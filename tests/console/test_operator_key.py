@@ -230,23 +230,23 @@ def test_speedtui_operator_key_option(tmp_path):
 async def test_security_lifts_a_quarantine_at_a_node_trusting_the_key(procs, root, key_path, tmp_path):
     """Issue 18: `l` in the Security view lifts a quarantine at a `speed node` process the console
     did not start, through the control extension (`speed lift`), audited with that command."""
-    from speed_runtime import Node, generate_key_file
+    from speed_runtime import Node
+
+    from ..helpers.replay import send_and_replay
 
     op_path = tmp_path / "operator.key"
     op = generate_operator_key(op_path)
     procs.start("guard", allow=["mallory"], trace=True, heartbeat=0.5,
                 extra=["--operator", op.public_text, "--feature", "quota", "--threat", "half_life=3600"])
-    forged = tmp_path / "other.key"
-    generate_key_file(forged)  # every envelope of mallory fails guard's tag
     paths, app = operator_app(root, key_path, tmp_path, op_path)
 
     def threat_state():
         entry = json.loads((Path(root) / "speed_registry" / "guard.node").read_text())
         return entry["counters"]["threat"].get("mallory", {}).get("state")
 
-    with Node(root, forged, "mallory", allow=["guard"]) as mallory:
-        for i in range(6):  # bad_tag weighs 30: the fourth reaches the threshold of 100
-            mallory.send("guard", i)
+    with Node(root, key_path, "mallory", allow=["guard"]) as mallory:
+        for i in range(6):  # each copy is a replay (30 points): the fourth reaches the threshold of 100
+            send_and_replay(mallory, "guard", i)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: threat_state() == "quarantined", timeout=30, what="the quarantine")
             await pilot.press("8")

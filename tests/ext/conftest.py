@@ -141,7 +141,7 @@ def features():
 class Peers(NodeProcesses):
     def start_peer(self, name: str, target: str, *, count: int = 1, interval: float = 0.0, size: int = 0,
                    features=(), options: dict | None = None, timeout: float = 10.0, non_blocking: bool = False,
-                   wait_go: bool = False, key_path: str | None = None) -> NodeProcess:
+                   wait_go: bool = False, key_path: str | None = None, replay: bool = False) -> NodeProcess:
         cmd = [sys.executable, "-m", "tests.ext.quota_peer", self.root, key_path or self.key_path, name, target,
                "--count", str(count), "--interval", str(interval), "--size", str(size), "--timeout", str(timeout),
                "--options", json.dumps(options or {})]
@@ -151,6 +151,8 @@ class Peers(NodeProcesses):
             cmd.append("--non-blocking")
         if wait_go:
             cmd.append("--wait-go")
+        if replay:
+            cmd.append("--replay")
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=REPO)
         node = NodeProcess(name, proc)

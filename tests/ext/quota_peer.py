@@ -1,18 +1,21 @@
 """A sending node process for the `quota` tests and benchmark.
 
 Usage: python -m tests.ext.quota_peer ROOT KEYFILE NAME TARGET [--count N] [--interval S] [--size B]
-       [--feature quota] [--options JSON] [--timeout S] [--non-blocking] [--wait-go]
+       [--feature quota] [--options JSON] [--timeout S] [--non-blocking] [--wait-go] [--replay]
 
 Registers NAME (allowing TARGET), prints `ready NAME id=ID pid=PID`, waits for a `go` line on stdin
 when --wait-go is given, then sends COUNT messages {"n": i, "t": time.time(), "pad": "..."} (SIZE
 bytes of padding) every INTERVAL seconds (0: as fast as it may). It prints one JSON line per failed
 send ({"refused": i, "error": type, "limit": ..., "message": ...}) and at the end, or on SIGTERM,
 {"done": sent, "refused": n, "waits": quotaWaits}. A different key file makes every envelope it
-sends fail the receiver's tag check (a tampering sender).
+sends fail the receiver's tag check (a tampering sender: it authenticates as nobody); --replay
+delivers a second copy of every message it sends, under another file name (a replaying sender:
+the copy authenticates as this sender and is rejected as `replayed_nonce`).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -21,6 +24,8 @@ import threading
 import time
 
 from speed_runtime import Node, SpeedError
+
+from tests.helpers.replay import send_and_replay
 
 
 def main() -> int:
@@ -37,6 +42,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--non-blocking", action="store_true")
     p.add_argument("--wait-go", action="store_true")
+    p.add_argument("--replay", action="store_true")
     args = p.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -47,6 +53,7 @@ def main() -> int:
         print(f"ready {node.name} id={node.id} pid={os.getpid()}", flush=True)
         if args.wait_go:
             sys.stdin.readline()
+        send = functools.partial(send_and_replay, node) if args.replay else node.send
         start = time.monotonic()
         for i in range(args.count):
             if stop.is_set():
@@ -54,8 +61,8 @@ def main() -> int:
             if args.interval:
                 stop.wait(max(0.0, start + i * args.interval - time.monotonic()))
             try:
-                node.send(args.target, {"n": i, "t": time.time(), "pad": pad}, timeout=args.timeout,
-                          block=not args.non_blocking)
+                send(args.target, {"n": i, "t": time.time(), "pad": pad}, timeout=args.timeout,
+                     block=not args.non_blocking)
                 sent += 1
             except SpeedError as exc:
                 refused += 1

@@ -198,16 +198,16 @@ def test_lift_ends_a_quarantine_from_the_cli(procs, operator_env, workdir):
     """Issue 18: the operator lifts a sender's quarantine through the control extension."""
     from speed_runtime import Node
     from speed_runtime.core.records import ThreatTrace
-    from speed_runtime.keyfile import generate_key_file
+
+    from ..helpers.replay import send_and_replay
 
     public, _ = keygen(procs, operator_env)
     procs.start("billing", allow=["mallory"], trace=True, heartbeat=0.5,
                 extra=["--operator", public, "--feature", "quota", "--threat", "half_life=3600"])
     procs.start("plain", extra=["--operator", public])
-    forged = generate_key_file(os.path.join(workdir, "other.key"))  # every envelope fails billing's tag
-    with Node(procs.root, forged, "mallory", allow=["billing"]) as mallory:
-        for i in range(8):
-            mallory.send("billing", i)
+    with Node(procs.root, procs.key_path, "mallory", allow=["billing"]) as mallory:
+        for i in range(8):  # each copy authenticates as mallory and is a replay (30 points)
+            send_and_replay(mallory, "billing", i)
         wait_until(lambda: entry(procs.root, "billing")["counters"]["threat"].get("mallory", {}).get("state")
                    == "quarantined", 30, "mallory's quarantine in billing's entry")
 

@@ -7,7 +7,10 @@ import os
 import threading
 import time
 
+import pytest
+
 from speed_runtime import Node
+from speed_runtime.core.envelope import envelope_filename
 from speed_runtime.journal import read_journal
 from speed_runtime.node.inbox import MAX_NAMES_PER_SENDER, PendingNames
 from speed_runtime.node.threads import WorkerPool
@@ -18,6 +21,10 @@ from .conftest import frozen, messages
 
 def _name(sender: str, seq: int) -> str:
     return f"{sender}.01234567.{seq:020d}.89abcdef.env"
+
+
+def envelope_name(sender: str, id_bytes: bytes, seq: int) -> str:
+    return envelope_filename(sender, id_bytes, seq, seq.to_bytes(12, "big"))
 
 
 def test_an_overflowing_sender_is_listed_again_only_once_half_its_names_are_taken():
@@ -131,3 +138,240 @@ def test_a_backlog_of_one_sender_beyond_the_bound_loses_nothing(peers, root, key
     rejected = [e for e in read_journal(os.path.join(root, "speed_traces", "r.jsonl"))[0]
                 if getattr(e, "outcome", None) == "rejected"]
     assert rejected == []
+
+
+# ------------------------------------------------------------------ another sender's backlog costs nobody
+def test_while_a_listing_runs_the_other_senders_are_taken():
+    """A listing is taken in slices between passes: while it runs, a sender that had remembered
+    all its names stays takeable, and an overflowed one is taken below its barrier (what it had
+    not remembered when the listing began) and waits for the listing's end above it."""
+    allowed = {"flood", "steady"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    for seq in range(1, MAX_NAMES_PER_SENDER + 100):
+        names.remember(_name("flood", seq), allowed)
+    names.remember(_name("steady", 1), allowed)
+    names.begin_listing()
+    assert names.senders() == ["flood", "steady"]
+    assert names.pop("steady")[1] == 1
+    names.remember(_name("steady", 2), allowed)      # an event during the listing
+    assert names.has("steady") and names.pop("steady")[1] == 2
+    for _ in range(MAX_NAMES_PER_SENDER // 2):        # the flood is served below its barrier meanwhile
+        names.pop("flood")
+    for seq in range(MAX_NAMES_PER_SENDER, MAX_NAMES_PER_SENDER + 100):
+        names.remember(_name("flood", seq), allowed)  # the listing finds what was not remembered
+    taken = [names.pop("flood")[1] for _ in range(MAX_NAMES_PER_SENDER // 2)]
+    assert taken[-1] == MAX_NAMES_PER_SENDER  # the last one it had remembered
+    assert not names.has("flood") and not names.need_listing  # the rest waits for the end, not a new listing
+    names.end_listing()
+    assert names.has("flood") and names.pop("flood")[1] == MAX_NAMES_PER_SENDER + 1
+
+
+def test_flooding_senders_that_fill_every_name_leave_room_for_the_others():
+    """Four flooders remembering 16,384 names each fill the 65,536 names in all: a steady sender's
+    new file was then not remembered, and waited for a listing (seconds to tens of seconds)."""
+    from speed_runtime.node.inbox import MAX_NAMES
+
+    floods = [f"flood{i}" for i in range(MAX_NAMES // MAX_NAMES_PER_SENDER)]
+    allowed = set(floods) | {"steady"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    for flood in floods:
+        for seq in range(1, MAX_NAMES_PER_SENDER + 2):
+            names.remember(_name(flood, seq), allowed)
+    names.remember(_name(floods[0], 0), allowed)   # the total is full: no room beyond a sender's share
+    names.need_listing = False
+    names.remember(_name("steady", 1), allowed)
+    assert names.has("steady") and names.pop("steady")[1] == 1 and not names.need_listing
+
+
+def test_after_lost_events_nobody_is_taken_until_a_new_listing_ended():
+    allowed = {"a"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    names.remember(_name("a", 5), allowed)
+    names.events_lost()          # an inotify overflow: a.4 may be in the inbox unseen
+    assert names.need_listing
+    names.begin_listing()
+    assert not names.has("a") and names.senders() == []
+    names.remember(_name("a", 4), allowed)
+    names.end_listing()
+    assert [names.pop("a")[1], names.pop("a")[1]] == [4, 5]
+
+
+def test_events_lost_again_and_again_never_stop_every_sender_for_good():
+    """A writer who overflows the events faster than a listing ends: the listing under way goes
+    on (holding every sender), and one pass takes files between it and the next."""
+    allowed = {"a"}
+    names = PendingNames()
+    names.begin_listing()
+    names.end_listing()
+    names.remember(_name("a", 1), allowed)
+    names.begin_listing()                      # a periodic listing: a is takeable while it runs
+    assert names.has("a")
+    names.events_lost()                        # an overflow meanwhile: nobody is taken from now on
+    assert not names.has("a") and names.listing
+    names.remember(_name("a", 2), allowed)
+    names.end_listing()
+    assert names.has("a") and names.pop("a")[1] == 1   # the pass between two listings
+    names.begin_listing()                      # the listing asked for by the overflow holds every sender
+    names.events_lost()
+    assert not names.has("a")
+    names.end_listing()
+    assert names.has("a") and names.pop("a")[1] == 2
+
+
+def test_a_backlog_beyond_the_bound_is_taken_in_sequence_order_with_listings_in_slices():
+    """As test_a_backlog_larger_than_the_bound_is_taken_in_sequence_order, with each listing cut
+    into slices between which files are taken and new ones arrive."""
+    import random
+    rng = random.Random(26)
+    inbox = {_name("flood", seq) for seq in range(1, 3 * MAX_NAMES_PER_SENDER)}
+    names, taken = PendingNames(), []
+    arriving = iter(range(3 * MAX_NAMES_PER_SENDER, 4 * MAX_NAMES_PER_SENDER))
+    listing: list[str] = []
+    while inbox or listing:
+        if not listing and names.need_listing:
+            names.begin_listing()
+            listing = rng.sample(sorted(inbox), len(inbox))  # the directory's order: any
+        for _ in range(rng.randrange(1, 3000)):              # a slice
+            if listing:
+                names.remember(listing.pop(), {"flood"})
+        if not listing and names.listing:
+            names.end_listing()
+        for _ in range(rng.randrange(1, 50)):                 # new files arrive (inotify)
+            seq = next(arriving, None)
+            if seq is not None:
+                inbox.add(_name("flood", seq))
+                names.remember(_name("flood", seq), {"flood"})
+        for _ in range(rng.randrange(1, 200)):                # a pass
+            if not names.has("flood"):
+                assert not inbox or names.need_listing or names.listing, "names wait, but no listing is asked for"
+                break
+            item = names.pop("flood")
+            if item[2] not in inbox:
+                continue  # a name the listing had read before the file was taken: gone, not judged again
+            inbox.discard(item[2])
+            taken.append(item[1])
+    assert taken == sorted(taken) == list(range(1, 4 * MAX_NAMES_PER_SENDER))
+
+
+def test_a_flooding_lane_gives_its_worker_to_the_lanes_waiting_for_one():
+    """One worker, a lane with 100 tasks, then another lane's one task: it runs after a turn of
+    the first lane (LANE_TURN tasks), not after all 100 (a few flooding senders held every worker)."""
+    from speed_runtime.node.threads import LANE_TURN, SerialLanes
+
+    pool = WorkerPool(1, "test-lanes", lambda exc: None)
+    lanes = SerialLanes(pool, lambda exc: None)
+    ran, started, other_submitted = [], threading.Event(), threading.Event()
+    try:
+        lanes.submit("flood", lambda: (started.set(), other_submitted.wait(10), ran.append("flood")))
+        for _ in range(99):
+            lanes.submit("flood", lambda: ran.append("flood"))
+        assert started.wait(10)
+        lanes.submit("steady", lambda: ran.append("steady"))
+        other_submitted.set()
+        wait_until(lambda: len(ran) == 101, 10, "every task")
+    finally:
+        pool.stop(time.monotonic() + 5)
+    assert ran.index("steady") == LANE_TURN
+    assert ran.count("flood") == 100
+
+
+class _Counted:
+    """Counts what the protocol thread does for other senders between a steady sender's files."""
+
+    def __init__(self, monkeypatch, receiver_node, steady: str):
+        from speed_runtime import EnvelopeTrace
+
+        self.names = self.rejected = 0
+        self.at_accepted: list[tuple[int, int]] = []
+        self.accepted = threading.Event()
+        original = PendingNames.remember
+
+        def remember(names, name, allowed):
+            self.names += 1
+            return original(names, name, allowed)
+        monkeypatch.setattr(PendingNames, "remember", remember)
+
+        def observe(event) -> None:
+            if not isinstance(event, EnvelopeTrace) or event.dir != "in":
+                return
+            if event.outcome == "rejected":
+                self.rejected += 1
+            elif event.peer == steady and event.outcome == "accepted":
+                self.at_accepted.append((self.names, self.rejected))
+                self.accepted.set()
+        receiver_node.add_observer(observe)
+
+    def most_between(self, index: int) -> int:
+        values = [a[index] for a in self.at_accepted]
+        return max(b - a for a, b in zip(values, values[1:]))
+
+
+def _stage(root: str, names: list[str], data: bytes = b"x") -> None:
+    """Files made whole outside the inbox, then renamed in (as fast as the file system allows)."""
+    staging = os.path.join(root, "staging")
+    os.makedirs(staging, exist_ok=True)
+    for name in names:
+        with open(os.path.join(staging, name), "wb") as f:
+            f.write(data)
+    inbox = os.path.join(root, "r", "inbox")
+    for name in names:
+        os.rename(os.path.join(staging, name), os.path.join(inbox, name))
+
+
+def _send_one_at_a_time(s, counted: _Counted, count: int, before=lambda: None) -> None:
+    for i in range(count):
+        counted.accepted.clear()
+        before()
+        s.send("r", i)
+        assert counted.accepted.wait(60), f"message {i} was not accepted"
+
+
+def test_a_steady_senders_file_never_waits_for_a_listing_of_another_senders_backlog(root, key_path, monkeypatch):
+    """Issue 26, finding 9: a listing of an inbox holding 60,000 files of a flooder ran in one go,
+    and every other sender's file waited for all of it (steady senders' p99 19x under a v1 flood).
+    Counted, not timed: between two of a steady sender's files, the receiver looks at far fewer
+    names than the flooder's backlog, although a listing is asked for before each of them."""
+    release = threading.Event()
+    with Node(root, key_path, "r", allow=["flood", "s"]) as r, Node(root, key_path, "flood", allow=["r"]) as flood, \
+            Node(root, key_path, "s", allow=["r"]) as s:
+        r.on_message(lambda m: release.wait(60) if m.sender == "flood" else None)
+        for i in range(40):  # its read-ahead fills (its handler blocks): the rest of its files stay unjudged
+            flood.send("r", i)
+        backlog = [envelope_name("flood", flood.id_bytes, 1000 + i) for i in range(60_000)]
+        _stage(root, backlog)
+        counted = _Counted(monkeypatch, r, "s")
+        _send_one_at_a_time(s, counted, 1)  # after the listing that the files' events (or their overflow) asked for
+
+        def ask_for_a_listing() -> None:
+            r.receiver._names.need_listing = True
+        _send_one_at_a_time(s, counted, 8, ask_for_a_listing)
+        release.set()
+    most = counted.most_between(0)
+    print(f"names looked at between two steady files: at most {most:,} (backlog 60,000)")
+    assert most < 30_000
+
+
+@pytest.mark.parametrize("junk", ["framed under an allowed name", "invented names"])
+def test_a_steady_senders_file_waits_behind_a_slice_of_junk_not_all_of_it(root, key_path, monkeypatch, junk):
+    """20,000 junk files (1 byte each) named for an allowed sender (judged: bad_size) or with
+    invented sender names (refused on the name): a pass judged all the files it knew before it
+    looked for new events, so a steady sender's file waited behind thousands. Counted, not timed."""
+    with Node(root, key_path, "r", allow=["f", "s"]) as r, Node(root, key_path, "s", allow=["r"]) as s:
+        counted = _Counted(monkeypatch, r, "s")
+        if junk == "invented names":
+            names = [f"j{i}.01234567.{1:020d}.89abcdef.env" for i in range(20_000)]
+        else:
+            names = [envelope_name("f", b"\x0b" * 16, 1000 + i) for i in range(20_000)]
+        _stage(root, names)
+        _send_one_at_a_time(s, counted, 40)
+        left = len(os.listdir(os.path.join(root, "r", "inbox")))
+    most = counted.most_between(1)
+    print(f"{junk}: junk files judged between two steady files: at most {most:,}; {left:,} left")
+    assert left > 0, "the junk was gone before the steady files came: nothing was measured"
+    assert most < 2_000

@@ -27,7 +27,7 @@ def _entry(root: str, name: str) -> dict:
 def test_quota_settings_on_the_command_line_are_published(procs, root):
     procs.start("r", extra=["--feature", "quota", "--quota", "pending=3", "--quota", "rate=12.5",
                             "--quota", 'senders={"bulk": {"pending": 300}}', "--threat", "half_life=5",
-                            "--threat", 'weights={"bad_tag": 50}'])
+                            "--threat", 'weights={"replayed_nonce": 50}'])
     entry = _entry(root, "r")
     assert entry["features"] == ["quota"]
     assert entry["quota"] == {"pending": 3, "pendingBytes": 4194304, "rate": 12.5, "burst": 12,
@@ -49,6 +49,8 @@ def test_bad_quota_settings_are_one_sentence(root, key_path):
                         (["--feature", "quota", "--threat", "release=500"], "release=500 must be"),
                         (["--feature", "quota", "--threat", "threshold=20", "--threat", "release=30"],
                          "threat release=30 must be at least 0 and below threshold=20"),
+                        (["--feature", "quota", "--threat", 'weights={"bad_tag": 50}'],
+                         "bad_tag cannot weigh against a sender"),
                         (["--feature", "quota", "--quota", "pending"], "is not KEY=VALUE")):
         r = subprocess.run(SPEED + ["node", "--dir", root, "--key", key_path, "--name", "r", *args],
                            capture_output=True, text=True, timeout=60)

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from speed_runtime import Node, QuotaExceededError
+from speed_runtime.transport import inject
 
 from .harness import SPEED, VECTORS, Proc, c_node_bin, env, journal_records, procs, stopped, wait_for  # noqa: F401
 
@@ -134,7 +135,34 @@ def test_a_python_sender_waits_for_a_python_receiver_and_never_for_a_c_one(procs
         s.send("c", 3, block=False)
 
 
-def test_a_tampering_c_node_is_quarantined_by_a_python_receiver_at_the_documented_threshold(procs, env, tmp_path):
+def test_a_replaying_c_node_is_quarantined_by_a_python_receiver_at_the_documented_threshold(procs, env):
+    """Each of the C node's envelopes is copied under another file name while the receiver is
+    stopped: the copies authenticate as the C node (its key, its registered instance) and are
+    replays, which count against it (30 each; the threshold is 100)."""
+    r = _py_receiver(procs, "r", ["c"], trace=True)
+    c = procs.c_node("c", allow=["r"])
+    with stopped(r):
+        for i in range(6):
+            c.command(f"send r {i}")
+        _outcomes(c, 6)
+        inbox = os.path.join(env.root, "r", "inbox")
+        for name in _files_of(env, "r", "c"):
+            with open(os.path.join(inbox, name), "rb") as f:
+                data = f.read()
+            inject(env.root, "r", name[:-len("ffffffff.env")] + "ffffffff.env", data)
+
+    def reasons():
+        return [x["reason"] for x in journal_records(env, "r") if x.get("outcome") == "rejected" and x["peer"] == "c"]
+    wait_for(lambda: len(reasons()) == 8, 30, "eight records of c's rejected files")
+    assert reasons() == ["replayed_nonce"] * 4 + ["quarantined"] * 4   # each pair: the original accepted first
+    threat = [x for x in journal_records(env, "r") if x.get("kind") == "threat" and x["peer"] == "c"]
+    assert [x["event"] for x in threat] == ["raised"] * 4 + ["quarantined"]
+    assert threat[-1]["score"] >= 100 > threat[2]["score"]
+
+
+def test_a_tampering_c_node_scores_nothing_at_a_python_receiver(procs, env, tmp_path):
+    """Sealed with another key, its envelopes authenticate as nobody: `bad_tag`, never counted
+    against the name they claim (docs/PROTOCOL.md, "Order of checks")."""
     other = tmp_path / "other.key"
     other.write_text("SPEED-KEY-V1\n" + base64.b64encode(os.urandom(32)).decode() + "\n")
     other.chmod(0o600)
@@ -151,7 +179,5 @@ def test_a_tampering_c_node_is_quarantined_by_a_python_receiver_at_the_documente
     def reasons():
         return [x["reason"] for x in journal_records(env, "r") if x.get("outcome") == "rejected" and x["peer"] == "c"]
     wait_for(lambda: len(reasons()) == 6, 30, "six records of c's files")
-    assert reasons() == ["bad_tag"] * 4 + ["quarantined"] * 2   # bad_tag weighs 30; the threshold is 100
-    threat = [x for x in journal_records(env, "r") if x.get("kind") == "threat" and x["peer"] == "c"]
-    assert [x["event"] for x in threat] == ["raised"] * 4 + ["quarantined"]
-    assert threat[-1]["score"] >= 100 > threat[2]["score"]
+    assert reasons() == ["bad_tag"] * 6
+    assert [x for x in journal_records(env, "r") if x.get("kind") == "threat"] == []

@@ -47,6 +47,8 @@ def test_step_1_names():
     (FileFacts(REG, 2, 0, 100, 0.0), 1.0, DEFER),        # link()+unlink() in progress
     (FileFacts(REG, 2, 0, 100, 0.0), 3.0, "bad_file"),   # … for too long
     (FileFacts(REG, 1, 65534, 100, 0.0), 1.0, "bad_file"),  # a foreign owner
+    (FileFacts(REG, 2, 65534, 100, 0.0), 1.0, "bad_file"),  # … never deferred: its hard link would hold up
+                                                             # the sender it names (issue 26, red team)
     (FileFacts(REG, 1, 0, 5000, 0.0), 1.0, "too_large"),
     (FileFacts(REG, 1, 0, 91, 0.0), 1.0, "bad_size"),
     (FileFacts(REG, 1, 0, 100, 0.0), 1.0, None),
@@ -99,6 +101,36 @@ def test_step_5_replay_window_and_bounded_gaps():
     fresh = ReplayGuard(max_gap=65_536)
     assert judge(envelope(seq=65_538), guard=fresh).reason == "bad_sequence"  # a first envelope counts from 0
     assert judge(envelope(seq=65_537), guard=fresh).accepted
+
+
+def test_only_an_envelope_that_authenticates_as_the_sender_is_attributable_to_it():
+    """docs/PROTOCOL.md "Order of checks": a rejection may count against the file name's sender only
+    when the tag passed and the header names the sender's registered instance."""
+    good = envelope()
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    unauthenticated = {
+        "bad_size": good[:-1], "bad_version": envelope(version=2), "bad_tag": bytes(flipped),
+        "too_large": envelope(body={"from": "a", "to": "b", "data": "x" * 5000}),
+        "unknown_sender": envelope(src=b"\x08" * 16),   # sealed with the key, but not by a's registered instance
+    }
+    for reason, data in unauthenticated.items():
+        verdict = judge(data)
+        assert (verdict.reason, verdict.attributable) == (reason, False)
+    assert not judge(good, entry=None).attributable    # no registered instance to authenticate as
+    guard = ReplayGuard(window_ms=60_000, max_gap=65_536)
+    assert judge(good, guard=guard).accepted
+    authenticated = {
+        "replayed_nonce": good, "replayed_sequence": envelope(nonce=b"\x06" * 12),
+        "bad_sequence": envelope(seq=2**64 - 1, nonce=b"\x07" * 12),
+        "stale_timestamp": envelope(ts=NOW - 60_001, nonce=b"\x09" * 12),
+        "bad_payload": envelope(etype=99, nonce=b"\x0a" * 12),
+        "unknown_sender": envelope(body=payloads.message("c", "b", 1), nonce=b"\x0b" * 12),  # `from` is not a
+        "wrong_target": envelope(dst=b"\x09" * 16, nonce=b"\x0c" * 12),
+    }
+    for reason, data in authenticated.items():
+        verdict = judge(data, guard=guard)
+        assert (verdict.reason, verdict.attributable) == (reason, True)
 
 
 def test_spc_deadline():
