@@ -1,16 +1,18 @@
-"""The Spark side of the analysis, as Spark SQL: journal records -> a batch of small roll-ups (one
-pass), and the roll-ups of any number of batches -> the report's tables.
+"""The Spark side of the analysis, as Spark SQL: journal records -> a batch of small roll-ups, in
+one query (one Spark job per ingest). Everything after that (merging batches, the report's tables)
+is the driver's work on what this returns (report.py), so a Spark Connect server runs it as well
+as an embedded session.
 
 A *batch* is what one run ingests: either every line of the inputs (``speedtui analyze --traces``)
 or what is new in the journals since the last run (the incremental store, store.py). Its roll-ups
-are a few Parquet datasets:
+are three tables (in the store, Parquet datasets):
 
 ``rows/tag=N/day=D``
                  one hash aggregation over the parsed lines, keyed by (tag, a, b, c, d, m, x, day),
                  day the UTC date of the records (none for lines without a time and for call legs):
                  0 traffic (source, target, type, minute), 1 rejections (node, reason, peer,
-                 minute), 2 SPC call legs (caller, target, requestId, service; only until the
-                 batch is split, below), 3 lease events (subject, writer, event, ts), 4 accepted
+                 minute), 2 SPC call legs (caller, target, requestId, service: only in the
+                 query; they end in spc_done or spc_open), 3 lease events (subject, writer, event, ts), 4 accepted
                  and other records per node (c: accepted, other, or the kind of a health or
                  control record), 5 malformed / out-of-range lines, 6 message records (source,
                  target, event, reason of a send-error or voided, minute), 7 threat records
@@ -23,14 +25,12 @@ are a few Parquet datasets:
 
 Every aggregate of the big pass has a fixed-width buffer, so Spark keeps one hash aggregation
 (a string min/max would make it sort all rows). Roll-ups merge by key (sums, min/max, sketch
-union), so the tables of many batches cost about what their roll-ups weigh, not their records.
+union), so the report of many batches costs about what their roll-ups weigh, not their records.
 The queries are SQL text: building them column by column costs thousands of Py4J round trips.
-Each function takes and returns SQL over named views (``FROM {rows}``).
 """
 from __future__ import annotations
 
-from .records import (DEFAULT_LABEL, ERROR_CODES, MESSAGE_COLUMNS, REASON_LABELS, RECEIVER_MESSAGE_EVENTS,
-                      THREAT_EVENTS)
+from .records import ERROR_CODES, RECEIVER_MESSAGE_EVENTS
 
 TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _RECEIVER_EVENTS = "(" + ", ".join(f"'{e}'" for e in RECEIVER_MESSAGE_EVENTS) + ")"
@@ -134,136 +134,28 @@ FROM (SELECT b, d, IF(nresp > 0, 1, 0) AS answered, code, lat FROM {rows} WHERE 
 GROUP BY 1, 2"""
 
 
-def spc_open_sql(rows: str) -> str:
-    return f"SELECT a, b, c, d, nreq, nresp, resp_ts, code, lat FROM {rows} WHERE tag = {CALL} AND NOT {RESOLVED}"
+
+ROW_COLUMNS = tuple(c.strip().split(" ")[0] for c in ROWS_DDL.split(","))
+OPEN_COLUMNS = tuple(c.strip().split(" ")[0] for c in SPC_OPEN_DDL.split(","))
+#: the ingest's result rows of calls resolved inside the batch (spc_done): b = target, d = service
+DONE = 9
 
 
-def resolve_open_sql(open_legs: str, accuracy: int) -> str:
-    """Open legs of all batches -> calls per (target, service), in spc_done's columns. A call's
-    service is its request's (the largest name if requests disagree), else its response's."""
-    calls = f"""SELECT b, max(IF(nreq > 0, d, NULL)) AS req_service, max(IF(nresp > 0, d, NULL)) AS resp_service,
-               max(IF(nresp > 0, 1, 0)) AS answered, min_by(named_struct('code', code, 'lat', lat), resp_ts) AS r
-               FROM {open_legs} GROUP BY a, b, c"""
+def ingest_sql(records: str, since=None, until=None, batch_id: int = 0, accuracy: int = 10000) -> str:
+    """Records -> everything a batch keeps, as ONE query (one Spark job per ingest): the roll-up
+    rows, the call legs still open (tag CALL) and, as tag DONE rows with an `spc` struct, the calls
+    resolved inside the batch per (target, service). The aggregation is written once and read by
+    both branches (Spark reuses its shuffle)."""
+    done_cols = ", ".join(f"{c.split(' ')[0]}: {c.split(' ')[1].upper()}"
+                          for c in (x.strip() for x in SPC_DONE_DDL.split(","))
+                          if c.split(" ")[0] not in ("target", "service"))
+    done_names = [c.strip().split(" ")[0] for c in SPC_DONE_DDL.split(",")][2:]
+    struct = "named_struct(" + ", ".join(f"'{n}', {n}" for n in done_names) + ")"
+    rows = ", ".join(ROW_COLUMNS)
+    nulls = ", ".join(f"NULL AS {c}" if c not in ("tag", "b", "d") else
+                      {"tag": f"{DONE} AS tag", "b": "target AS b", "d": "service AS d"}[c] for c in ROW_COLUMNS)
     return f"""
-SELECT b AS target, coalesce(req_service, resp_service, '(unknown)') AS service, {_call_aggs(accuracy)}
-FROM (SELECT b, req_service, resp_service, answered, r.code AS code, r.lat AS lat FROM ({calls}) calls) resolved
-GROUP BY 1, 2"""
-
-
-def merge_spc_sql(done: str) -> str:
-    """spc_done rows of any number of batches -> one row per (target, service), sketches merged."""
-    sums = ", ".join(f"sum({k}) AS {k}" for k in SPC_SUMS)
-    return f"""
-SELECT target, service, {sums}, sum(latency_sum) AS latency_sum, max(latency_max_ms) AS latency_max_ms,
-       kll_merge_agg_double(sketch) AS sketch
-FROM {done} GROUP BY 1, 2"""
-
-
-def spc_table_sql(merged: str) -> str:
-    q = lambda p: f"IF(latency_count > 0, kll_sketch_get_quantile_double(sketch, {p}), NULL)"  # noqa: E731
-    return f"""
-SELECT target, service, {', '.join(SPC_SUMS)}, try_divide(latency_sum, latency_count) AS latency_mean_ms, latency_max_ms,
-       successes / calls AS success_rate, {q(0.5)} AS latency_p50_ms, {q(0.95)} AS latency_p95_ms,
-       {q(0.99)} AS latency_p99_ms
-FROM {merged}"""
-
-
-def traffic_sql(rows: str) -> str:
-    return f"""
-SELECT a AS source, b AS target, c AS type, m AS minute, sum(n) AS envelopes, sum(bytes) AS bytes
-FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1, 2, 3, 4"""
-
-
-def security_sql(rows: str, burst_threshold: int) -> str:
-    labels = " ".join(f"WHEN reason = {_q(k)} THEN {_q(v)}" for k, v in REASON_LABELS.items()
-                      if not k.startswith("replayed_"))
-    return f"""
-WITH per_peer AS (
-  SELECT a, b, c, m, sum(n) AS n, min(tmin) AS tmin, max(tmax) AS tmax
-  FROM {rows} WHERE tag = {REJECTED} GROUP BY 1, 2, 3, 4
-), g AS (
-  SELECT a AS node, b AS reason, m AS minute, sum(n) AS rejections, count(c) AS peers,
-         slice(sort_array(collect_list(c)), 1, 5) AS peers_sample, min(tmin) AS first_ts, max(tmax) AS last_ts
-  FROM per_peer GROUP BY 1, 2, 3
-)
-SELECT *, rejections >= {int(burst_threshold)} AS burst,
-       CASE WHEN startswith(reason, 'replayed_') THEN 'replay' {labels} ELSE {_q(DEFAULT_LABEL)} END AS label
-FROM g"""
-
-
-def driver_facts_sql(rows: str, security: str, spc: str) -> str:
-    """Everything the summary needs as one small collect: per-node totals, lease events, traffic
-    per minute and per link, rejections per minute and reason, bursts and the spc rows; each
-    part is a JSON object tagged with its name."""
-    part = lambda name, sql: f"SELECT {_q(name)} AS part, to_json(struct(*)) AS j FROM ({sql})"  # noqa: E731
-    parts = [
-        part("facts", f"""SELECT tag, CASE tag WHEN {LEASE} THEN b WHEN {MESSAGE} THEN IF(c IN {_RECEIVER_EVENTS}, b, a)
-                                           ELSE a END AS node, IF(tag IN ({OTHER}, {LINES}), c, NULL) AS c,
-                          sum(n) AS n, sum(bytes) AS bytes, sum(chunks) AS chunks, min(tmin) AS tmin,
-                          max(tmax) AS tmax
-                          FROM {rows} WHERE tag NOT IN ({CALL}, {LEASE}) GROUP BY 1, 2, 3"""),
-        part("lease", f"SELECT a, b, c, x, n, tmin, tmax FROM {rows} WHERE tag = {LEASE}"),
-        part("minutes", f"SELECT m, sum(n) AS e, sum(bytes) AS b FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1"),
-        part("links", f"""SELECT a AS source, b AS target, sum(n) AS envelopes, sum(bytes) AS bytes,
-                          sum(IF(c = 'MESSAGE', n, 0)) AS messages, sum(IF(c = 'SPC_REQUEST', n, 0)) AS spc_requests,
-                          min(tmin) AS first_ts, max(tmax) AS last_ts
-                          FROM {rows} WHERE tag = {TRAFFIC} GROUP BY 1, 2"""),
-        part("rejected", f"SELECT minute, reason, sum(rejections) AS n FROM {security} GROUP BY 1, 2"),
-        part("bursts", f"SELECT node, reason, minute, rejections, label FROM {security} WHERE burst"),
-        part("spc", f"SELECT * FROM {spc}"),
-        part("msg_links", f"""SELECT a AS source, b AS target, c AS event, sum(n) AS n, sum(rel) AS rel,
-                              sum(chunks) AS chunks, sum(bytes) AS bytes FROM {rows} WHERE tag = {MESSAGE}
-                              GROUP BY 1, 2, 3"""),
-        part("msg_minutes", f"SELECT m AS minute, c AS event, sum(n) AS n FROM {rows} WHERE tag = {MESSAGE} GROUP BY 1, 2"),
-        part("msg_reasons", f"""SELECT c AS event, coalesce(d, 'unknown') AS reason, sum(n) AS n FROM {rows}
-                                WHERE tag = {MESSAGE} AND c IN ('send-error', 'voided') GROUP BY 1, 2"""),
-        part("threat_pairs", f"""SELECT a AS receiver, b AS sender, c AS event, sum(n) AS n, max(score) AS score,
-                                 min(tmin) AS first_ts, max(tmax) AS last_ts FROM {rows} WHERE tag = {THREAT}
-                                 GROUP BY 1, 2, 3"""),
-        part("threat_minutes", f"""SELECT m AS minute, c AS event, sum(n) AS n, max(score) AS score FROM {rows}
-                                   WHERE tag = {THREAT} GROUP BY 1, 2"""),
-        part("quarantined", f"""SELECT a AS receiver, c AS sender, sum(n) AS n, min(tmin) AS first_ts,
-                                max(tmax) AS last_ts FROM {rows} WHERE tag = {REJECTED} AND b = 'quarantined'
-                                GROUP BY 1, 2"""),
-        part("durable", f"""SELECT a AS node, b AS peer, c AS event, d AS status, sum(n) AS n FROM {rows}
-                            WHERE tag = {DURABLE} GROUP BY 1, 2, 3, 4"""),
-    ]
-    return "\nUNION ALL\n".join(parts)
-
-
-def messages_sql(rows: str) -> str:
-    """Logical messages per (source, target, minute): the sender's events (sent, retransmitted,
-    received = acknowledged, send-error) and the receiver's (delivered, duplicate, voided)."""
-    counts = ", ".join(f"sum(IF(c = {_q(ev)}, n, 0)) AS {name}" for name, ev in MESSAGE_COLUMNS)
-    return f"""
-SELECT a AS source, b AS target, m AS minute, {counts},
-       sum(IF(c = 'sent', rel, 0)) AS reliable, sum(IF(c = 'sent', chunks, 0)) AS chunks,
-       sum(IF(c = 'sent', bytes, 0)) AS bytes, min(tmin) AS first_ts, max(tmax) AS last_ts
-FROM {rows} WHERE tag = {MESSAGE} GROUP BY 1, 2, 3"""
-
-
-def threats_sql(rows: str) -> str:
-    """Threat-score changes per (receiver, sender, minute) with the highest score, and the
-    envelopes the receiver removed unread (rejected, reason quarantined)."""
-    counts = ", ".join(f"sum(IF(c = {_q(ev)}, n, 0)) AS {ev}" for ev in THREAT_EVENTS)
-    zeros = ", ".join(f"0 AS {ev}" for ev in THREAT_EVENTS)
-    sums = ", ".join(f"sum({ev}) AS {ev}" for ev in THREAT_EVENTS)
-    return f"""
-WITH u AS (
-  SELECT a AS receiver, b AS sender, m AS minute, {counts}, max(score) AS max_score,
-         CAST(0 AS BIGINT) AS quarantined_rejections, min(tmin) AS first_ts, max(tmax) AS last_ts
-  FROM {rows} WHERE tag = {THREAT} GROUP BY 1, 2, 3
-  UNION ALL
-  SELECT a, c, m, {zeros}, CAST(NULL AS DOUBLE), sum(n), min(tmin), max(tmax)
-  FROM {rows} WHERE tag = {REJECTED} AND b = 'quarantined' GROUP BY 1, 2, 3
-)
-SELECT receiver, sender, minute, {sums}, max(max_score) AS max_score,
-       sum(quarantined_rejections) AS quarantined_rejections, min(first_ts) AS first_ts, max(last_ts) AS last_ts
-FROM u GROUP BY 1, 2, 3"""
-
-
-def durable_sql(rows: str) -> str:
-    return f"""
-SELECT a AS node, b AS peer, c AS event, d AS status, sum(n) AS records, min(tmin) AS first_ts,
-       max(tmax) AS last_ts
-FROM {rows} WHERE tag = {DURABLE} GROUP BY 1, 2, 3, 4"""
+WITH agg AS ({batch_rows_sql(records, since, until, batch_id)})
+SELECT {rows}, CAST(NULL AS STRUCT<{done_cols}>) AS spc FROM agg WHERE tag != {CALL} OR NOT {RESOLVED}
+UNION ALL
+SELECT {nulls}, {struct} AS spc FROM ({spc_done_sql('agg', accuracy)}) done"""
