@@ -56,7 +56,8 @@ def descendants(pid: int) -> set[int]:
 async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, monkeypatch):
     """The real pipeline runs from the view in the child; its report (in the environment's data
     directory) agrees with the pure-Python reference; the second analysis reuses the child's JVM
-    and reads nothing new; the child exits when idle, taking its JVM with it."""
+    and reads nothing new; while the view is open the child outlives its idle time; once the view
+    is left it exits when idle, taking its JVM with it."""
     monkeypatch.setenv("SPEED_ANALYTICS_IDLE", "6")
     root, _key, paths = fixture_env
     app = fixture_app(steady=True)
@@ -78,6 +79,12 @@ async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, 
         await wait_for(pilot, lambda: view.running, timeout=30, what="the second analysis to start")
         await wait_for(pilot, lambda: not view.running, timeout=300, what="the second analysis")
         assert view.worker.proc.pid == child and view.summary["ingest"]["new_bytes"] == 0
+        # while the view is open the child is kept: well past its idle time it still runs
+        since, pings = time.monotonic(), view.keepalives
+        await wait_for(pilot, lambda: view.keepalives >= pings + 4 and time.monotonic() - since > 9,
+                       timeout=120, what="keep-alives beyond the idle time")
+        assert view.worker.alive and view.worker.proc.pid == child
+        await pilot.press("1")                                  # the view closed: now it may idle out
         await wait_for(pilot, lambda: not view.worker.alive, timeout=120, what="the idle child to exit")
         await wait_for(pilot, lambda: not any(running(p) for p in jvms), timeout=60,
                        what="the JVM to end with the child")

@@ -1,11 +1,13 @@
 """Analytics view: runs the trace pipeline of this environment (ROOT) in the analytics child
-process (speedtui/pipeline/worker.py: one JVM, reused, freed when idle, its output in a log file),
-with progress, elapsed time and an estimate, and shows the environment's summary.json."""
+process (speedtui/pipeline/worker.py: a client of a configured or running Spark Connect server, else
+one embedded JVM, reused, kept warm while the view is open, freed when idle, its output in a log
+file), with progress, elapsed time and an estimate, and shows the environment's summary.json."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -187,6 +189,8 @@ class AnalyticsView(Vertical):
     def on_mount(self) -> None:
         self.running = False
         self.worker = None
+        self.keepalives = 0
+        self._worker_lock = threading.Lock()
         self.started = 0.0
         self.estimate: float | None = None
         self.fraction, self.step_text = 0.0, ""
@@ -194,6 +198,53 @@ class AnalyticsView(Vertical):
         self.query_one("#an-progress", ProgressBar).display = False
         self.query_one("#an-chart", TimeChart).display = False
         self.load_last()
+        if self._prewarm_wanted():
+            self.run_worker(self._prewarm, thread=True, group="analytics-warm", name="analytics-warm")
+        self.set_interval(max(1.0, self._idle_seconds() / 3), self._keep_warm)
+
+    # ------------------------------------------------------------------ a warm Spark
+    def _idle_seconds(self) -> float:
+        return float(os.environ.get("SPEED_ANALYTICS_IDLE") or self.IDLE_SECONDS)
+
+    def _prewarm_wanted(self) -> bool:
+        """Start Spark at the console's start when this environment was analysed before (a report
+        exists), or SPEED_ANALYTICS_PREWARM=1; never with SPEED_ANALYTICS_PREWARM=0."""
+        wanted = os.environ.get("SPEED_ANALYTICS_PREWARM")
+        return wanted == "1" or (wanted != "0" and self.summary_path().exists())
+
+    def _ensure_worker(self):
+        from ...pipeline.commands import choose_remote
+        from ...pipeline.worker import AnalyticsWorker
+        with self._worker_lock:             # the pre-warm and `a` run in threads
+            if self.worker is None:
+                self.worker = AnalyticsWorker(str(self.log_path), idle_seconds=self._idle_seconds(),
+                                              remote=choose_remote(None))
+            return self.worker
+
+    def _prewarm(self) -> None:
+        """Thread worker: the child, its Spark and the ingest's compiled query, ready before `a`."""
+        from ...pipeline.common import PipelineError
+        try:
+            self._ensure_worker().warm()
+        except (PipelineError, OSError):
+            pass                        # `a` reports what is wrong
+
+    def _shown(self) -> bool:
+        node = self
+        while node is not None and node is not self.screen:
+            if not node.display:
+                return False
+            node = node.parent
+        return True
+
+    def _keep_warm(self) -> None:
+        """While the view is open, the child is not released for idleness."""
+        if self.worker is not None and not self.running and self._shown():
+            self.run_worker(self._ping, thread=True, group="analytics-warm", name="analytics-ping")
+
+    def _ping(self) -> None:
+        if self.worker is not None and self.worker.ping():
+            self.keepalives += 1
 
     def on_resize(self) -> None:
         # a third of the view, 6 to 14 rows: 80x24 keeps room for the tables below
@@ -264,10 +315,7 @@ class AnalyticsView(Vertical):
         """Thread worker: one analysis in the child; progress and the outcome go out as messages
         (they reach the app, which routes them back here and audits the run)."""
         from ...pipeline.common import PipelineError
-        from ...pipeline.worker import AnalyticsWorker
-        if self.worker is None:
-            idle = float(os.environ.get("SPEED_ANALYTICS_IDLE") or self.IDLE_SECONDS)
-            self.worker = AnalyticsWorker(str(self.log_path), idle_seconds=idle)
+        worker = self._ensure_worker()
         env = self.env_dir
         request = {"traces": [str(self.app.root / "speed_traces")], "store": str(env / "analytics-store"),
                    "out": str(env / "analytics")}
@@ -279,7 +327,7 @@ class AnalyticsView(Vertical):
                 self.post_message(PipelineProgress(float(event["fraction"]), str(event["text"])))
 
         try:
-            summary = self.worker.analyse(request, on_event)
+            summary = worker.analyse(request, on_event)
         except PipelineError as exc:
             self.post_message(PipelineFinished(False, None, str(exc)))
             return
