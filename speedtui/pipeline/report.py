@@ -157,6 +157,9 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
     import pyarrow.compute as pc
     if step:
         step("tables")
+    if not batches:
+        from .batches import Batch
+        batches = [Batch.empty()]
     rows = pa.concat_tables([b.rows for b in batches])
     kind = {tag: rows.filter(pc.equal(rows["tag"], tag)) for tag in
             (TRAFFIC, REJECTED, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE)}
