@@ -19,7 +19,7 @@ from typing import Any
 
 from .common import PERCENTILE_ACCURACY
 from .records import read_records
-from .rollup import CALL, DONE, OPEN_COLUMNS, ROW_COLUMNS, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, ingest_sql
+from .rollup import CALL, CALLEE, DONE, OPEN_COLUMNS, ROW_COLUMNS, ROWS_DDL, SPC_DONE_DDL, SPC_OPEN_DDL, ingest_sql
 
 ROW_PARTS = "rows"
 SPC_DONE = "spc_done"
@@ -76,12 +76,13 @@ def ingest(spark, paths: list[str], *, since=None, until=None, batch_id: int = 0
     tag = got["tag"]
     done = got.filter(pc.equal(tag, DONE))
     spc = done["spc"].combine_chunks()
-    done_cols = {"target": done["b"], "service": done["d"],
+    done_cols = {"caller": done["a"], "target": done["b"], "service": done["d"],
                  **{f.name: spc.field(f.name) for f in spc.type}}
     import pyarrow as pa
-    return Batch(rows=_conform(got.filter(pc.and_(pc.not_equal(tag, DONE), pc.not_equal(tag, CALL))), ROWS_DDL),
+    legs = pc.is_in(tag, pa.array([CALL, CALLEE], pa.int32()))
+    return Batch(rows=_conform(got.filter(pc.and_(pc.not_equal(tag, DONE), pc.invert(legs))), ROWS_DDL),
                  done=_conform(pa.table(done_cols), SPC_DONE_DDL),
-                 open=_conform(got.filter(pc.equal(tag, CALL)).select(list(OPEN_COLUMNS)), SPC_OPEN_DDL))
+                 open=_conform(got.filter(legs).select(list(OPEN_COLUMNS)), SPC_OPEN_DDL))
 
 
 def _partitioning():
@@ -132,7 +133,7 @@ def compact(batches: list[Batch], accuracy: int = PERCENTILE_ACCURACY) -> Batch:
             ("score", "max")]       # rows hold no call legs: resp_ts, code and lat are null there
     g = rows.group_by(keys, use_threads=False).aggregate(aggs)
     g = g.rename_columns([n if n in keys else n.rsplit("_", 1)[0] for n in g.column_names])
-    done = merged_done([b.done for b in batches], [], accuracy)
+    done = merged_done([b.done for b in batches], [], accuracy, keep_callers=True)
     done_schema = arrow_schema(SPC_DONE_DDL)
     done_rows = [{**r, "sketch": (r["sketch"].serialize() if r["sketch"] is not None else None)} for r in done]
     legs = open_calls([b.open for b in batches], merge_only=True)

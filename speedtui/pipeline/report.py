@@ -18,8 +18,8 @@ from collections import defaultdict
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, is_local, local_path
 from .records import COUNTED_KINDS, ERROR_CODES, MESSAGE_COLUMNS, RECEIVER_MESSAGE_EVENTS, TERMINAL_EVENTS, \
     THREAT_EVENTS, reason_label
-from .rollup import (CODE_OTHER, DURABLE, ERR_COLUMNS, LEASE, LINES, MESSAGE, OTHER, REJECTED, SPC_SUMS, THREAT,
-                     TRAFFIC)
+from .rollup import (CALLEE, CODE_OTHER, DURABLE, ERR_COLUMNS, LEASE, LINES, MESSAGE, OTHER, REJECTED, SPC_SUMS,
+                     THREAT, TRAFFIC)
 from .sections import durable_section, messages_section, threats_section
 from .summary import availability
 
@@ -65,18 +65,18 @@ def _leg_key(r: dict) -> tuple:
 
 
 def open_calls(opens: list, merge_only: bool = False) -> list[dict]:
-    """The open legs of every batch per call (caller a, target b, requestId c). merge_only: the
-    legs merged per (a, b, c, d) (SPC_OPEN columns, for compaction); else one row per call: b,
-    service (the request's, the largest name if requests disagree, else the response's), answered,
-    code, lat (of the first response)."""
+    """The open legs of every batch per call (side tag, caller a, target b, requestId c). merge_only:
+    the legs merged per (tag, a, b, c, d) (SPC_OPEN columns, for compaction); else one row per call:
+    tag, a, b, service (the request's, the largest name if requests disagree, else the response's),
+    answered, code, lat (of the first response)."""
     import pyarrow as pa
     legs = pa.concat_tables(opens).to_pylist() if opens else []
     per: dict[tuple, dict] = {}
     for r in legs:
-        key = (r["a"], r["b"], r["c"]) + ((r["d"],) if merge_only else ())
+        key = (r["tag"], r["a"], r["b"], r["c"]) + ((r["d"],) if merge_only else ())
         m = per.get(key)
         if m is None:
-            m = per[key] = {"a": r["a"], "b": r["b"], "c": r["c"], "d": r["d"], "nreq": 0, "nresp": 0,
+            m = per[key] = {"tag": r["tag"], "a": r["a"], "b": r["b"], "c": r["c"], "d": r["d"], "nreq": 0, "nresp": 0,
                             "resp_ts": None, "code": None, "lat": None, "req_service": None, "resp_service": None}
         m["nreq"] += r["nreq"] or 0
         m["nresp"] += r["nresp"] or 0
@@ -86,23 +86,26 @@ def open_calls(opens: list, merge_only: bool = False) -> list[dict]:
             if count and r["d"] is not None and (m[side] is None or r["d"] > m[side]):
                 m[side] = r["d"]
     if merge_only:
-        return [{k: m[k] for k in ("a", "b", "c", "d", "nreq", "nresp", "resp_ts", "code", "lat")}
+        return [{k: m[k] for k in ("tag", "a", "b", "c", "d", "nreq", "nresp", "resp_ts", "code", "lat")}
                 for m in per.values()]
-    return [{"b": m["b"], "service": m["req_service"] or m["resp_service"] or "(unknown)",
+    return [{"tag": m["tag"], "a": m["a"], "b": m["b"], "service": m["req_service"] or m["resp_service"] or "(unknown)",
              "answered": 1 if m["nresp"] > 0 else 0, "code": m["code"], "lat": m["lat"]} for m in per.values()]
 
 
-def merged_done(dones: list, calls: list[dict], accuracy: int) -> list[dict]:
+def merged_done(dones: list, calls: list[dict], accuracy: int, keep_callers: bool = False) -> list[dict]:
     """spc_done rows of every batch plus resolved calls (open_calls) -> one row per (target,
-    service): sums, latency sum and max, and the merged sketch (a kll_doubles_sketch)."""
+    service), or with keep_callers per (caller, target, service) (caller null for the callers'
+    records): sums, latency sum and max, and the merged sketch (a kll_doubles_sketch)."""
     import pyarrow as pa
     from datasketches import kll_doubles_sketch
     per: dict[tuple, dict] = {}
 
-    def slot(target, service) -> dict:
-        g = per.get((target, service))
+    def slot(caller, target, service) -> dict:
+        key = (caller or "", target, service) if keep_callers else (target, service)
+        g = per.get(key)
         if g is None:
-            g = per[(target, service)] = {"target": target, "service": service, **{k: 0 for k in SPC_SUMS},
+            g = per[key] = {"caller": caller if keep_callers else None, "target": target, "service": service,
+                            **{k: 0 for k in SPC_SUMS},
                                           "latency_sum": None, "latency_max_ms": None, "sketch": _sketch(accuracy)}
         return g
 
@@ -113,14 +116,14 @@ def merged_done(dones: list, calls: list[dict], accuracy: int) -> list[dict]:
             g["latency_max_ms"] = top
 
     for r in (pa.concat_tables(dones).to_pylist() if dones else []):
-        g = slot(r["target"], r["service"])
+        g = slot(r["caller"], r["target"], r["service"])
         for k in SPC_SUMS:
             g[k] += r[k] or 0
         latency(g, r["latency_sum"], r["latency_max_ms"])
         if r["sketch"] is not None:
             g["sketch"].merge(kll_doubles_sketch.deserialize(r["sketch"]))
     for c in calls:
-        g = slot(c["b"], c["service"])
+        g = slot(c["a"] if c["tag"] == CALLEE else None, c["b"], c["service"])
         g["calls"] += 1
         answered, code = c["answered"], c["code"]
         g["answered"] += answered
@@ -136,17 +139,26 @@ def merged_done(dones: list, calls: list[dict], accuracy: int) -> list[dict]:
     return [per[k] for k in sorted(per)]
 
 
-def spc_rows(dones: list, opens: list, accuracy: int) -> list[dict]:
-    """The spc table: one row per (target, service), sorted."""
+def spc_rows(dones: list, opens: list, accuracy: int, writers: set[str]) -> tuple[list[dict], int]:
+    """(the spc table: one row per (target, service), sorted; how many of its calls are known from
+    the callee's records only). A call counts from its caller's records, or from its callee's
+    when the caller keeps no journal (is not among `writers`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    dones = [d.filter(pc.invert(pc.fill_null(pc.is_in(d["caller"], pa.array(sorted(writers), pa.string())), True)))
+             for d in dones]
+    calls = [c for c in open_calls(opens) if c["tag"] != CALLEE or c["a"] not in writers]
+    from_callees = sum(pc.sum(d.filter(pc.is_valid(d["caller"]))["calls"]).as_py() or 0 for d in dones) \
+        + sum(1 for c in calls if c["tag"] == CALLEE)
     out = []
-    for g in merged_done(dones, open_calls(opens), accuracy):
+    for g in merged_done(dones, calls, accuracy):
         n = g["latency_count"]
         q = (lambda p: g["sketch"].get_quantile(p, True)) if n else (lambda p: None)  # noqa: E731 - nearest rank
         out.append({"target": g["target"], "service": g["service"], **{k: g[k] for k in SPC_SUMS},
                     "latency_mean_ms": g["latency_sum"] / n if n else None, "latency_max_ms": g["latency_max_ms"],
                     "success_rate": g["successes"] / g["calls"] if g["calls"] else None,
                     "latency_p50_ms": q(0.5), "latency_p95_ms": q(0.95), "latency_p99_ms": q(0.99)})
-    return out
+    return out, from_callees
 
 
 def build_report(batches: list, *, since=None, until=None, burst_threshold: int = BURST_THRESHOLD,
@@ -210,7 +222,7 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
                          "burst": n >= burst_threshold, "label": reason_label(None if reason == "unknown" else reason)})
     tables["security"] = security
 
-    totals, first_ts, last_ts = _totals(kind)
+    totals, first_ts, last_ts, writers = _totals(kind)
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
     bucket = choose_bucket(win_start, win_end)
@@ -221,7 +233,10 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
     tables["availability"] = availability(events, win_start, win_end)
     if step:
         step("spc")
-    tables["spc"] = spc_rows([b.done for b in batches], [b.open for b in batches], accuracy)
+    tables["spc"], from_callees = spc_rows([b.done for b in batches], [b.open for b in batches], accuracy, writers)
+    named = set(writers)
+    for tag, col in ((TRAFFIC, "b"), (OTHER, "b"), (LEASE, "a")):
+        named.update(x for x in pc.unique(kind[tag][col]).to_pylist() if x is not None)
 
     msg = _group(kind[MESSAGE], ["a", "b", "c", "d", "m"], [("n", "n", "sum"), ("rel", "rel", "sum"),
                                                             ("chunks", "chunks", "sum"), ("bytes", "bytes", "sum"),
@@ -290,8 +305,18 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
         threats=threats_section(list(threat_pairs.values()), list(threat_minutes.values()),
                                 list(quarantined_pairs.values()), bucket),
         durable=durable_section([{"node": r["a"], "peer": r["b"], "event": r["c"], "status": r["d"], "n": r["n"]}
-                                 for r in durable_rows]))
+                                 for r in durable_rows]),
+        coverage=coverage_section(writers, named, from_callees))
     return parts, tables
+
+
+def coverage_section(writers: set[str], named: set[str], from_callees: int) -> dict:
+    """What the figures cover: nodes whose journal is in the input among the nodes it names (as a
+    sender's target, an accepted envelope's sender or a lease's subject), and the SPC calls counted
+    from callees' records because their callers keep no journal."""
+    missing = sorted(named - writers)
+    return {"journals": len(writers), "nodes": len(named | writers), "without_journal": missing[:SUMMARY_TOP * 2],
+            "spc_calls_from_callees": from_callees}
 
 
 def _messages_table(msg: list[dict]) -> list[dict]:
@@ -338,7 +363,7 @@ def _threats_table(thr: list[dict], quarantined: list[dict]) -> list[dict]:
     return [per[k] for k in sorted(per, key=lambda k: (k[2], k[0], k[1]))]
 
 
-def _totals(kind: dict) -> tuple[dict, float | None, float | None]:
+def _totals(kind: dict) -> tuple[dict, float | None, float | None, set[str]]:
     """Per-kind counts, nodes and the time range of the roll-ups."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -380,7 +405,7 @@ def _totals(kind: dict) -> tuple[dict, float | None, float | None]:
               "envelopes_sent": sent, "bytes_sent": sent_bytes, "chunk_envelopes_sent": chunk_envelopes,
               "accepted": n[(OTHER, "accepted")], "rejected": rejected, "nodes": len(nodes),
               "filtered_out": filtered}
-    return totals, first, last
+    return totals, first, last, nodes
 
 
 def write_tables(tables: dict[str, list], out_uri: str, spark=None) -> None:

@@ -221,11 +221,12 @@ def connect_session(url: str, shuffle_partitions: int | None = None):
         raise PipelineError(f"no Spark Connect server answers at {url} ({exc.strerror or exc}): start one with "
                             f"`speedtui analytics-server start` or give the URL of a running one.") from None
     import warnings
-    from pyspark.sql import SparkSession
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)      # pandas version notes of the client
         try:
-            spark = SparkSession.builder.remote(url).getOrCreate()
+            # the Connect client's own builder: it also works beside an embedded session (the benchmark)
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+            spark = ConnectSession.builder.remote(url).getOrCreate()
             conf = pipeline_conf(shuffle_partitions)
             for key in CONNECT_CONF:
                 spark.conf.set(key, conf[key])

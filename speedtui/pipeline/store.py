@@ -27,11 +27,13 @@ from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, PipelineError
 from .journals import scan
 from .report import build_report, write_tables
 
-#: /3: roll-ups partitioned by kind and UTC day; /2 by kind only; /1 counted the extension kinds'
-#: records as malformed. An older store is refused with what it lacks.
-STATE_SCHEMA = "speed-analytics-store/3"
+#: /4: the callees' side of SPC calls kept (for callers without a journal); /3: roll-ups partitioned
+#: by kind and UTC day; /2 by kind only; /1 counted the extension kinds' records as malformed. An
+#: older store is refused with what it lacks.
+STATE_SCHEMA = "speed-analytics-store/4"
 OLD_SCHEMAS = {"speed-analytics-store/1": "counted extension records as malformed",
-               "speed-analytics-store/2": "did not partition its roll-ups by day"}
+               "speed-analytics-store/2": "did not partition its roll-ups by day",
+               "speed-analytics-store/3": "did not keep the callees' side of SPC calls"}
 MAX_BATCHES = 8
 
 
