@@ -239,3 +239,18 @@ def test_the_report_cuts_no_label_at_80_columns():
         assert f" {header} " in text or f" {header}\n" in text, header
     for label in TOTALS.values():
         assert label.replace(" ", "\u00a0") in text, label
+
+
+def test_the_report_says_what_its_figures_cover():
+    """Issue 28 item 5: "journals from 4 of 6 nodes", who keeps none, and the calls counted from callees."""
+    from speedtui.ui.views.analytics import coverage_line, summary_renderable
+    from speedtui.environments.fixture import sample_summary
+    text = str(coverage_line({"journals": 4, "nodes": 6, "without_journal": ["cli-1", "cli-2"],
+                              "spc_calls_from_callees": 598}))
+    assert text == ("covers  journals from 4 of 6 nodes · no journal: cli-1, cli-2 · 598 SPC calls counted from "
+                    "their callees' records")
+    assert str(coverage_line({"journals": 6, "nodes": 6})) == "covers  journals from all 6 nodes"
+    doc = dict(sample_summary(), coverage={"journals": 2, "nodes": 3, "without_journal": ["x"],
+                                           "spc_calls_from_callees": 0})
+    rendered = summary_renderable(doc).renderables
+    assert any(str(r) == "covers  journals from 2 of 3 nodes · no journal: x" for r in rendered)

@@ -73,6 +73,9 @@ def summary_renderable(s: dict) -> Group:
         line.append(("  ·  " if i else "") + f"{label} ")
         line.append(value, style="bold")
     parts.append(line)
+    cov = s.get("coverage")
+    if cov:
+        parts.append(coverage_line(cov))
     if s.get("spc"):
         t = _table("SPC by target and service (latency in ms)")
         for c in ("target", "service", "calls", "ok", "err", "none", "succ", "p50", "p95", "p99", "codes"):
@@ -112,6 +115,22 @@ def summary_renderable(s: dict) -> Group:
         parts.append(t)
     parts += extension_tables(s)
     return Group(*parts)
+
+
+def coverage_line(cov: dict) -> Text:
+    """What the figures cover: "journals from 4 of 6 nodes", who keeps none, and the SPC calls
+    counted from callees' records because their callers keep no journal."""
+    journals, nodes = cov.get("journals", 0), cov.get("nodes", 0)
+    line = Text()
+    line.append("covers  ", style="bold")
+    line.append(f"journals from {journals} of {nodes} nodes" if journals < nodes else f"journals from all {nodes} nodes")
+    missing = cov.get("without_journal") or []
+    if missing:
+        more = nodes - journals - len(missing)
+        line.append(" · no journal: " + ", ".join(missing) + (f" and {more} more" if more > 0 else ""), style="dim")
+    if cov.get("spc_calls_from_callees"):
+        line.append(f" · {cov['spc_calls_from_callees']:,} SPC calls counted from their callees' records")
+    return line
 
 
 def _data_table(title: str, columns: tuple[str, ...], rows: list[tuple], left: int = 2) -> Table:
