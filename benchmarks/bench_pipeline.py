@@ -339,6 +339,9 @@ def main(argv=None) -> int:
     ap.add_argument("--connect", action="store_true",
                     help="also run every mode through a local Spark Connect server started for the run")
     ap.add_argument("--data-dir", default=os.path.join("/tmp", "speed-bench"))
+    ap.add_argument("--full-warm", type=float, default=None,
+                    help="incremental mode: the warm full analysis's seconds from an earlier warm run of the same "
+                         "journals (else it is measured first)")
     ap.add_argument("--skip-reference", action="store_true",
                     help="warm mode without the reference (at 20M and more it takes minutes a round)")
     ap.add_argument("--no-warmup", action="store_true", help="no warm-up run (for 50M: it would double the time)")
@@ -359,7 +362,7 @@ def main(argv=None) -> int:
         st = simulate(data, nodes=args.nodes, records=n, seed=args.seed, minutes=args.minutes, malformed=0.0001)
         print(f"# simulated {st['records']:,} records, {st['bytes'] / 1e9:.2f} GB in {st['seconds']:.0f}s",
               flush=True)
-    full_warm = None
+    full_warm = args.full_warm
     url = start_connect(args)
     try:
         if "warm" in modes:

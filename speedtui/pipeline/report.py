@@ -163,8 +163,8 @@ def spc_rows(dones: list, opens: list, accuracy: int, writers: set[str]) -> tupl
 
 def build_report(batches: list, *, since=None, until=None, burst_threshold: int = BURST_THRESHOLD,
                  accuracy: int = PERCENTILE_ACCURACY, step=None) -> tuple[dict, dict]:
-    """(arguments of summary.build_summary less inputs/out_dir/engine, {table name: rows}); step(name)
-    is told of the "tables" and "spc" steps."""
+    """(arguments of summary.build_summary less inputs/out_dir/engine, {table name: rows as dicts,
+    or an Arrow table}); step(name) is told of the "tables" and "spc" steps."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if step:
@@ -177,28 +177,22 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
             (TRAFFIC, REJECTED, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE)}
     tables: dict[str, list] = {}
 
-    links: dict[tuple, dict] = {}
-    minutes: dict[int, list] = defaultdict(lambda: [0, 0])
-    traffic = sorted(_group(kind[TRAFFIC], ["a", "b", "c", "m"], [("n", "n", "sum"), ("bytes", "bytes", "sum"),
-                                                                  ("tmin", "tmin", "min"), ("tmax", "tmax", "max")]),
-                     key=lambda r: (r["m"], r["a"], r["b"], r["c"]))
-    tables["traffic"] = [{"source": r["a"], "target": r["b"], "type": r["c"], "minute": r["m"],
-                          "envelopes": r["n"], "bytes": r["bytes"]} for r in traffic]
-    for r in traffic:
-        t = links.get((r["a"], r["b"]))
-        if t is None:
-            t = links[(r["a"], r["b"])] = {"source": r["a"], "target": r["b"], "envelopes": 0, "bytes": 0,
-                                           "messages": 0, "spc_requests": 0, "first_ts": r["tmin"],
-                                           "last_ts": r["tmax"]}
-        t["envelopes"] += r["n"]
-        t["bytes"] += r["bytes"] or 0
-        if r["c"] == "MESSAGE":
-            t["messages"] += r["n"]
-        elif r["c"] == "SPC_REQUEST":
-            t["spc_requests"] += r["n"]
-        t["first_ts"], t["last_ts"] = min(t["first_ts"], r["tmin"]), max(t["last_ts"], r["tmax"])
-        minutes[r["m"]][0] += r["n"]
-        minutes[r["m"]][1] += r["bytes"] or 0
+    # traffic, the largest table (a row per link, type and minute), stays in Arrow
+    g = kind[TRAFFIC].group_by(["a", "b", "c", "m"], use_threads=False).aggregate(
+        [("n", "sum"), ("bytes", "sum"), ("tmin", "min"), ("tmax", "max")])
+    g = g.rename_columns([{"n_sum": "n", "bytes_sum": "bytes", "tmin_min": "tmin", "tmax_max": "tmax"}.get(c, c)
+                          for c in g.column_names])
+    tables["traffic"] = pa.table({"source": g["a"], "target": g["b"], "type": g["c"], "minute": g["m"],
+                                  "envelopes": g["n"], "bytes": g["bytes"]}).sort_by(
+        [("minute", "ascending"), ("source", "ascending"), ("target", "ascending"), ("type", "ascending")])
+    typed = g.append_column("messages", pc.if_else(pc.equal(g["c"], "MESSAGE"), g["n"], 0)).append_column(
+        "spc_requests", pc.if_else(pc.equal(g["c"], "SPC_REQUEST"), g["n"], 0))
+    links = {(r["source"], r["target"]): r for r in _group(
+        typed.rename_columns([{"a": "source", "b": "target"}.get(c, c) for c in typed.column_names]),
+        ["source", "target"], [("envelopes", "n", "sum"), ("bytes", "bytes", "sum"), ("messages", "messages", "sum"),
+                               ("spc_requests", "spc_requests", "sum"), ("first_ts", "tmin", "min"),
+                               ("last_ts", "tmax", "max")])}
+    minutes = {r["m"]: (r["e"], r["b"] or 0) for r in _group(g, ["m"], [("e", "n", "sum"), ("b", "bytes", "sum")])}
     top = sorted(links.values(), key=lambda r: (-r["envelopes"], -r["bytes"], r["source"], r["target"]))
     for i, r in enumerate(top):
         r["rank"] = i + 1
@@ -416,7 +410,8 @@ def write_tables(tables: dict[str, list], out_uri: str, spark=None) -> None:
     from .batches import arrow_schema
     for name, rows in tables.items():
         schema = arrow_schema(TABLE_DDL[name])
-        table = pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
+        table = rows.select(schema.names).cast(schema) if isinstance(rows, pa.Table) else \
+            pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
         if not is_local(out_uri):
             spark.createDataFrame(table).coalesce(1).write.mode("overwrite").parquet(f"{out_uri}/{name}")
             continue
