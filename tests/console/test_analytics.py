@@ -101,8 +101,32 @@ async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, 
     assert b"WARNING: Using incubator modules" in log          # the JVM spoke, into the log
 
 
+@pytest.mark.timeout(900)
 @run_async
-async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path):
+async def test_the_child_is_pre_warmed_where_the_environment_was_analysed_before(fixture_app, fixture_env):
+    """A report exists: the console starts the analytics child and its Spark in the background at
+    its start (no key pressed), runs the ingest's query there, and `a` then uses that child."""
+    from speedtui.environments.fixture import sample_summary
+    root, _key, paths = fixture_env
+    report = paths.env_dir(root) / "analytics"
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text(json.dumps(sample_summary()))
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.view_widget("analytics")
+        await wait_for(pilot, lambda: view.warmed is not None, timeout=600, what="the pre-warm to finish")
+        child = view.worker.proc.pid
+        assert descendants(child), "the pre-warmed child runs the JVM"
+        await pilot.press("6")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: view.running, timeout=30, what="the analysis to start")
+        await wait_for(pilot, lambda: not view.running, timeout=300, what="the analysis to finish")
+        assert "written" in str(view.query_one("#an-status").render())
+        assert view.worker.proc.pid == child
+
+
+@run_async
+async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path, monkeypatch):
     """A report of one ROOT is never shown for another (a fresh demo, another directory)."""
     from speedtui.environments.fixture import build, sample_summary
     from speedtui.ui.app import make_app
@@ -113,6 +137,7 @@ async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path):
     report = paths.env_dir(root) / "analytics"
     report.mkdir(parents=True)
     (report / "summary.json").write_text(json.dumps(sample_summary()))
+    monkeypatch.setenv("SPEED_ANALYTICS_PREWARM", "0")   # the report would pre-warm a Spark child: none needed
     other, _ = build(tmp_path / "other")
     assert paths.env_dir(other) != paths.env_dir(root)
     app = make_app(other, key, clock=FrozenClock(FIXED_NOW), paths=paths, dir_label="/other/speed", steady=True)

@@ -209,6 +209,7 @@ class AnalyticsView(Vertical):
         self.running = False
         self.worker = None
         self.keepalives = 0
+        self.warmed: float | None = None        # seconds the pre-warm took, once it is done
         self._worker_lock = threading.Lock()
         self.started = 0.0
         self.estimate: float | None = None
@@ -244,7 +245,7 @@ class AnalyticsView(Vertical):
         """Thread worker: the child, its Spark and the ingest's compiled query, ready before `a`."""
         from ...pipeline.common import PipelineError
         try:
-            self._ensure_worker().warm()
+            self.warmed = self._ensure_worker().warm()
         except (PipelineError, OSError):
             pass                        # `a` reports what is wrong
 
