@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE.parent))
 
 os.environ.setdefault("TZ", "UTC")
 time.tzset()
+os.environ["SPEED_ANALYTICS_PREWARM"] = "0"   # the pictures' reports would pre-warm a Spark child
 
 from speedtui.services import runtime as rt  # noqa: E402
 from speedtui.ui.app import make_app  # noqa: E402

@@ -1,4 +1,4 @@
-"""argparse subcommands of the trace analytics: ``analyze`` and ``simulate-traces``.
+"""argparse subcommands of the trace analytics: ``analyze``, ``analytics-server`` and ``simulate-traces``.
 
     from speedtui.pipeline.commands import add_subcommands
     add_subcommands(subparsers)      # each sets func=fn, fn(args) -> int exit code
@@ -50,13 +50,28 @@ def add_subcommands(subparsers) -> None:
     p.add_argument("--full", action="store_true",
                    help="analyse every line of ROOT/speed_traces without the store")
     p.add_argument("--master", metavar="URL", default=None,
-                   help="Spark master URL (default: local[*])")
+                   help="Spark master URL for an embedded driver (default: local[*])")
+    p.add_argument("--remote", metavar="sc://HOST:PORT", default=None,
+                   help="run the job through this Spark Connect server (default: $SPEED_ANALYTICS_REMOTE, "
+                        "else a running `speedtui analytics-server`, else an embedded Spark)")
+    p.add_argument("--embedded", action="store_true",
+                   help="use an embedded Spark even when a server is configured or running")
     p.add_argument("--since", metavar="TIME", default=None,
                    help="only records at or after TIME (ISO 8601 or epoch seconds)")
     p.add_argument("--until", metavar="TIME", default=None,
                    help="only records before TIME (ISO 8601 or epoch seconds)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_analyze)
+
+    a = subparsers.add_parser(
+        "analytics-server", help="start, stop or check a local Spark Connect server for the analytics",
+        description="A Spark Connect server from the installed pyspark, bound to 127.0.0.1, its log in the "
+                    "console's data directory: `speedtui analyze` and the console use it while it runs, "
+                    "so no analysis pays the JVM's start and warm-up.")
+    a.add_argument("action", choices=("start", "stop", "status"))
+    a.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default 15002)")
+    a.add_argument("--master", metavar="URL", default="local[*]", help="the server's Spark master (default local[*])")
+    a.set_defaults(func=cmd_server)
 
     s = subparsers.add_parser(
         "simulate-traces", help="write realistic simulated trace journals",
@@ -97,9 +112,28 @@ class _StderrProgress:
         sys.stderr.flush()
 
 
+def choose_remote(remote: str | None, master: str | None = None, embedded: bool = False) -> str | None:
+    """The Spark Connect URL an analysis uses: the one given, else $SPEED_ANALYTICS_REMOTE, else a
+    running `speedtui analytics-server`; None (an embedded Spark) with --embedded or a --master."""
+    if remote:
+        return remote
+    if embedded or master:
+        return None
+    if os.environ.get("SPEED_ANALYTICS_REMOTE"):
+        return os.environ["SPEED_ANALYTICS_REMOTE"]
+    from .server import running_url
+    return running_url()
+
+
 def cmd_analyze(args) -> int:
-    from .job import PipelineError, check_java, format_summary, parse_time, run_incremental, run_pipeline
+    from .common import PipelineError
+    from .session import require_modules
     try:
+        if args.remote and (args.master or args.embedded):
+            return _err("--remote runs the job on the server: leave out --master and --embedded.")
+        remote = choose_remote(args.remote, args.master, args.embedded)
+        require_modules(remote=bool(remote))
+        from .job import check_java, format_summary, parse_time, run_incremental, run_pipeline
         since, until = parse_time(args.since), parse_time(args.until)
         root = os.path.abspath(args.dir or default_root())
         traces = args.traces or [os.path.join(root, "speed_traces")]
@@ -113,20 +147,47 @@ def cmd_analyze(args) -> int:
                         "--full, --since and --until.")
         report, store, _log = env_locations(root)
         out = args.out or (DEFAULT_OUT if args.traces else report)
-        check_java()
+        if not remote:
+            check_java()
         progress = None if args.quiet else _StderrProgress()
         if direct:
             summary = run_pipeline(traces, out, master=args.master, since=since, until=until,
-                                   progress=progress)
+                                   progress=progress, remote=remote)
         else:
             summary = run_incremental(traces, args.store or store, out, master=args.master,
-                                      progress=progress, rebuild=args.rebuild)
+                                      progress=progress, rebuild=args.rebuild, remote=remote)
     except PipelineError as exc:
         return _err(str(exc))
     except KeyboardInterrupt:
         _err("interrupted.")
         return 130
     print(format_summary(summary))
+    return 0
+
+
+def cmd_server(args) -> int:
+    from . import server
+    from .common import PipelineError
+    from .session import require_modules
+    try:
+        if args.action == "start":
+            require_modules()
+            st = server.start(port=args.port or server.DEFAULT_PORT, master=args.master)
+            print(f"analytics server running at {st['url']} (pid {st['pid']}); log {st['log']}")
+        elif args.action == "stop":
+            st = server.stop()
+            print("no analytics server was started." if st is None else
+                  f"analytics server at {st['url']} stopped.")
+        else:
+            st = server.status()
+            if st is None:
+                print("no analytics server was started (`speedtui analytics-server start`).")
+                return 1
+            state = "running" if st["running"] else "not running (it died or was ended; start it again)"
+            print(f"analytics server {st['url']} (pid {st['pid']}): {state}; log {st['log']}")
+            return 0 if st["running"] else 1
+    except PipelineError as exc:
+        return _err(str(exc))
     return 0
 
 

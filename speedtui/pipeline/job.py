@@ -19,16 +19,17 @@ if __package__ in (None, ""):  # run as a script (spark-submit): import the pack
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     __package__ = "speedtui.pipeline"
 
-from .batches import report, write_batch  # noqa: E402
+from .batches import ingest  # noqa: E402
 from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_SCHEMA, TABLES,  # noqa: E402,F401
-                     JavaMissingError, PipelineError, choose_bucket, hadoop_path, has_scheme, is_local,
-                     local_path, parse_time)
+                     JavaMissingError, PipelineError, has_scheme, is_local, local_path, parse_time)
+from .journals import stage_whole  # noqa: E402
 from .records import reason_label  # noqa: E402,F401
-from .session import Progress, check_java, make_spark  # noqa: E402,F401
+from .report import build_report, write_tables  # noqa: E402
+from .session import Progress, check_java, is_connect, make_spark, require_modules  # noqa: E402,F401
 from .summary import build_summary, format_summary, load_summary, write_summary  # noqa: E402,F401
 
 #: the steps of a run and their share of its time (measured at 5M records)
-STEPS = (("parse", 0.80), ("calls", 0.04), ("tables", 0.10), ("spc", 0.03), ("summary", 0.03))
+STEPS = (("parse", 0.90), ("calls", 0.02), ("tables", 0.03), ("spc", 0.02), ("summary", 0.03))
 
 
 def check_inputs(inputs) -> tuple[list[str], list[str]]:
@@ -70,7 +71,8 @@ def prepare_out(out_dir: str) -> tuple[str, str]:
 def spark_errors(exc: Exception) -> PipelineError | None:
     """A Spark failure as one sentence (None if exc is not one of Spark's)."""
     name = type(exc).__name__
-    if name in ("AnalysisException", "Py4JJavaError", "IllegalArgumentException", "SparkRuntimeException"):
+    if name in ("AnalysisException", "Py4JJavaError", "IllegalArgumentException", "SparkRuntimeException") \
+            or type(exc).__module__.startswith("pyspark.errors"):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
         return PipelineError(f"Spark failed: {first}")
     return None
@@ -98,18 +100,40 @@ def spark_run(spark, own: bool, os_error: str | None = None):
             spark.stop()
 
 
-def session_for(spark, master, shuffle_partitions, progress):
-    """(session, whether this run owns it): the given or active session is reused and left running."""
+def session_for(spark, master, shuffle_partitions, progress, remote: str | None = None):
+    """(session, whether this run owns it): the given or active session is reused and left running;
+    with remote (sc://HOST:PORT) a Spark Connect session, which needs no Java here."""
     if spark is not None:
         return spark, False
-    check_java()
-    from pyspark.sql import SparkSession
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
+    require_modules(remote=bool(remote))
+    if not remote:
+        check_java()
+        from pyspark.sql import SparkSession
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active, False
     if progress:
-        progress(0.0, "starting Spark")
-    return make_spark(master, shuffle_partitions), True
+        progress(0.0, "connecting to Spark" if remote else "starting Spark")
+    return make_spark(master, shuffle_partitions, remote=remote), True
+
+
+@contextmanager
+def staged(inputs: list[str], out_shown: str, out_is_local: bool):
+    """The local inputs copied through their checked descriptors into a staging directory the run
+    owns (journals.stage_whole: links inside a directory are never followed, nothing is reopened by
+    name); other URIs pass as they are. Yields (paths Spark reads, paths skipped)."""
+    local = [p for p in inputs if is_local(p)]
+    if not local:
+        yield inputs, []
+        return
+    import tempfile
+    area = os.path.join(out_shown, "_staging") if out_is_local else tempfile.mkdtemp(prefix="speed-staging-")
+    shutil.rmtree(area, ignore_errors=True)
+    try:
+        copies, skipped = stage_whole([local_path(p) for p in local], area)
+        yield copies + [p for p in inputs if not is_local(p)], skipped
+    finally:
+        shutil.rmtree(area, ignore_errors=True)
 
 
 def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
@@ -117,39 +141,46 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
                  progress: Callable[[float, str], Any] | None = None, spark=None, *,
                  burst_threshold: int = BURST_THRESHOLD,
                  percentile_accuracy: int = PERCENTILE_ACCURACY,
-                 shuffle_partitions: int | None = None) -> dict:
+                 shuffle_partitions: int | None = None, remote: str | None = None) -> dict:
     """Analyse every line of the inputs; write the Parquet tables + summary.json in out_dir and
     return the summary. inputs: files or directories, any URI Spark reads. since/until: epoch
     seconds or ISO 8601; records with since <= ts < until are analysed. progress(fraction,
-    text) is called from a background thread. Raises PipelineError with one sentence."""
+    text) is called from a background thread. remote: a Spark Connect URL (sc://HOST:PORT).
+    Raises PipelineError with one sentence."""
     t0 = time.time()
     read_paths, shown = check_inputs(inputs)
     since, until = parse_time(since), parse_time(until)
     if since is not None and until is not None and until <= since:
         raise PipelineError("--until must be later than --since.")
     out_uri, out_shown = prepare_out(out_dir)
-    spark, own = session_for(spark, master, shuffle_partitions, progress)
-    batch = f"{out_uri}/_rollup"
-    with spark_run(spark, own):
-        with Progress(spark, progress, STEPS) as prog:
-            write_batch(spark, read_paths, batch, since=since, until=until, accuracy=percentile_accuracy,
-                        step=prog.step)
-            parts = report(spark, [batch], out_uri, since=since, until=until,
-                           burst_threshold=burst_threshold, accuracy=percentile_accuracy, step=prog.step)
+    spark, own = session_for(spark, master, shuffle_partitions, progress, remote)
+    check_out(spark, out_uri)
+    with spark_run(spark, own, "the journals cannot be staged"):
+        with Progress(spark, progress, STEPS) as prog, staged(read_paths, out_shown, is_local(out_uri)) as (paths, _):
+            batch = ingest(spark, paths, since=since, until=until, accuracy=percentile_accuracy, step=prog.step)
+            parts, tables = build_report([batch], since=since, until=until, burst_threshold=burst_threshold,
+                                         accuracy=percentile_accuracy, step=prog.step)
+            write_tables(tables, out_uri, spark)
             prog.step("summary")
             summary = build_summary(inputs=shown, out_dir=out_shown, engine="spark", **parts)
             summary["elapsed_seconds"] = round(time.time() - t0, 3)
             write_summary(spark, out_uri, summary)
-            remove_tree(spark, batch)
             prog.done(summary.get("message") or "done")
         return summary
+
+
+def check_out(spark, out_uri: str) -> None:
+    """Through Spark Connect the report is written here, so it must be a local directory."""
+    if is_connect(spark) and not is_local(out_uri):
+        raise PipelineError(f"through a Spark Connect server the report is written by this process: give a "
+                            f"local --out directory instead of {out_uri}.")
 
 
 def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str | None = None,
                     progress: Callable[[float, str], Any] | None = None, spark=None, *,
                     rebuild: bool = False, burst_threshold: int = BURST_THRESHOLD,
                     percentile_accuracy: int = PERCENTILE_ACCURACY,
-                    shuffle_partitions: int | None = None, on_plan=None) -> dict:
+                    shuffle_partitions: int | None = None, on_plan=None, remote: str | None = None) -> dict:
     """Ingest what is new in the local journal directories `traces` into the store at store_dir
     (store.py), write the report from the store in out_dir and return its summary, which has an
     extra "ingest" entry (new bytes, batches, rotated or replaced journals, timings)."""
@@ -157,7 +188,8 @@ def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str
     t0 = time.time()
     _, shown = check_inputs(traces)
     out_uri, out_shown = prepare_out(out_dir)
-    spark, own = session_for(spark, master, shuffle_partitions, progress)
+    spark, own = session_for(spark, master, shuffle_partitions, progress, remote)
+    check_out(spark, out_uri)
     with spark_run(spark, own, f"the analytics store {store_dir} cannot be written"):
         with Progress(spark, progress, STEPS) as prog:
             parts, facts = run_store(spark, shown, store_dir, out_uri, rebuild=rebuild,
@@ -172,14 +204,6 @@ def run_incremental(traces: list[str], store_dir: str, out_dir: str, master: str
         return summary
 
 
-def remove_tree(spark, uri: str) -> None:
-    if is_local(uri):
-        shutil.rmtree(local_path(uri), ignore_errors=True)
-        return
-    fs, path = hadoop_path(spark, uri)
-    fs.delete(path, True)
-
-
 def main(argv: list[str] | None = None) -> int:
     """spark-submit entry point."""
     ap = argparse.ArgumentParser(prog="job.py", description="SPEED trace analytics (Spark)")
@@ -187,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="journal files or directories (any Spark URI)")
     ap.add_argument("--out", required=True, help="output directory (any Spark URI)")
     ap.add_argument("--master", default=None, help="Spark master (default: spark-submit's / local[*])")
+    ap.add_argument("--remote", default=None, help="a Spark Connect server, sc://HOST:PORT")
     ap.add_argument("--since", default=None)
     ap.add_argument("--until", default=None)
     ap.add_argument("--shuffle-partitions", type=int, default=None)
@@ -197,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{frac * 100:5.1f}%] {text}", file=sys.stderr, flush=True)
 
     try:
-        summary = run_pipeline(args.traces, args.out, master=args.master, since=args.since,
+        summary = run_pipeline(args.traces, args.out, master=args.master, remote=args.remote, since=args.since,
                                until=args.until, progress=show,
                                shuffle_partitions=args.shuffle_partitions,
                                burst_threshold=args.burst_threshold)

@@ -7,8 +7,14 @@ replaced journal starts with a new first line, so it is a new journal read from 
 of a journal (same head) is read once. Only complete lines are taken: a torn last line (no
 newline yet) waits for the next run.
 
-    plan = scan(["/dev/shm/speed/speed_traces"], state_files)   # state_files: head -> entry
-    for r in plan.ranges: copy r.path[r.start:r.end]            # then commit plan.files
+    plan = scan(["/dev/shm/speed/speed_traces"], state_files, staging)   # state_files: head -> entry
+    Spark reads plan.staged; then commit plan.files
+
+Every journal is opened once, without following a symbolic link (``openat`` under the directory's
+descriptor, ``O_NOFOLLOW``), checked with ``fstat`` to be a regular file, and its new bytes are
+copied into the staging directory through that same descriptor: a name swapped for a link or
+another file after the check is never read. Spark (embedded, on a cluster or behind Spark Connect)
+reads only the staged copies, which belong to the analysis.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ class Range:
     path: str
     start: int
     end: int           # just after the last complete line
+    staged: str = ""   # the copy of [start, end) in the staging directory
 
     @property
     def size(self) -> int:
@@ -44,22 +51,45 @@ class Plan:
     skipped: list[str] = field(default_factory=list)  # not regular files, unreadable, copies
 
     @property
+    def staged(self) -> list[str]:
+        return [r.staged for r in self.ranges]
+
+    @property
     def new_bytes(self) -> int:
         return sum(r.size for r in self.ranges)
 
 
-def journal_files(inputs: list[str]) -> list[str]:
-    """Regular files of the input directories (or the files given), Spark's naming rule: names
-    starting with '.' or '_' are ignored."""
-    out: list[str] = []
+def journal_files(inputs: list[str], follow_top: bool = False):
+    """(path, directory descriptor or None, name) of the regular-looking entries of the input
+    directories, or of the files given; Spark's naming rule: names starting with '.' or '_' are
+    ignored. An input directory is opened without following a link unless follow_top (an operator's
+    explicit path); the caller closes nothing: the descriptors are closed when the generator ends."""
     for p in inputs:
-        if os.path.isdir(p):
-            for name in sorted(os.listdir(p)):
+        try:
+            dfd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow_top else os.O_NOFOLLOW))
+        except OSError:
+            yield p, None, p                 # a file given by name (or not a directory): opened as given
+            continue
+        try:
+            for name in sorted(os.listdir(dfd)):
                 if not name.startswith((".", "_")):
-                    out.append(os.path.join(p, name))
-        else:
-            out.append(p)
-    return out
+                    yield os.path.join(p, name), dfd, name
+        finally:
+            os.close(dfd)
+
+
+def open_checked(dir_fd: int | None, name: str) -> tuple[int, os.stat_result] | None:
+    """(descriptor, stat) of a regular file, opened without following a link; None for a link, a
+    FIFO, a device, or what cannot be opened. The descriptor is the only way the file is read."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
 
 
 def read_head(fd: int, size: int) -> str | None:
@@ -86,23 +116,22 @@ def last_line_end(fd: int, start: int, size: int) -> int:
     return start
 
 
-def scan(inputs: list[str], known: dict) -> Plan:
+def scan(inputs: list[str], known: dict, staging: str) -> Plan:
     """What to ingest from the journals now, given `known` (head -> {"path", "offset"}) from the
-    last ingest. `known` is not changed; plan.files is the state to keep once the ranges are in."""
+    last ingest; the new bytes are copied into the directory `staging` through the descriptor that
+    was checked. `known` is not changed; plan.files is the state to keep once the ranges are in."""
+    os.makedirs(staging, mode=0o700, exist_ok=True)
     plan = Plan(files={h: dict(e) for h, e in known.items()})
     by_path = {e["path"]: h for h, e in known.items()}
-    seen: dict[str, tuple[str, int, int]] = {}       # head -> (path, size, end) of the longest copy
-    for path in journal_files(inputs):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            plan.skipped.append(path)       # gone since the listing, a symlink, unreadable
+    seen: dict[str, Range] = {}                      # head -> the longest copy's range
+    copies = 0
+    for path, dir_fd, name in journal_files(inputs):
+        opened = open_checked(dir_fd, name)
+        if opened is None:
+            plan.skipped.append(path)       # gone since the listing, a symlink, a FIFO, unreadable
             continue
+        fd, st = opened
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                plan.skipped.append(path)   # a FIFO, a device: never read
-                continue
             head = read_head(fd, st.st_size)
             if head is None:
                 plan.waiting.append(path)
@@ -110,47 +139,92 @@ def scan(inputs: list[str], known: dict) -> Plan:
             old = known.get(head)
             start = old["offset"] if old else 0
             end = last_line_end(fd, start, st.st_size) if st.st_size > start else start
+            prev = seen.get(head)
+            if prev is not None:    # two files, one journal: read the longer, the known name on a tie
+                known_path = (known.get(head) or {}).get("path")
+                keep_prev = prev.end > end or (prev.end == end and path != known_path)
+                plan.skipped.append(path if keep_prev else prev.path)
+                if keep_prev:
+                    continue
+                if prev.staged:
+                    os.unlink(prev.staged)
+            staged = ""
+            if end > start:
+                staged = os.path.join(staging, f"{copies:06d}.jsonl")
+                copies += 1
+                copy_fd(fd, start, end, staged, path)
+            seen[head] = Range(path, start, end, staged)
         finally:
             os.close(fd)
-        prev = seen.get(head)
-        if prev is not None:        # two files, one journal: read the longer, the known name on a tie
-            known_path = (known.get(head) or {}).get("path")
-            keep_prev = prev[2] > end or (prev[2] == end and path != known_path)
-            plan.skipped.append(path if keep_prev else prev[0])
-            if keep_prev:
-                continue
-        seen[head] = (path, st.st_size, end)
-    for head, (path, _size, end) in seen.items():
+    for head, r in seen.items():
         old = known.get(head)
         start = old["offset"] if old else 0
-        if old and old["path"] != path:
-            plan.rotated.append(f"{old['path']} -> {path}")
-        prior = by_path.get(path)
+        if old and old["path"] != r.path:
+            plan.rotated.append(f"{old['path']} -> {r.path}")
+        prior = by_path.get(r.path)
         if prior is not None and prior != head and prior not in seen:
-            plan.replaced.append(path)      # this name now holds another journal
-        if end > start:
-            plan.ranges.append(Range(path, start, end))
-        plan.files[head] = {"path": path, "offset": max(start, end)}
+            plan.replaced.append(r.path)    # this name now holds another journal
+        if r.end > start:
+            plan.ranges.append(r)
+        plan.files[head] = {"path": r.path, "offset": max(start, r.end)}
     return plan
 
 
-def copy_range(r: Range, out_fd: int, buffer: int = 1 << 20) -> int:
-    """Append the bytes of r at out_fd's position (the kernel copies where it can)."""
-    with open(r.path, "rb", buffering=0) as src:
-        src_fd, done = src.fileno(), 0
+def stage_whole(inputs: list[str], staging: str, follow_top: bool = True) -> tuple[list[str], list[str]]:
+    """Copy every journal of the local inputs (files, or directories' regular files; links inside a
+    directory are never followed) into `staging` through its checked descriptor, keeping its name's
+    ending (.gz stays compressed for Spark). Returns (staged paths, skipped paths)."""
+    os.makedirs(staging, mode=0o700, exist_ok=True)
+    staged: list[str] = []
+    skipped: list[str] = []
+    for path, dir_fd, name in journal_files(inputs, follow_top=follow_top):
+        if dir_fd is None:                  # a file the operator named: its name may be a link they chose
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                st = os.fstat(fd)
+            except OSError:
+                skipped.append(path)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                skipped.append(path)
+                continue
+            opened = (fd, st)
+        else:
+            opened = open_checked(dir_fd, name)
+        if opened is None:
+            skipped.append(path)
+            continue
+        fd, st = opened
         try:
-            while done < r.size:
-                n = os.sendfile(out_fd, src_fd, r.start + done, r.size - done)
+            out = os.path.join(staging, f"{len(staged):06d}-{os.path.basename(path)}")
+            copy_fd(fd, 0, st.st_size, out, path)
+            staged.append(out)
+        finally:
+            os.close(fd)
+    return staged, skipped
+
+
+def copy_fd(src_fd: int, start: int, end: int, out_path: str, shown: str, buffer: int = 1 << 20) -> None:
+    """Write bytes [start, end) of the open file src_fd into a new file out_path (the kernel copies
+    where it can). OSError if the file became shorter while it was read."""
+    size, done = end - start, 0
+    out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            while done < size:
+                n = os.sendfile(out_fd, src_fd, start + done, size - done)
                 if n == 0:
                     break
                 done += n
         except OSError:
             pass                            # no sendfile between these files: copy by hand
-        while done < r.size:
-            chunk = os.pread(src_fd, min(buffer, r.size - done), r.start + done)
+        while done < size:
+            chunk = os.pread(src_fd, min(buffer, size - done), start + done)
             if not chunk:
                 break
             done += os.write(out_fd, chunk)
-    if done != r.size:
-        raise OSError(f"{r.path} became shorter while it was read")
-    return done
+    finally:
+        os.close(out_fd)
+    if done != size:
+        raise OSError(f"{shown} became shorter while it was read")

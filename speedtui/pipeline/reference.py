@@ -54,6 +54,8 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
     traffic: dict[tuple, list] = defaultdict(lambda: [0, 0])
     top: dict[tuple, list] = {}
     calls: dict[tuple, list] = {}
+    callee_calls: dict[tuple, list] = {}       # the callees' records: (caller, callee, requestId)
+    named: set[str] = set()                    # nodes the records name: targets, accepted senders, subjects
     security: dict[tuple, list] = {}
     lease_events: dict[str, list] = defaultdict(list)
     ext = ExtensionRollup()
@@ -85,6 +87,7 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                         prio = 0 if ev in TERMINAL_EVENTS else (
                             2 if ev in ("registered", "reclaimed", "observed_join") else 1)
                         lease_events[rec["subject"]].append((ts, prio, node, ev))
+                        named.add(rec["subject"])
                         continue
                     if rec["kind"] != "envelope":
                         ext.add(rec)
@@ -92,6 +95,8 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                     env_recs += 1
                     d, outcome, typ, peer = rec["dir"], rec["outcome"], rec["type"], rec["peer"]
                     minute = int(math.floor(ts / 60)) * 60
+                    if (d == "out" and outcome == "sent") or (d == "in" and outcome == "accepted"):
+                        named.add(peer)
                     if d == "out" and outcome == "sent":
                         size = rec["size"] or 0
                         sent_n += 1
@@ -117,6 +122,11 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                         if typ == "SPC_REQUEST":
                             noid, c = _call_slot(calls, node, peer, rec, noid, 0)
                             c[2] = 1
+                        elif typ == "SPC_RESPONSE":       # the callee answers its caller `peer`
+                            noid, c = _call_slot(callee_calls, peer, node, rec, noid, 1)
+                            c[3] = 1
+                            if c[4] is None or ts < c[4][0]:
+                                c[4] = (ts, rec["status"], rec["errorCode"], None)
                     elif d == "in" and outcome == "accepted":
                         accepted += 1
                         if typ == "SPC_RESPONSE":
@@ -124,6 +134,9 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                             c[3] = 1
                             if c[4] is None or ts < c[4][0]:
                                 c[4] = (ts, rec["status"], rec["errorCode"], rec["latencyMs"])
+                        elif typ == "SPC_REQUEST":        # the callee accepted a call of `peer`
+                            noid, c = _call_slot(callee_calls, peer, node, rec, noid, 0)
+                            c[2] = 1
                     elif d == "in" and outcome == "rejected":
                         rejected += 1
                         reason = rec["reason"] if rec["reason"] is not None else "unknown"
@@ -149,9 +162,10 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
     tables["top_talkers"] = [{"source": k[0], "target": k[1], "envelopes": v[0], "bytes": v[1],
                               "messages": v[2], "spc_requests": v[3], "first_ts": v[4], "last_ts": v[5],
                               "rank": i + 1} for i, (k, v) in enumerate(tops)]
-    # spc
+    # spc: a call from its caller's records, or from its callee's when the caller keeps no journal
     groups: dict[tuple, dict] = {}
-    for (caller, target, _rid), (rs, ps, _has_req, answered, resp) in calls.items():
+    from_callees = [(k, v) for k, v in callee_calls.items() if k[0] not in nodes]
+    for (caller, target, _rid), (rs, ps, _has_req, answered, resp) in [*calls.items(), *from_callees]:
         service = rs if rs is not None else (ps if ps is not None else "(unknown)")
         g = groups.get((target, service))
         if g is None:
@@ -220,7 +234,10 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
         rejection_buckets=[(k[0], k[1], v) for k, v in sorted(rb.items())],
         bursts=bursts, by_reason=dict(by_reason), spc=spc, top=tables["top_talkers"][:SUMMARY_TOP],
         availability=tables["availability"], burst_threshold=burst_threshold,
-        accuracy=PERCENTILE_ACCURACY, engine="reference", **ext.sections(chunk_envelopes, bucket))
+        accuracy=PERCENTILE_ACCURACY, engine="reference", **ext.sections(chunk_envelopes, bucket),
+        coverage={"journals": len(nodes), "nodes": len(nodes | named),
+                  "without_journal": sorted(named - nodes)[:SUMMARY_TOP * 2],
+                  "spc_calls_from_callees": len(from_callees)})
     return {"summary": summary, "tables": tables}
 
 

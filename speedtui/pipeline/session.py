@@ -1,4 +1,5 @@
-"""Java checks, the SparkSession the pipeline creates, and progress from Spark's status tracker."""
+"""Java and module checks, the SparkSession the pipeline creates (embedded, or a Spark Connect
+client), and progress from Spark's status tracker or the Connect server's progress reports."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,29 @@ from .common import JavaMissingError, PipelineError
 
 JAVA_MISSING = ("Java was not found (no `java` on PATH and JAVA_HOME unset or invalid): "
                 "install Java 17+, e.g. `apt-get install openjdk-17-jre-headless`.")
+
+
+#: what each way of running needs (the `analytics` extra installs all of it)
+MODULES = ("pyspark", "pyarrow", "datasketches")
+CONNECT_MODULES = ("pandas", "grpc", "grpc_status", "google.protobuf")
+
+
+def require_modules(remote: bool = False) -> None:
+    """PipelineError (one sentence) naming what to install when a module the analysis needs is missing."""
+    import importlib.util
+    for name in MODULES + (CONNECT_MODULES if remote else ()):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise PipelineError(f"the analytics extra is not installed (no Python module {name}): install it with "
+                                f"`pip install 'speedtui[analytics]'`.")
+
+
+def is_connect(spark) -> bool:
+    """Whether spark is a Spark Connect client session (no SparkContext, no JVM here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def find_java() -> str | None:
@@ -100,24 +124,41 @@ def log4j_file() -> str:
     return path
 
 
-def make_spark(master: str | None = None, shuffle_partitions: int | None = None,
-               app_name: str = "speed-trace-analytics", *, loopback: bool | None = None,
-               extra_conf: dict | None = None):
-    """A SparkSession for the pipeline. loopback (default: when the master is local or on
-    127.0.0.1, or SPARK_LOCAL_IP is 127.0.0.1) pins the driver's host and bind address to
-    127.0.0.1, so nothing listens on an external address."""
-    check_java()
-    from pyspark.sql import SparkSession
-    master = master or os.environ.get("SPEED_SPARK_MASTER") or "local[*]"
-    b = SparkSession.builder.appName(app_name).master(master)
+#: session settings the pipeline sets on a Spark Connect session (the rest are the server's)
+CONNECT_CONF = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled", "spark.sql.session.timeZone",
+                "spark.sql.json.enablePartialResults")
+
+
+def cds_option() -> str:
+    """With SPEED_SPARK_CDS=1, the JVM option of application class-data sharing for the driver: the
+    first JVM writes an archive of the classes it loaded when it exits (-XX:ArchiveClassesAtExit),
+    later ones map it instead of loading and verifying those classes (-XX:SharedArchiveFile). The
+    archive is per Java and pyspark version, in the user's cache directory; a JVM that cannot use
+    it says so in its log and starts as without it."""
+    if os.environ.get("SPEED_SPARK_CDS") != "1":
+        return ""
+    import pyspark
+    java = check_java()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(cache, "speedtui", "spark-cds")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    tag = re.sub(r"[^A-Za-z0-9.]+", "_", f"{os.path.realpath(java)}-{java_major(java)}-{pyspark.__version__}")[-120:]
+    archive = os.path.join(d, f"{tag}.jsa")
+    quiet = "-Xlog:cds*=off"            # its notes on classes it cannot archive are not the user's concern
+    if os.path.exists(archive):
+        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {quiet}"
+    return f"-XX:ArchiveClassesAtExit={archive} {quiet}"
+
+
+def pipeline_conf(shuffle_partitions: int | None = None) -> dict:
+    """The pipeline's Spark settings (an embedded session's; a Connect server started by
+    `speedtui analytics-server` gets the same)."""
     parts = shuffle_partitions or int(os.environ.get("SPEED_SHUFFLE_PARTITIONS", "0") or 0)
     if not parts:
         # the shuffles are of small roll-ups: a few partitions per core is plenty
         parts = max(4, 2 * (os.cpu_count() or 2))
-    if loopback is None:
-        loopback = (master.startswith("local") or "127.0.0.1" in master
-                    or os.environ.get("SPARK_LOCAL_IP") == "127.0.0.1")
     log_opt = f"-Dlog4j2.configurationFile=file:{log4j_file()}"
+    cds = cds_option()
     conf = {"spark.sql.shuffle.partitions": str(parts),
             "spark.ui.showConsoleProgress": "false",
             "spark.sql.adaptive.enabled": "true",
@@ -127,11 +168,31 @@ def make_spark(master: str | None = None, shuffle_partitions: int | None = None,
             "spark.sql.codegen.cache.maxEntries": "1000",
             # the throughput collector: a whole `speedtui analyze` process took 36 s instead of 41 s
             # with the default G1 at 5M records on 2 cores (medians of 3+, alternated), warm runs the same
-            "spark.driver.extraJavaOptions": f"{log_opt} -XX:+UseParallelGC",
+            "spark.driver.extraJavaOptions": f"{log_opt} -XX:+UseParallelGC {cds}".strip(),
             "spark.executor.extraJavaOptions": log_opt,
             "spark.driver.memory": os.environ.get("SPEED_SPARK_DRIVER_MEMORY") or default_driver_memory()}
     if not os.environ.get("SPARK_UI"):
         conf["spark.ui.enabled"] = "false"
+    return conf
+
+
+def make_spark(master: str | None = None, shuffle_partitions: int | None = None,
+               app_name: str = "speed-trace-analytics", *, loopback: bool | None = None,
+               extra_conf: dict | None = None, remote: str | None = None):
+    """A SparkSession for the pipeline: embedded (a JVM in this process's care), or with remote
+    (sc://HOST:PORT) a client of that Spark Connect server. loopback (default: when the master is
+    local or on 127.0.0.1, or SPARK_LOCAL_IP is 127.0.0.1) pins the driver's host and bind address to
+    127.0.0.1, so nothing listens on an external address."""
+    if remote:
+        return connect_session(remote, shuffle_partitions)
+    check_java()
+    from pyspark.sql import SparkSession
+    master = master or os.environ.get("SPEED_SPARK_MASTER") or "local[*]"
+    b = SparkSession.builder.appName(app_name).master(master)
+    if loopback is None:
+        loopback = (master.startswith("local") or "127.0.0.1" in master
+                    or os.environ.get("SPARK_LOCAL_IP") == "127.0.0.1")
+    conf = pipeline_conf(shuffle_partitions)
     if loopback:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
@@ -143,6 +204,35 @@ def make_spark(master: str | None = None, shuffle_partitions: int | None = None,
     except Exception as exc:  # the JVM failed to start
         raise PipelineError(f"Spark could not start: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def connect_session(url: str, shuffle_partitions: int | None = None):
+    """A Spark Connect session to url with the pipeline's session settings; PipelineError (one
+    sentence) if the server does not answer."""
+    import socket
+    from urllib.parse import urlparse
+    parsed = urlparse(url.replace("sc://", "http://", 1)) if url.startswith("sc://") else None
+    if parsed is None or not parsed.hostname:
+        raise PipelineError(f"{url} is not a Spark Connect URL: give sc://HOST:PORT, e.g. sc://127.0.0.1:15002.")
+    try:
+        socket.create_connection((parsed.hostname, parsed.port or 15002), timeout=10).close()
+    except OSError as exc:
+        raise PipelineError(f"no Spark Connect server answers at {url} ({exc.strerror or exc}): start one with "
+                            f"`speedtui analytics-server start` or give the URL of a running one.") from None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)      # pandas version notes of the client
+        try:
+            # the Connect client's own builder: it also works beside an embedded session (the benchmark)
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+            spark = ConnectSession.builder.remote(url).getOrCreate()
+            conf = pipeline_conf(shuffle_partitions)
+            for key in CONNECT_CONF:
+                spark.conf.set(key, conf[key])
+        except Exception as exc:  # noqa: BLE001 - gRPC and server errors: one sentence
+            raise PipelineError(f"the Spark Connect server at {url} failed: "
+                                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
     return spark
 
 
@@ -166,7 +256,9 @@ class Progress:
         self.thread: threading.Thread | None = None
 
     def __enter__(self):
-        if self.cb is not None:
+        if self.cb is not None and is_connect(self.spark):
+            self.spark.registerProgressHandler(self._connect_progress)   # the server reports its stages
+        elif self.cb is not None:
             self.thread = threading.Thread(target=self._run, name="speed-pipeline-progress", daemon=True)
             self.thread.start()
         return self
@@ -175,6 +267,16 @@ class Progress:
         self.stop_event.set()
         if self.thread is not None:
             self.thread.join(timeout=5)
+        if self.cb is not None and is_connect(self.spark):
+            self.spark.removeProgressHandler(self._connect_progress)
+
+    def _connect_progress(self, stages, inflight_tasks, operation_id=None, done=False) -> None:
+        stages = list(stages or [])
+        total = sum(s.num_tasks for s in stages)
+        if total and not self.stop_event.is_set():
+            finished = sum(s.num_completed_tasks for s in stages)
+            self._emit(finished / total * 0.95, f"{self.names[self.index]}: {len(stages)} stage(s), "
+                                                f"{finished}/{total} tasks done")
 
     def step(self, name: str) -> None:
         with self.lock:

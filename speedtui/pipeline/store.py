@@ -7,9 +7,11 @@ roll-ups of every batch so far.
     STORE/lock            one ingest at a time (flock)
 
 Commit order, so that a crash loses nothing and counts nothing twice: the new bytes are copied
-to staging, rolled up into ``batches/bN.tmp``, renamed to ``bN``, and only then state.json (new
-offsets + bN) is replaced; a batch directory state.json does not list is left over from a crash
-and removed, its bytes are read again. After MAX_BATCHES batches the roll-ups are merged into one.
+to staging (through the descriptor each journal was checked with, journals.py), rolled up by one
+Spark job, saved in ``batches/bN.tmp``, renamed to ``bN``, and only then state.json (new offsets
++ bN) is replaced; a batch directory state.json does not list is left over from a crash and
+removed, its bytes are read again. The report is made on the driver from the batches' roll-ups
+(report.py). After MAX_BATCHES batches the roll-ups are merged into one.
 """
 from __future__ import annotations
 
@@ -20,18 +22,19 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from .batches import compact, report, write_batch
+from .batches import compact, ingest, load, save
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, PipelineError
-from .journals import copy_range, scan
+from .journals import scan
+from .report import build_report, write_tables
 
-#: /3: roll-ups partitioned by kind and UTC day; /2 by kind only; /1 counted the extension kinds'
-#: records as malformed. An older store is refused with what it lacks.
-STATE_SCHEMA = "speed-analytics-store/3"
+#: /4: the callees' side of SPC calls kept (for callers without a journal); /3: roll-ups partitioned
+#: by kind and UTC day; /2 by kind only; /1 counted the extension kinds' records as malformed. An
+#: older store is refused with what it lacks.
+STATE_SCHEMA = "speed-analytics-store/4"
 OLD_SCHEMAS = {"speed-analytics-store/1": "counted extension records as malformed",
-               "speed-analytics-store/2": "did not partition its roll-ups by day"}
+               "speed-analytics-store/2": "did not partition its roll-ups by day",
+               "speed-analytics-store/3": "did not keep the callees' side of SPC calls"}
 MAX_BATCHES = 8
-#: a staged chunk is cut at about this size, so Spark reads chunks in parallel
-CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class Store:
@@ -106,71 +109,54 @@ class Store:
                 if name not in listed:
                     shutil.rmtree(os.path.join(self.batches_dir, name), ignore_errors=True)
 
-    # ------------------------------------------------------------------ staging
-    def stage(self, plan, batch: int) -> list[str]:
-        """Copy the plan's new bytes into staging chunk files; their paths."""
-        out_dir = os.path.join(self.staging, f"b{batch:06d}")
-        os.makedirs(out_dir, mode=0o700, exist_ok=True)
-        paths: list[str] = []
-        fd, size = -1, 0
-        try:
-            for r in plan.ranges:
-                if fd < 0 or size >= CHUNK_BYTES:
-                    if fd >= 0:
-                        os.close(fd)
-                    paths.append(os.path.join(out_dir, f"chunk-{len(paths):05d}.jsonl"))
-                    fd, size = os.open(paths[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), 0
-                size += copy_range(r, fd)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        return paths
-
 
 def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuild: bool = False,
               burst_threshold: int = BURST_THRESHOLD, accuracy: int = PERCENTILE_ACCURACY,
               step=None, on_plan=None) -> tuple[dict, dict]:
-    """Ingest what is new in the journal directories `inputs` into the store, then write the
-    report's tables in out_uri from every batch. Returns (report parts for build_summary, ingest
-    facts). on_plan(plan, state) is called once the new bytes are known (for an estimate)."""
+    """Ingest what is new in the journal directories `inputs` into the store (one Spark job), then
+    write the report's tables in out_uri from every batch (on the driver). Returns (report parts for
+    build_summary, ingest facts). on_plan(plan, state) is called once the new bytes are known (for
+    an estimate)."""
     store = Store(store_path)
     with store.locked():
         if rebuild:
             store.clear()
         state = store.load()
         store.tidy(state)
-        plan = scan(inputs, state["files"])
+        batches = [load(store.batch_dir(b)) for b in state["batches"]]
+        plan = scan(inputs, state["files"], store.staging)
         if on_plan:
             on_plan(plan, state)
         timings: dict = {}
         t = time.monotonic()
         if plan.ranges:
-            batch = state["next_batch"]
-            chunks = store.stage(plan, batch)
-            tmp = store.batch_dir(batch) + ".tmp"
-            write_batch(spark, chunks, tmp, batch_id=batch, accuracy=accuracy, step=step)
-            os.replace(tmp, store.batch_dir(batch))
+            batch_id = state["next_batch"]
+            batch = ingest(spark, plan.staged, batch_id=batch_id, accuracy=accuracy, step=step)
+            tmp = store.batch_dir(batch_id) + ".tmp"
+            save(batch, tmp)
+            os.replace(tmp, store.batch_dir(batch_id))
+            batches.append(batch)
             state["files"] = plan.files
-            state["batches"].append(batch)
-            state["next_batch"] = batch + 1
+            state["batches"].append(batch_id)
+            state["next_batch"] = batch_id + 1
             state["ingested_bytes"] += plan.new_bytes
             timings["ingest_seconds"] = round(time.monotonic() - t, 3)
             timings["ingest_bytes"] = plan.new_bytes
             store.save(state)
-            shutil.rmtree(store.staging, ignore_errors=True)
         elif plan.files != state["files"]:
             state["files"] = plan.files            # renamed journals, nothing new in them
             store.save(state)
+        shutil.rmtree(store.staging, ignore_errors=True)
         t = time.monotonic()
-        dirs = [store.batch_dir(b) for b in state["batches"]]
-        parts = report(spark, dirs, out_uri, burst_threshold=burst_threshold, accuracy=accuracy, step=step)
+        parts, tables = build_report(batches, burst_threshold=burst_threshold, accuracy=accuracy, step=step)
+        write_tables(tables, out_uri, spark)
         timings["report_seconds"] = round(time.monotonic() - t, 3)
         if len(state["batches"]) > MAX_BATCHES:
-            batch = state["next_batch"]
-            tmp = store.batch_dir(batch) + ".tmp"
-            compact(spark, dirs, tmp, accuracy)
-            os.replace(tmp, store.batch_dir(batch))
-            state["batches"], state["next_batch"] = [batch], batch + 1
+            batch_id = state["next_batch"]
+            tmp = store.batch_dir(batch_id) + ".tmp"
+            save(compact(batches, accuracy), tmp)
+            os.replace(tmp, store.batch_dir(batch_id))
+            state["batches"], state["next_batch"] = [batch_id], batch_id + 1
             store.save(state)
             store.tidy(state)
         state["timings"] = {**state.get("timings", {}), **timings}

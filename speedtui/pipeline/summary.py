@@ -25,9 +25,10 @@ def _num(v):
 
 def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, bucket,
                   traffic_buckets, rejection_buckets, bursts, by_reason, spc, top, availability,
-                  burst_threshold, accuracy, engine, messages=None, threats=None, durable=None) -> dict:
+                  burst_threshold, accuracy, engine, messages=None, threats=None, durable=None,
+                  coverage=None) -> dict:
     """The summary document. messages, threats and durable are the sections of sections.py
-    (empty ones when not given)."""
+    (empty ones when not given); coverage says which nodes' journals the figures come from."""
     win_start = since if since is not None else first_ts
     win_end = until if until is not None else last_ts
     spc_calls = sum(int(r["calls"]) for r in spc)
@@ -94,6 +95,8 @@ def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, b
         "messages": messages if messages is not None else messages_section([], [], [], 0, bucket),
         "threats": threats if threats is not None else threats_section([], [], [], bucket),
         "durable": durable if durable is not None else durable_section([]),
+        "coverage": coverage if coverage is not None else {"journals": totals["nodes"], "nodes": totals["nodes"],
+                                                            "without_journal": [], "spc_calls_from_callees": 0},
         "burst_threshold": burst_threshold,
         "percentile_accuracy": accuracy,
     }

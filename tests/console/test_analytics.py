@@ -56,7 +56,8 @@ def descendants(pid: int) -> set[int]:
 async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, monkeypatch):
     """The real pipeline runs from the view in the child; its report (in the environment's data
     directory) agrees with the pure-Python reference; the second analysis reuses the child's JVM
-    and reads nothing new; the child exits when idle, taking its JVM with it."""
+    and reads nothing new; while the view is open the child outlives its idle time; once the view
+    is left it exits when idle, taking its JVM with it."""
     monkeypatch.setenv("SPEED_ANALYTICS_IDLE", "6")
     root, _key, paths = fixture_env
     app = fixture_app(steady=True)
@@ -78,6 +79,12 @@ async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, 
         await wait_for(pilot, lambda: view.running, timeout=30, what="the second analysis to start")
         await wait_for(pilot, lambda: not view.running, timeout=300, what="the second analysis")
         assert view.worker.proc.pid == child and view.summary["ingest"]["new_bytes"] == 0
+        # while the view is open the child is kept: well past its idle time it still runs
+        since, pings = time.monotonic(), view.keepalives
+        await wait_for(pilot, lambda: view.keepalives >= pings + 4 and time.monotonic() - since > 9,
+                       timeout=120, what="keep-alives beyond the idle time")
+        assert view.worker.alive and view.worker.proc.pid == child
+        await pilot.press("1")                                  # the view closed: now it may idle out
         await wait_for(pilot, lambda: not view.worker.alive, timeout=120, what="the idle child to exit")
         await wait_for(pilot, lambda: not any(running(p) for p in jvms), timeout=60,
                        what="the JVM to end with the child")
@@ -94,8 +101,32 @@ async def test_analysis_in_child_reused_then_released(fixture_app, fixture_env, 
     assert b"WARNING: Using incubator modules" in log          # the JVM spoke, into the log
 
 
+@pytest.mark.timeout(900)
 @run_async
-async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path):
+async def test_the_child_is_pre_warmed_where_the_environment_was_analysed_before(fixture_app, fixture_env):
+    """A report exists: the console starts the analytics child and its Spark in the background at
+    its start (no key pressed), runs the ingest's query there, and `a` then uses that child."""
+    from speedtui.environments.fixture import sample_summary
+    root, _key, paths = fixture_env
+    report = paths.env_dir(root) / "analytics"
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text(json.dumps(sample_summary()))
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.view_widget("analytics")
+        await wait_for(pilot, lambda: view.warmed is not None, timeout=600, what="the pre-warm to finish")
+        child = view.worker.proc.pid
+        assert descendants(child), "the pre-warmed child runs the JVM"
+        await pilot.press("6")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: view.running, timeout=30, what="the analysis to start")
+        await wait_for(pilot, lambda: not view.running, timeout=300, what="the analysis to finish")
+        assert "written" in str(view.query_one("#an-status").render())
+        assert view.worker.proc.pid == child
+
+
+@run_async
+async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path, monkeypatch):
     """A report of one ROOT is never shown for another (a fresh demo, another directory)."""
     from speedtui.environments.fixture import build, sample_summary
     from speedtui.ui.app import make_app
@@ -106,6 +137,7 @@ async def test_reports_are_per_environment(fixture_app, fixture_env, tmp_path):
     report = paths.env_dir(root) / "analytics"
     report.mkdir(parents=True)
     (report / "summary.json").write_text(json.dumps(sample_summary()))
+    monkeypatch.setenv("SPEED_ANALYTICS_PREWARM", "0")   # the report would pre-warm a Spark child: none needed
     other, _ = build(tmp_path / "other")
     assert paths.env_dir(other) != paths.env_dir(root)
     app = make_app(other, key, clock=FrozenClock(FIXED_NOW), paths=paths, dir_label="/other/speed", steady=True)
@@ -232,3 +264,18 @@ def test_the_report_cuts_no_label_at_80_columns():
         assert f" {header} " in text or f" {header}\n" in text, header
     for label in TOTALS.values():
         assert label.replace(" ", "\u00a0") in text, label
+
+
+def test_the_report_says_what_its_figures_cover():
+    """Issue 28 item 5: "journals from 4 of 6 nodes", who keeps none, and the calls counted from callees."""
+    from speedtui.ui.views.analytics import coverage_line, summary_renderable
+    from speedtui.environments.fixture import sample_summary
+    text = str(coverage_line({"journals": 4, "nodes": 6, "without_journal": ["cli-1", "cli-2"],
+                              "spc_calls_from_callees": 598}))
+    assert text == ("covers  journals from 4 of 6 nodes · no journal: cli-1, cli-2 · 598 SPC calls counted from "
+                    "their callees' records")
+    assert str(coverage_line({"journals": 6, "nodes": 6})) == "covers  journals from all 6 nodes"
+    doc = dict(sample_summary(), coverage={"journals": 2, "nodes": 3, "without_journal": ["x"],
+                                           "spc_calls_from_callees": 0})
+    rendered = summary_renderable(doc).renderables
+    assert any(str(r) == "covers  journals from 2 of 3 nodes · no journal: x" for r in rendered)

@@ -10,6 +10,12 @@ from speedtui.environments.fixture import sample_summary
 SIZES = [(80, 24), (120, 36), (160, 48)]
 
 
+@pytest.fixture(autouse=True)
+def no_prewarm(monkeypatch):
+    """A report exists here, which would pre-warm a Spark child: pictures need none."""
+    monkeypatch.setenv("SPEED_ANALYTICS_PREWARM", "0")
+
+
 def _with_report(fixture_env) -> None:
     root, _, paths = fixture_env
     report = paths.env_dir(root) / "analytics"

@@ -133,7 +133,8 @@ def test_incremental_store_counts_the_extension_records(spark, ext, tmp_path):
 
 
 @pytest.mark.parametrize("schema, lacks", [("speed-analytics-store/1", "counted extension records as malformed"),
-                                           ("speed-analytics-store/2", "did not partition its roll-ups by day")])
+                                           ("speed-analytics-store/2", "did not partition its roll-ups by day"),
+                                           ("speed-analytics-store/3", "did not keep the callees' side of SPC calls")])
 def test_a_store_of_an_older_schema_asks_for_a_rebuild(spark, ext, tmp_path, schema, lacks):
     from speedtui.pipeline import PipelineError
     root, _, s, _ = ext

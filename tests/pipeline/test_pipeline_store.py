@@ -218,10 +218,9 @@ def _session_state(spark) -> tuple:
     return (spark.conf.get("spark.sql.adaptive.enabled"), spark.conf.get("spark.sql.shuffle.partitions"), cached)
 
 
-def test_report_leaves_the_session_as_it_found_it_also_when_a_write_fails(spark, tmp_path, source, monkeypatch):
-    """The report runs with its own settings and keeps the merged roll-ups in memory while it
-    runs (batches.rollup_queries): a reused session (the console's) gets its settings back and
-    holds no cached data afterwards, also when one of the concurrent table writes fails."""
+def test_a_run_leaves_the_session_as_it_found_it_also_when_its_job_fails(spark, tmp_path, source, monkeypatch):
+    """A run is one Spark job and driver-side work: a reused session (the console's) keeps its
+    settings and holds no cached data afterwards, also when the job fails; the store is unharmed."""
     import speedtui.pipeline.batches as batches
     from speedtui.pipeline import PipelineError
     j = Journals(tmp_path, source)
@@ -231,8 +230,12 @@ def test_report_leaves_the_session_as_it_found_it_also_when_a_write_fails(spark,
     assert before[2], "the session held cached data before the test"
     analyse(spark, j, tmp_path / "store", tmp_path / "report")
     assert _session_state(spark) == before
-    # a table whose query fails while it is written, beside the other writes
-    monkeypatch.setattr(batches, "threats_sql", lambda rows: f"SELECT raise_error('injected failure') AS x FROM {rows}")
+    # the ingest's query fails
+    for name in source:
+        j.append(name, 100)
+    monkeypatch.setattr(batches, "ingest_sql", lambda *a, **k: "SELECT raise_error('injected failure') AS x")
     with pytest.raises(PipelineError, match="injected failure"):
         analyse(spark, j, tmp_path / "store", tmp_path / "report")
     assert _session_state(spark) == before
+    monkeypatch.undo()
+    agree(analyse(spark, j, tmp_path / "store", tmp_path / "report"), j.expected())

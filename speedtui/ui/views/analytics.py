@@ -1,11 +1,13 @@
 """Analytics view: runs the trace pipeline of this environment (ROOT) in the analytics child
-process (speedtui/pipeline/worker.py: one JVM, reused, freed when idle, its output in a log file),
-with progress, elapsed time and an estimate, and shows the environment's summary.json."""
+process (speedtui/pipeline/worker.py: a client of a configured or running Spark Connect server, else
+one embedded JVM, reused, kept warm while the view is open, freed when idle, its output in a log
+file), with progress, elapsed time and an estimate, and shows the environment's summary.json."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,9 @@ def summary_renderable(s: dict) -> Group:
         line.append(("  ·  " if i else "") + f"{label} ")
         line.append(value, style="bold")
     parts.append(line)
+    cov = s.get("coverage")
+    if cov:
+        parts.append(coverage_line(cov))
     if s.get("spc"):
         t = _table("SPC by target and service (latency in ms)")
         for c in ("target", "service", "calls", "ok", "err", "none", "succ", "p50", "p95", "p99", "codes"):
@@ -117,6 +122,22 @@ def summary_renderable(s: dict) -> Group:
         parts.append(t)
     parts += extension_tables(s)
     return Group(*parts)
+
+
+def coverage_line(cov: dict) -> Text:
+    """What the figures cover: "journals from 4 of 6 nodes", who keeps none, and the SPC calls
+    counted from callees' records because their callers keep no journal."""
+    journals, nodes = cov.get("journals", 0), cov.get("nodes", 0)
+    line = Text()
+    line.append("covers  ", style="bold")
+    line.append(f"journals from {journals} of {nodes} nodes" if journals < nodes else f"journals from all {nodes} nodes")
+    missing = cov.get("without_journal") or []
+    if missing:
+        more = nodes - journals - len(missing)
+        line.append(" · no journal: " + ", ".join(missing) + (f" and {more} more" if more > 0 else ""), style="dim")
+    if cov.get("spc_calls_from_callees"):
+        line.append(f" · {cov['spc_calls_from_callees']:,} SPC calls counted from their callees' records")
+    return line
 
 
 def _data_table(title: str, columns: tuple[str, ...], rows: list[tuple], left: int = 2) -> Table:
@@ -194,6 +215,9 @@ class AnalyticsView(Vertical):
     def on_mount(self) -> None:
         self.running = False
         self.worker = None
+        self.keepalives = 0
+        self.warmed: float | None = None        # seconds the pre-warm took, once it is done
+        self._worker_lock = threading.Lock()
         self.started = 0.0
         self.estimate: float | None = None
         self.fraction, self.step_text = 0.0, ""
@@ -201,6 +225,53 @@ class AnalyticsView(Vertical):
         self.query_one("#an-progress", ProgressBar).display = False
         self.query_one("#an-chart", TimeChart).display = False
         self.load_last()
+        if self._prewarm_wanted():
+            self.run_worker(self._prewarm, thread=True, group="analytics-warm", name="analytics-warm")
+        self.set_interval(max(1.0, self._idle_seconds() / 3), self._keep_warm)
+
+    # ------------------------------------------------------------------ a warm Spark
+    def _idle_seconds(self) -> float:
+        return float(os.environ.get("SPEED_ANALYTICS_IDLE") or self.IDLE_SECONDS)
+
+    def _prewarm_wanted(self) -> bool:
+        """Start Spark at the console's start when this environment was analysed before (a report
+        exists), or SPEED_ANALYTICS_PREWARM=1; never with SPEED_ANALYTICS_PREWARM=0."""
+        wanted = os.environ.get("SPEED_ANALYTICS_PREWARM")
+        return wanted == "1" or (wanted != "0" and self.summary_path().exists())
+
+    def _ensure_worker(self):
+        from ...pipeline.commands import choose_remote
+        from ...pipeline.worker import AnalyticsWorker
+        with self._worker_lock:             # the pre-warm and `a` run in threads
+            if self.worker is None:
+                self.worker = AnalyticsWorker(str(self.log_path), idle_seconds=self._idle_seconds(),
+                                              remote=choose_remote(None))
+            return self.worker
+
+    def _prewarm(self) -> None:
+        """Thread worker: the child, its Spark and the ingest's compiled query, ready before `a`."""
+        from ...pipeline.common import PipelineError
+        try:
+            self.warmed = self._ensure_worker().warm()
+        except (PipelineError, OSError):
+            pass                        # `a` reports what is wrong
+
+    def _shown(self) -> bool:
+        node = self
+        while node is not None and node is not self.screen:
+            if not node.display:
+                return False
+            node = node.parent
+        return True
+
+    def _keep_warm(self) -> None:
+        """While the view is open, the child is not released for idleness."""
+        if self.worker is not None and not self.running and self._shown():
+            self.run_worker(self._ping, thread=True, group="analytics-warm", name="analytics-ping")
+
+    def _ping(self) -> None:
+        if self.worker is not None and self.worker.ping():
+            self.keepalives += 1
 
     def on_resize(self) -> None:
         # a third of the view, 6 to 14 rows: 80x24 keeps room for the tables below
@@ -272,10 +343,7 @@ class AnalyticsView(Vertical):
         """Thread worker: one analysis in the child; progress and the outcome go out as messages
         (they reach the app, which routes them back here and audits the run)."""
         from ...pipeline.common import PipelineError
-        from ...pipeline.worker import AnalyticsWorker
-        if self.worker is None:
-            idle = float(os.environ.get("SPEED_ANALYTICS_IDLE") or self.IDLE_SECONDS)
-            self.worker = AnalyticsWorker(str(self.log_path), idle_seconds=idle)
+        worker = self._ensure_worker()
         env = self.env_dir
         request = {"traces": [str(self.app.root / "speed_traces")], "store": str(env / "analytics-store"),
                    "out": str(env / "analytics")}
@@ -287,7 +355,7 @@ class AnalyticsView(Vertical):
                 self.post_message(PipelineProgress(float(event["fraction"]), str(event["text"])))
 
         try:
-            summary = self.worker.analyse(request, on_event)
+            summary = worker.analyse(request, on_event)
         except PipelineError as exc:
             self.post_message(PipelineFinished(False, None, str(exc)))
             return
