@@ -46,8 +46,11 @@ def test_a_replaced_inbox_is_adopted_and_nothing_sent_around_it_is_lost(procs, r
         for n in range(50):
             s.send("r", {"n": n})
         got = [json.loads(receiver.read_line(30))["data"]["n"] for _ in range(50)]
+        # `mv inbox inbox.old; mkdir inbox`, with the new one made first: the node may recreate its
+        # inbox the moment the old one moved, and a rename replaces that (still empty) directory
+        os.mkdir(inbox + ".new", 0o700)
         os.rename(inbox, inbox + ".old")
-        os.mkdir(inbox, 0o700)
+        os.rename(inbox + ".new", inbox)
         for n in range(50, 100):  # the sender's cached descriptors still name the old directory
             s.send("r", {"n": n})
         os.rename(inbox + ".old", os.path.join(root, "r", "elsewhere"))  # and it may even move on

@@ -216,6 +216,7 @@ class AnalyticsView(Vertical):
         self.running = False
         self.worker = None
         self.keepalives = 0
+        self.runs = 0                           # analyses finished (well or not) in this view
         self.warmed: float | None = None        # seconds the pre-warm took, once it is done
         self._worker_lock = threading.Lock()
         self.started = 0.0
@@ -389,6 +390,7 @@ class AnalyticsView(Vertical):
 
     def finished(self, ok: bool, summary: Any, error: str) -> None:
         self.running = False
+        self.runs += 1
         ticker = getattr(self, "_ticker", None)
         if ticker is not None:
             ticker.stop()
