@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from .services import runtime as rt
-    from .paths import Paths, default_key, default_root
+    from .paths import Paths, default_key
 
     paths = Paths.default()
     if args.command == "keygen":
@@ -88,45 +88,108 @@ def main(argv: list[str] | None = None) -> int:
         rc = func(args)
         return int(rc or 0)
 
-    demo = None
-    if args.demo:
-        from .environments.demo import DemoEnvironment
-
-        demo = DemoEnvironment()
+    with EndOnSignals() as ending:
         try:
-            print("speedtui: starting the demo environment…", file=sys.stderr)
-            demo.start()
-        except Exception as exc:  # noqa: BLE001
-            demo.stop()
-            return _fail(f"the demo could not start: {str(exc).splitlines()[0] if str(exc) else exc!r}")
-        root, key_path = demo.root, demo.key_path
-    else:
-        root = args.dir or default_root()
-        key_path = args.key or default_key(paths)
-        problem = check_root(root)
-        if problem:
-            return _fail(problem)
-    try:
-        key = rt.load_key(key_path)
-    except rt.KeyProblem as exc:
-        if demo:
-            demo.stop()
-        return _fail(str(exc))
-    from .ui.app import make_app
+            return _console(args, paths, rt, ending)
+        except SignalEnded as ended:
+            return 128 + ended.signum
 
-    from .services.config import Config
-    from .services.operator import resolve_operator_key
 
-    config = Config.load(paths.config_file)
-    operator = resolve_operator_key(args.operator_key, config.operator_key)
-    app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo, config=config,
-                   operator=operator)
+class SignalEnded(BaseException):
+    """A signal arrived before the app ran (or after it ended): unwind, cleaning up as we go."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class EndOnSignals:
+    """SIGHUP (the terminal went away: `tmux kill-session`), SIGTERM and SIGINT end the console as
+    `q` does: the app exits through its loop, so Textual restores the terminal, and the caller's
+    cleanup stops the console's own nodes and removes the demo. Without this the default actions
+    killed the process on the spot and left both behind. A second signal while ending stops waiting
+    for the app (the cleanup still runs)."""
+
+    SIGNALS = ("SIGHUP", "SIGTERM", "SIGINT")
+
+    def __init__(self) -> None:
+        self.app = None
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "EndOnSignals":
+        import signal
+
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self._previous[sig] = signal.signal(sig, self._arrived)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _arrived(self, signum: int, _frame: object) -> None:
+        import asyncio
+
+        first, self.signum = self.signum is None, signum if self.signum is None else self.signum
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if first and self.app is not None and loop is not None:
+            # the handler runs between two bytecodes of the loop's own thread: ask the loop, which
+            # wakes through its self-pipe, rather than touching the app here
+            loop.call_soon_threadsafe(self.app.exit, None, 128 + signum)
+            return
+        raise SignalEnded(signum)
+
+
+def _console(args: argparse.Namespace, paths, rt, ending: EndOnSignals) -> int:
+    demo = app = None
     try:
+        if args.demo:
+            from .environments.demo import DemoEnvironment
+
+            demo = DemoEnvironment()
+            try:
+                print("speedtui: starting the demo environment…", file=sys.stderr)
+                demo.start()
+            except Exception as exc:  # noqa: BLE001
+                return _fail(f"the demo could not start: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+            root, key_path = demo.root, demo.key_path
+        else:
+            from .paths import default_key, default_root
+
+            root = args.dir or default_root()
+            key_path = args.key or default_key(paths)
+            problem = check_root(root)
+            if problem:
+                return _fail(problem)
+        try:
+            key = rt.load_key(key_path)
+        except rt.KeyProblem as exc:
+            return _fail(str(exc))
+        from .ui.app import make_app
+
+        from .services.config import Config
+        from .services.operator import resolve_operator_key
+
+        config = Config.load(paths.config_file)
+        operator = resolve_operator_key(args.operator_key, config.operator_key)
+        app = make_app(root, key, readonly=args.readonly, theme=args.theme, paths=paths, demo=demo,
+                       config=config, operator=operator)
+        ending.app = app
         app.run()
+        # an exception that ended the app was shown by Textual as it closed; scripts see a failure
+        return app.return_code or 0
     finally:
-        app.shutdown()
-    # an exception that ended the app was shown by Textual as it closed; scripts see a failure
-    return app.return_code or 0
+        if app is not None:
+            app.shutdown()          # stops the demo too
+        elif demo is not None:
+            demo.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover
