@@ -15,6 +15,8 @@ from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, DurableTrace, Enve
 from speed_runtime.core.records import parse_record as parse_event
 from speed_runtime.core.visible import visible
 
+from .lease_history import LeaseHistory
+
 _ids = itertools.count(1)
 
 
@@ -241,6 +243,8 @@ class TraceStore:
         self.filter = TraceFilter()
         self.view: deque[TraceRecord] = deque()
         self.leases: deque[TraceRecord] = deque(maxlen=lease_capacity)  # lease and health records
+        self.lease_log = LeaseHistory()  # the same, per node: other nodes' churn cannot evict it
+        self.lease_version = 0  # bumped with every lease or health record (a full ring's length is not)
         self.problems: dict[str, TraceRecord] = {}  # node → its latest health problem not yet resolved
         self.health_version = 0  # bumped when ``problems`` changes (rows show it)
         self.total = 0
@@ -307,6 +311,8 @@ class TraceStore:
                 continue
             if kind != "envelope" and kind != "message":
                 self.leases.append(r)
+                self.lease_log.add(r)
+                self.lease_version += 1
                 self._note_health(r)
                 continue
             n += 1
@@ -388,16 +394,18 @@ class TraceStore:
         return [float(self.buckets.get(s, 0)) for s in range(end - seconds + 1, end + 1)]
 
     def lease_history(self, subject: str, limit: int = 100) -> list[TraceRecord]:
-        out = [r for r in self.leases if r.subject == subject]
-        return out[-limit:]
+        """The newest ``limit`` lease and health records about ``subject``, oldest first: those the
+        shared ring still holds and those kept for the node alone."""
+        own, seen = self.lease_log.of(subject)
+        found = {id(r): r for r in self.leases if r.subject == subject}
+        found.update((id(r), r) for r in own + seen)
+        return sorted(found.values(), key=lambda r: r.ts)[-limit:]
 
     def lease_history_split(self, subject: str, limit: int = 12) -> tuple[list[TraceRecord], list[TraceRecord]]:
         """The node's own lease events (registered, renewed late, lost, deregistered…) and health
         reports, and what its peers observed of it (join, expiry, leave), each the newest
-        ``limit``, oldest first."""
-        hist = self.lease_history(subject, limit=10 * limit)
-        own = [r for r in hist if r.node == subject]
-        seen = [r for r in hist if r.node != subject]
+        ``limit``, oldest first. Kept per node: a busy environment's churn does not evict them."""
+        own, seen = self.lease_log.of(subject)
         return own[-limit:], seen[-limit:]
 
     def call_link(self, rec: TraceRecord) -> CallLink | None:

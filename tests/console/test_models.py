@@ -151,6 +151,51 @@ def test_lease_history_and_replay_state_and_rate():
     assert len(series) == 60 and sum(series) == len([r for r in s.ring if r.kind == "envelope"])  # the rate counts envelopes
 
 
+def _lease(ts, node, subject, event):
+    return parse_record({"kind": "lease", "ts": ts, "node": node, "subject": subject, "event": event})
+
+
+def test_a_nodes_lease_history_survives_other_nodes_churn():
+    """Issue 28: on a busy environment the shared lease ring was filled by short-lived CLI nodes'
+    joins and leaves, and a traced node's detail said "none journaled"."""
+    s = TraceStore()
+    s.add([_lease(1.0, "billing", "billing", "registered"), _lease(2.0, "gateway", "billing", "observed_join")])
+    for i in range(10_000):      # 20,000 records about 10,000 one-shot nodes, seen by gateway
+        s.add([_lease(10.0 + i, "gateway", f"cli-{i}", "observed_join"),
+               _lease(10.5 + i, "gateway", f"cli-{i}", "observed_leave")])
+    own, seen = s.lease_history_split("billing")
+    assert [r.event for r in own] == ["registered"]
+    assert [(r.node, r.event) for r in seen] == [("gateway", "observed_join")]
+
+
+def test_what_peers_observed_is_in_time_order_however_the_journals_are_read():
+    s = TraceStore()
+    s.add([_lease(30.0, "ledger", "billing", "observed_expiry"), _lease(50.0, "ledger", "billing", "observed_join")])
+    s.add([_lease(10.0, "gateway", "billing", "observed_join"), _lease(40.0, "gateway", "billing", "observed_expiry")])
+    _own, seen = s.lease_history_split("billing")
+    assert [r.ts for r in seen] == [10.0, 30.0, 40.0, 50.0]
+    assert [r.ts for r in s.lease_history("billing")] == [10.0, 30.0, 40.0, 50.0]
+
+
+def test_the_lease_history_forgets_departed_nodes_first_and_is_bounded():
+    from speedtui.models.lease_history import LeaseHistory
+
+    log = LeaseHistory(per_node=4, max_nodes=3)
+    log.add(_lease(1.0, "quiet", "quiet", "registered"))          # present, quiet the longest
+    log.add(_lease(2.0, "a", "a", "registered"))
+    log.add(_lease(3.0, "a", "a", "deregistered"))                  # gone
+    log.add(_lease(4.0, "b", "b", "registered"))
+    log.add(_lease(5.0, "c", "c", "registered"))                    # a fourth node: `a` goes, not `quiet`
+    assert len(log) == 3 and log.of("a") == ([], []) and log.of("quiet")[0]
+    log.add(_lease(6.0, "d", "d", "registered"))                    # nobody departed: the quietest goes
+    assert log.of("quiet") == ([], []) and log.of("b")[0]
+    for t in range(10):                                             # per node: the newest per_node
+        log.add(_lease(10.0 + t, "d", "d", "renewed_late"))
+    assert [r.ts for r in log.of("d")[0]] == [16.0, 17.0, 18.0, 19.0]
+    log.add(_lease(0.5, "d", "d", "registered"))                   # older than all it keeps: not kept
+    assert [r.ts for r in log.of("d")[0]] == [16.0, 17.0, 18.0, 19.0]
+
+
 def _graph():
     rows = [build_row(e, 2000.0) for e in [
         entry("gw", allow=["bill"], services=["echo"], groups=["edge"]),

@@ -166,7 +166,7 @@ class LeasesView(Vertical):
         # the entry and its history repaint only when they change, not with every countdown
         # tick: highlighting and laying out the JSON was the costliest paint in this view
         sig = (name, None if row is None else (row.raw, row.error, row.reason, row.health),
-               len(self.state.traces.leases))
+               self.state.traces.lease_version)
         if sig == self._detail_sig:
             return
         moved = self._detail_sig is None or sig[0] != self._detail_sig[0]
