@@ -39,6 +39,35 @@ class VerdictNote:
     alarming: bool  # a receiver that accepted a replay
 
 
+#: the receiver's checks that are replay protection, and what each one found
+REPLAY_CHECKS = {
+    "replayed_nonce": "its nonce was seen within the replay window",
+    "replayed_sequence": "its sequence number is not after the last one accepted",
+    "stale_timestamp": "its timestamp is outside the replay window",
+    "durable_duplicate": "its durable id was handled already",
+}
+#: checks that come before replay protection, and why they fire for a replay
+EARLIER_CHECKS = {
+    "unknown_sender": "the sender is not in the registry (it has left since)",
+    "unauthorized": "the receiver does not allow the sender (any more)",
+    "wrong_target": "the envelope names another receiver",
+}
+
+
+def replay_verdict(reason: str) -> tuple[str, bool]:
+    """What a rejected replay proves: the check that fired, and whether it was replay protection
+    (a replay from a sender that has left is refused as unknown_sender: no nonce or sequence
+    check was involved, so it proves nothing about them). ``reason`` may name several reasons
+    ("a/b", from published counters), followed by a note in parentheses."""
+    names = reason.split(" ", 1)[0].split("/")
+    fired = [REPLAY_CHECKS[n] for n in names if n in REPLAY_CHECKS]
+    if fired:
+        return f"rejected ({reason}): {'; '.join(fired)} ✓ replay protection works", True
+    why = "; ".join(EARLIER_CHECKS[n] for n in names if n in EARLIER_CHECKS)
+    return (f"rejected ({reason}) before any replay check" + (f": {why}" if why else "")
+            + " — replay protection was not exercised"), False
+
+
 def published_rejections(row: NodeRow | None) -> dict | None:
     counts = row.counters.get("rejected") if row is not None and isinstance(row.counters, dict) else None
     return dict(counts) if isinstance(counts, dict) else None

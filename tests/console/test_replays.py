@@ -54,3 +54,17 @@ def test_no_verdict_after_the_window():
     p = started(t)
     t.expire(111.0)
     assert p.outcome == "no verdict"
+
+
+def test_the_verdict_names_the_check_that_fired():
+    """A replay from a sender that has left is refused as unknown_sender: no nonce or sequence
+    check ran, so the view must not say that replay protection works (it did, before)."""
+    from speedtui.models.replays import replay_verdict
+
+    text, proved = replay_verdict("replayed_nonce")
+    assert proved and "nonce was seen" in text and "✓ replay protection works" in text
+    assert replay_verdict("replayed_sequence/stale_timestamp (from its published counters: it keeps no journal)")[1]
+    text, proved = replay_verdict("unknown_sender")
+    assert not proved and "replay protection works" not in text
+    assert "before any replay check" in text and "has left" in text
+    assert not replay_verdict("bad_tag")[1]

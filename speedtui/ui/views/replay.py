@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Static
 
+from ...models.replays import replay_verdict
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
@@ -92,7 +93,8 @@ class ReplayView(Vertical):
             if rp.outcome == "pending":
                 t.append("waiting for the receiver…\n", style="yellow")
             elif rp.outcome == "rejected":
-                t.append(f"rejected ({rp.reason}) ✓ replay protection works\n", style="green")
+                text, proved = replay_verdict(rp.reason)
+                t.append(text + "\n", style="green" if proved else "yellow")
             elif rp.outcome == "accepted":
                 t.append("ACCEPTED: the receiver took a replayed envelope!\n", style="bold red")
             else:
