@@ -22,8 +22,8 @@ def _fail(msg: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="speedtui", description="SPEED operations console")
     p.add_argument("--version", action=ShowVersion)
-    p.add_argument("--dir", type=Path, help="communication directory ROOT (default: /dev/shm/speed, "
-                                            "else the user runtime directory)")
+    p.add_argument("--dir", type=Path, help="communication directory ROOT (default: $SPEED_DIR, else "
+                                            "/dev/shm/speed, else the user runtime directory)")
     p.add_argument("--key", type=Path, help="key file (default: $SPEED_KEY, else speed.key in the config directory)")
     p.add_argument("--operator-key", type=Path, metavar="PATH",
                    help="operator key file for nodes started with `speed node --operator` (default: "

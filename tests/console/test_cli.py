@@ -171,3 +171,17 @@ def test_a_crash_ends_speedtui_with_a_failure_status(tmp_path):
     status, out, _ = in_terminal([sys.executable, "-c", CRASH_AT_START, "--dir", str(root), "--key", str(key)],
                                  tmp_path, until=b"a crash at start")
     assert status == 1 and b"a crash at start" in out
+
+
+def test_the_help_names_every_environment_variable_the_defaults_read():
+    """`speedtui --help` did not mention $SPEED_DIR, which chooses ROOT as it does for `speed`."""
+    import inspect
+    import re
+
+    from speedtui import paths
+    from speedtui.__main__ import build_parser
+
+    read = set(re.findall(r'"(SPEED_[A-Z_]+)"', inspect.getsource(paths)))
+    assert {"SPEED_DIR", "SPEED_KEY"} <= read
+    text = " ".join(build_parser().format_help().split())
+    assert not [v for v in read if f"${v}" not in text]
