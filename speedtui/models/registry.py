@@ -227,6 +227,17 @@ class RegistryModel:
         rows.sort(key=sort_key(self.sort_column), reverse=self.sort_reverse)
         return rows
 
+    def empty_text(self) -> str:
+        """What an empty Leases table says: an empty registry, or how many entries the filter and
+        the fabric leave out (Traces says "0 of N" likewise)."""
+        if not self.rows:
+            return "no registry entries"
+        why = [f"the filter \"{visible(self.filter_text)}\""] if self.filter_text else []
+        if self.fabric is not None:
+            why.append(f"fabric {visible(self.fabric)}" if self.fabric else "the ungrouped nodes")
+        return (f"none of {len(self.rows):,} registry entries matches {' and '.join(why) or 'the view'}"
+                + (": Esc clears the filter" if self.filter_text else ""))
+
     def set_sort(self, column: str) -> None:
         if self.sort_column == column:
             self.sort_reverse = not self.sort_reverse

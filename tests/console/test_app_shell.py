@@ -72,6 +72,23 @@ async def test_sort_by_header_click_and_filter_typing(fixture_app):
 
 
 @run_async
+async def test_a_filter_that_matches_nothing_says_so(fixture_app):
+    """It said "no registry entries" while the registry held six (Traces says "0 of N")."""
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.view_widget("leases").query_one("#leases-table")
+        await wait_for(pilot, lambda: len(table.rows) > 0, what="the entries")
+        entries = len(table.rows)
+        await pilot.press("slash", "z", "q", "x")
+
+        def drawn() -> str:
+            return " | ".join("".join(seg.text for seg in table.render_line(y)) for y in range(3))
+
+        await wait_for(pilot, lambda: not table.rows and "matches" in drawn(), what="the empty text")
+        assert f'none of {entries} registry entries matches the filter "zqx": Esc clears the filter' in drawn()
+
+
+@run_async
 async def test_action_bar_buttons_open_dialogs(fixture_app):
     from speedtui.ui.screens.forms import LaunchScreen
 

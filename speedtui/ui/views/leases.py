@@ -127,7 +127,6 @@ class LeasesView(Vertical):
 
     def on_mount(self) -> None:
         t = self.query_one(FastTable)
-        t.empty_text = "no registry entries"
         t.sort_column = self.state.registry.sort_column
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -148,6 +147,10 @@ class LeasesView(Vertical):
         table.sort_column = "remaining" if model.sort_column == EXPIRING else model.sort_column
         table.sort_reverse = model.sort_reverse
         visible = model.visible()
+        empty = model.empty_text()
+        if table.empty_text != empty:
+            table.empty_text = empty
+            table.refresh()
         old = table.rows.nodes if isinstance(table.rows, LeaseRows) else None
         if old != visible:
             table.set_rows(LeaseRows(visible))
