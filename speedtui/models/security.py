@@ -6,7 +6,7 @@ records (the sparkline of rejections over time, also for receivers that keep no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from .registry import NodeRow
@@ -68,6 +68,10 @@ def threat_rows(rows: Iterable[NodeRow], store: TraceStore, now: float) -> list[
             reasons.setdefault(key, []).append(r.reason)
     out: dict[tuple[str, str], ThreatRow] = {}
     for row in rows:
+        # when the receiver published this (its last heartbeat): a threat record journaled since is
+        # newer, and its state stands until the next heartbeat (a row turned QUARANTINED from the
+        # journal went back to "ok" with the next paint, and `l` said there was nothing to lift)
+        published_at = now - row.hb_age if row.hb_age is not None else None
         for sender, st in _published(row).items():
             key = (row.name, sender)
             series = tuple(store.rejection_series(row.name, sender, now))
@@ -77,6 +81,10 @@ def threat_rows(rows: Iterable[NodeRow], store: TraceStore, now: float) -> list[
                                  QUARANTINED if st.get("state") == QUARANTINED else "ok",
                                  tuple(str(x) for x in last) if isinstance(last, list) else (),
                                  series, int(total) if total is not None else sum(series), "registry")
+            rec = latest.get(key)
+            if rec is not None and published_at is not None and rec.ts > published_at:
+                out[key] = replace(out[key], score=rec.score if rec.score is not None else out[key].score,
+                                   state=QUARANTINED if key in quarantined else "ok", source="journal")
     horizon = int(now // REJECTION_BUCKET) - REJECTION_BUCKETS
     pairs = set(latest) | {k for k, b in store.rejections.items() if b and max(b) > horizon}
     for key in pairs - set(out):

@@ -356,3 +356,27 @@ async def test_a_chunked_reliable_send_of_3_mib_between_two_nodes(live_env):
     finally:
         a.close()
         b.close()
+
+
+def test_a_threat_record_journaled_after_the_published_state_wins_until_the_next_heartbeat():
+    """Right after a row turned QUARANTINED (from the receiver's journal), the next paint showed
+    the receiver's older published "ok" again and `l` said there was nothing to lift."""
+    from speedtui.models.traces import parse_record
+
+    store = _fixture_store()
+    rows = RegistryModel()
+    rows.update([entry_record(spec[0], entry(*spec)) for spec in NODES], FIXED_NOW)
+    gateway = rows.by_name()["gateway"]
+    published_at = FIXED_NOW - gateway.hb_age
+
+    def billing_at_gateway():
+        return next(t for t in threat_rows(rows.rows, store, FIXED_NOW) if (t.receiver, t.sender) == ("gateway", "billing"))
+
+    assert billing_at_gateway().state == "ok"
+    store.add([parse_record({"kind": "threat", "ts": published_at - 1.0, "node": "gateway", "peer": "billing",
+                             "event": "quarantined", "score": 101.0, "reason": "bad_tag"})])
+    assert billing_at_gateway().state == "ok"                  # older than what gateway published since
+    store.add([parse_record({"kind": "threat", "ts": published_at + 0.001, "node": "gateway", "peer": "billing",
+                             "event": "quarantined", "score": 102.0, "reason": "bad_tag"})])
+    row = billing_at_gateway()
+    assert row.quarantined and row.score == 102.0 and row.source == "journal"
