@@ -24,7 +24,8 @@ class Edge:
 
 class AccessGraph:
     def __init__(self, rows: Iterable[NodeRow]) -> None:
-        self.nodes: dict[str, NodeRow] = {r.name: r for r in rows}
+        # an unreadable registry file is no node: it grants nothing and nothing can reach it
+        self.nodes: dict[str, NodeRow] = {r.name: r for r in rows if r.error is None}
         self.names = sorted(self.nodes)
 
     def administered(self, fingerprint: str | None) -> list[str]:

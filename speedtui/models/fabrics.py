@@ -46,6 +46,8 @@ class Fabric:
 def build_fabrics(rows: Iterable[NodeRow]) -> list[Fabric]:
     groups: dict[str, list[NodeRow]] = {}
     for r in rows:
+        if r.error is not None:     # an unreadable registry file is no node (Leases shows it)
+            continue
         for g in (r.groups or (UNGROUPED,)):
             groups.setdefault(g, []).append(r)
     return [Fabric(name, tuple(sorted(nodes, key=lambda r: r.name)))

@@ -196,6 +196,27 @@ def test_the_lease_history_forgets_departed_nodes_first_and_is_bounded():
     assert [r.ts for r in log.of("d")[0]] == [16.0, 17.0, 18.0, 19.0]
 
 
+def test_an_unreadable_registry_file_is_no_node_of_the_access_graph_or_a_fabric():
+    rows = [build_row(entry("gw", allow=["bill"], groups=["edge"]), 2000.0),
+            build_row(entry_record("broken", None, "not JSON"), 2000.0)]
+    assert rows[1].error                                    # Leases still lists it, as unreadable
+    assert set(AccessGraph(rows).nodes) == {"gw"}
+    assert [r.name for f in build_fabrics(rows) for r in f.nodes] == ["gw"]
+
+
+def test_the_access_matrix_keeps_names_in_one_column_past_row_nine():
+    from speedtui.ui.widgets.matrix import AccessMatrix
+
+    names = [f"n{i:02d}" for i in range(12)]
+    matrix = AccessMatrix()
+    matrix.names, matrix.cells = names, [["·"] * 12 for _ in names]
+    lines = matrix.render_grid().plain.splitlines()
+    rows = [line for line in lines if line.strip()[:1].isdigit() and " n" in line]
+    assert len(rows) == 12
+    starts = {line.index(name) for name, line in zip(names, rows)}
+    assert len(starts) == 1, rows
+
+
 def _graph():
     rows = [build_row(e, 2000.0) for e in [
         entry("gw", allow=["bill"], services=["echo"], groups=["edge"]),

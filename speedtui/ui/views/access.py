@@ -89,7 +89,7 @@ class AccessView(Vertical):
             return
         self._sig = sig
         g = AccessGraph(rows)
-        self._names = [r.name for r in sorted(rows, key=lambda r: r.name) if self.state.registry.in_fabric(r)]
+        self._names = [name for name, r in sorted(g.nodes.items()) if self.state.registry.in_fabric(r)]
         self.query_one(AccessMatrix).set_matrix(self._names, g.matrix(self._names),
                                                 frozenset(g.administered(self.state.operator_fingerprint)))
         self._draw_picture(g)

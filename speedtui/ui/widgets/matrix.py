@@ -84,7 +84,8 @@ class AccessMatrix(Static, can_focus=True):
             t.append(f"{j + 1:^3}", style="bold reverse" if j == self.col and self.has_focus else "bold")
         t.append("\n")
         for i, name in enumerate(self.names):
-            label = f"{i + 1} " + ("✱ " if name in self.administered else "  " if mark_w else "") + name
+            # numbers right-aligned: from row 10 on, names stayed one column right of the rows above
+            label = f"{i + 1:>{len(str(n))}} " + ("✱ " if name in self.administered else "  " if mark_w else "") + name
             label = label if len(label) <= label_w else label[:label_w - 1] + "…"
             t.append(f"{label:<{label_w}} ", style="bold reverse" if i == self.row and self.has_focus else "bold")
             for j in range(n):
