@@ -90,8 +90,9 @@ def threat_rows(rows: Iterable[NodeRow], store: TraceStore, now: float) -> list[
     for key in pairs - set(out):
         series = tuple(store.rejection_series(*key, now))
         rec = latest.get(key)
-        if rec is None:
-            out[key] = ThreatRow(*key, None, "", (), series, sum(series), "journal")
+        if rec is None:  # rejections only (a receiver without quota): the reasons they were rejected for
+            out[key] = ThreatRow(*key, None, "", tuple(store.rejection_reasons.get(key, ())), series, sum(series),
+                                 "journal")
             continue
         state = QUARANTINED if key in quarantined else "ok"
         out[key] = ThreatRow(*key, rec.score, state, tuple(reasons.get(key, [])[-3:]), series, sum(series),

@@ -258,6 +258,7 @@ class TraceStore:
         self.threats: deque[TraceRecord] = deque(maxlen=lease_capacity)  # threat records (quota)
         self.durable: deque[TraceRecord] = deque(maxlen=lease_capacity)  # durable records
         self.rejections: dict[tuple[str, str], dict[int, int]] = {}  # (receiver, sender) → bucket → count
+        self.rejection_reasons: dict[tuple[str, str], deque[str]] = {}  # the same pairs → their last reasons
         self.security_version = 0  # bumped by a threat record or a rejection
         self.expanded: set[str] = set()  # chunked messages whose envelopes are shown
 
@@ -285,6 +286,10 @@ class TraceStore:
             buckets = self.rejections[key] = {}
         b = int(r.ts // REJECTION_BUCKET)
         buckets[b] = buckets.get(b, 0) + 1
+        if r.reason:
+            reasons = self.rejection_reasons.setdefault(key, deque(maxlen=3))
+            if not reasons or reasons[-1] != r.reason:
+                reasons.append(r.reason)
         if len(buckets) > 2 * REJECTION_BUCKETS:
             for old in sorted(buckets)[:-REJECTION_BUCKETS]:
                 del buckets[old]

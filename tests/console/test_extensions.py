@@ -79,6 +79,9 @@ def test_threat_rows_prefer_the_published_state_and_keep_journal_only_pairs():
     assert [(t.receiver, t.sender, t.state, t.source) for t in got] == [
         ("gateway", "eve", "quarantined", "registry"), ("gateway", "billing", "ok", "registry"),
         ("billing", "gateway", "", "journal"), ("billing", "mallory", "", "journal")]
+    # a receiver without quota keeps no score, but its journal says why it rejected (it drew "-")
+    assert {(t.sender, t.reasons) for t in got if t.receiver == "billing"} == {
+        ("gateway", ("replayed_nonce",)), ("mallory", ("unauthorized",))}
     # without gateway's entry, its journal's threat records stand in for it
     alone = threat_rows([], store, FIXED_NOW)
     eve = next(t for t in alone if t.sender == "eve")
