@@ -24,10 +24,10 @@ from typing import Any
 
 import platformdirs
 
-from .core.control import (DEFAULT_LIFETIME_MS, FLAG, OperatorKey, administers, arguments_problem,
+from .core.control import (DEFAULT_LIFETIME_MS, OperatorKey, administers, arguments_problem,
                            format_operator_key_text, parse_operator_key_text, refusal_of, request_payload,
                            request_text)
-from .core.envelope import EnvelopeType, Header, envelope_filename, seal
+from .core.envelope import FLAG_CONTROL, EnvelopeType, Header, envelope_filename, seal
 from .core.errors import (ConfigError, ControlRefusedError, ControlTimeoutError, DeliveryError, NodeUnavailableError,
                           OperatorNotTrustedError, SpcError)
 from .core.keys import Key
@@ -193,7 +193,7 @@ class Operator:
         for _ in range(_RESEAL_ATTEMPTS):
             nonce = os.urandom(12)
             data = seal(Header(EnvelopeType.SPC_REQUEST, seq, int(time.time() * 1000), len(body), node.id_bytes,
-                               entry.id_bytes, FLAG), body, self.env_key, nonce)
+                               entry.id_bytes, FLAG_CONTROL), body, self.env_key, nonce)
             node.telemetry.count("sealed")
             filename = envelope_filename(node.name, node.id_bytes, seq, nonce)
             try:

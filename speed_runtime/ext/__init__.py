@@ -35,17 +35,8 @@ from ..core.receiving import Decoder, decode_v1
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.receiving import Verdict
 
-# Flag bits of the header (§5: bit 0 is v1's "ACK requested", core.envelope.FLAG_ACK_REQUESTED);
-# each other bit belongs to one extension. Pure protocol logic of an extension goes in
-# core/<name>.py (tested without I/O); its node glue in ext/<name>.py.
-FLAG_BINARY = 0x0002      # chunks: the payload is a JSON header, a NUL byte, then raw bytes
-FLAG_CHUNK = 0x0004       # chunks: this envelope is one chunk of a larger message
-FLAG_RELIABLE = 0x0008    # reliable: the receiver acknowledges; the sender retransmits
-FLAG_DURABLE = 0x0010     # durable: written durably, removed only after it was handled, receipted
-FLAG_QUOTA = 0x0020       # quota: reserved for the quota extension
-FLAG_CONTROL = 0x0040     # control: reserved for the control extension
-FLAGS = {FLAG_BINARY: "chunks", FLAG_CHUNK: "chunks", FLAG_RELIABLE: "reliable", FLAG_DURABLE: "durable",
-         FLAG_QUOTA: "quota", FLAG_CONTROL: "control"}
+# Flag bits: the one table is core/envelope.py (FLAG_* and FLAGS, bit -> feature). Pure protocol
+# logic of an extension goes in core/<name>.py (tested without I/O); its node glue in ext/<name>.py.
 
 # name -> module of this package that defines `EXTENSION` (an Extension subclass)
 KNOWN = {"chunks": "chunks", "reliable": "reliable", "quota": "quota", "control": "control", "durable": "durable"}

@@ -22,15 +22,14 @@ import uuid
 from typing import Any
 
 from ..core import chunks
-from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
-from ..core.envelope import EnvelopeType, type_name
+from ..core.chunks import BYTES_LIKE, VALUE_FIELD
+from ..core.envelope import FLAG_BINARY, FLAG_CHUNK, FLAG_RELIABLE, EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
 from ..core import payloads
 from ..core.payloads import encode_payload
 from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
-from ..core.reliable import FLAG_RELIABLE
 from ..transport import remove_entry
 from . import Extension, Outbound, speaks
 

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import FLAG_CONTROL, Extension
-from ..core.control import (FEATURE, FLAG, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
+from . import Extension
+from ..core.control import (FEATURE, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
                             answer_error, answer_result, fingerprint, judge_control, open_control, parse_public_key,
                             trust_map, trusted_operators)
 from ..core.envelope import EnvelopeType, parse_filename
@@ -35,7 +35,6 @@ from ..inotify import INBOX_EVENTS
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 
 __all__ = ["ControlExtension", "EXTENSION", "administers", "trust_map", "trusted_operators"]
-assert FLAG == FLAG_CONTROL  # one allocation of flag bits (ext/__init__.py); the core restates it
 
 CONTROL_DIR = "control"
 BATCH = 32          # control files judged per step of the protocol thread: the inbox is never starved

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..core import payloads
-from ..core.durable import (FLAG_DURABLE, MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
+from ..core.durable import (MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
                             durable_flag, is_stream, judge_carried, ledger_line, parse_fields, receipt_from_json,
                             receipt_key, replay_ledger, stream_of)
-from ..core.envelope import EnvelopeType
+from ..core.envelope import FLAG_DURABLE, EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
 from ..core.liveness import judge
@@ -37,11 +37,10 @@ from ..core.records import DurableTrace
 from ..fsutil import close_quietly, local_facts
 from ..node.dispatch import message_of
 from ..transport import remove_entry
-from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
+from . import Extension, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
 from .durable_store import AppendLog, Lineage, StoreError, Syncs, check_persistent, private_dir
 
-assert FLAG_DURABLE == _ALLOCATED
 log = logging.getLogger("speed_runtime")
 _MESSAGE, _ACK = int(EnvelopeType.MESSAGE), int(EnvelopeType.ACK)
 COMPACT_BYTES = 4 << 20      # a ledger log is compacted beyond this size

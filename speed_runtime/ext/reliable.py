@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import reliable
-from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
+from ..core.envelope import FLAG_ACK_REQUESTED, FLAG_RELIABLE, EnvelopeType
 from ..core.errors import AccessDeniedError, DeliveryError, DeliveryTimeoutError, EnvelopeError, NodeClosedError
 from ..core.chunks import value_size
 from ..core.reassembly import Assembled
 from ..core.records import MessageTrace
-from ..core.reliable import DONE, FLAG_RELIABLE, NEW, Delivered
+from ..core.reliable import DONE, NEW, Delivered
 from ..node.threads import Deadlines, settle
 from ..transport import remove_entry
 from . import Extension, Outbound, speaks

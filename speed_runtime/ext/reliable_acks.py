@@ -8,8 +8,7 @@ import threading
 from typing import Any
 
 from ..core import reliable
-from ..core.envelope import EnvelopeType
-from ..core.reliable import FLAG_RELIABLE
+from ..core.envelope import FLAG_RELIABLE, EnvelopeType
 
 
 class Acknowledger:
