@@ -32,10 +32,10 @@ from ..core.envelope import FLAG_DURABLE, EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
 from ..core.liveness import judge
+from ..core.message import message_of
 from ..core.receiving import Verdict
 from ..core.records import DurableTrace
 from ..fsutil import close_quietly, local_facts
-from ..node.dispatch import message_of
 from ..transport import remove_entry
 from . import Extension, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record

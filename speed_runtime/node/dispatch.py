@@ -7,13 +7,12 @@ instance) is rejected as `unexpected_response`. Extensions see every accepted en
 """
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 
 from ..core.envelope import EnvelopeType
 from ..core.errors import DeliveryError
-from ..core.message import Message
+from ..core.message import message_of
 from ..core.reassembly import Assembled
 from ..core.receiving import Verdict, spc_deadline_ms
 from ..transport import remove_entry
@@ -131,19 +130,6 @@ class Dispatcher:
         finally:
             if verdict.finished is not None:
                 verdict.finished(handled, error)
-
-
-def message_of(verdict: Verdict, sender: str, size: int) -> Message:
-    payload, header = verdict.payload, verdict.header
-    data = payload["data"]
-    if payload.get("encoding") == "base64" and isinstance(data, str):
-        try:
-            data = base64.b64decode(data, validate=True)
-        except ValueError:
-            pass  # not valid base64 after all: hand over the text as sent
-    message_id = payload.get("messageId")
-    return Message(sender, data, header.sequence, header.timestamp_ms, size,
-                   message_id if isinstance(message_id, str) else None)
 
 
 def _nothing(handled: bool, error: BaseException | None) -> None:
