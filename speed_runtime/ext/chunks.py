@@ -31,7 +31,7 @@ from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
 from ..transport import remove_entry
-from . import Extension, Outbound, speaks
+from ..node.hooks import Extension, Outbound, speaks
 
 class ChunksExtension(Extension):
     name = "chunks"

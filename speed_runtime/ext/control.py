@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import Extension
+from ..node.hooks import Extension
 from ..core.control import (FEATURE, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
                             answer_error, answer_result, fingerprint, judge_control, open_control, parse_public_key,
                             trust_map, trusted_operators)

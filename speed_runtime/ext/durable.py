@@ -37,7 +37,7 @@ from ..core.receiving import Verdict
 from ..core.records import DurableTrace
 from ..fsutil import close_quietly, local_facts
 from ..transport import remove_entry
-from . import Extension, speaks
+from ..node.hooks import Extension, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
 from .durable_store import AppendLog, Lineage, StoreError, Syncs, check_persistent, private_dir
 

@@ -30,7 +30,7 @@ from ..core.quota import (FEATURE, PENDING, PENDING_BYTES, RATE, Ledger, Limits,
                           QuotaSettings, TokenBucket, entry_limits)
 from ..core.records import ThreatTrace
 from ..core.threat import LATE_RESPONSE, QUARANTINED, ThreatPolicy, ThreatState, ThreatTable
-from . import Extension
+from ..node.hooks import Extension
 
 log = logging.getLogger("speed_runtime")
 

@@ -40,7 +40,7 @@ from ..core.records import MessageTrace
 from ..core.reliable import DONE, NEW, Delivered
 from ..node.threads import Deadlines, settle
 from ..transport import remove_entry
-from . import Extension, Outbound, speaks
+from ..node.hooks import Extension, Outbound, speaks
 from .reliable_acks import Acknowledger
 
 _OVERHEAD = 1024  # bytes a pending message costs besides its value

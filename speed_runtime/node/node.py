@@ -20,8 +20,8 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
-from .. import ext as extensions
-from ..ext import Outbound
+from . import hooks as extensions
+from .hooks import Outbound
 from ..core import payloads
 from ..core.entry import RegistryEntry
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType, Header

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import ext as extensions
+from . import hooks as extensions
 from ..core.receiving import Identity, Verdict, judge_envelope, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
