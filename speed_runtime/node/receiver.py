@@ -29,15 +29,19 @@ import time
 from typing import Any, Callable
 
 from . import hooks as extensions
-from ..core.receiving import Identity, Verdict, judge_envelope, stale_source
+from ..core.envelope import EnvelopeType
+from ..core.errors import DeliveryError
+from ..core.message import message_of
+from ..core.reassembly import Assembled
+from ..core.receiving import Identity, Verdict, judge_envelope, spc_deadline_ms, stale_source
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
-from .dispatch import Dispatcher
+from .calls import Request
 from .inbox import InboxDirectory, InboxListing, JunkNames, PendingNames
 from .readahead import ReadAhead
-from .threads import SerialLanes
+from .threads import SerialLanes, settle
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
@@ -45,6 +49,9 @@ LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at leas
 # a pass of taking files in turns, removing junk. Another sender's file waits for about three.
 SLICE_SECONDS = 0.002
 CLOCK_EVERY = 16  # files between two looks at the clock
+_MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
+                                                                EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
+_ERROR, _HEARTBEAT, _EVENT = int(EnvelopeType.ERROR), int(EnvelopeType.HEARTBEAT), int(EnvelopeType.EVENT)
 
 
 class Receiver:
@@ -58,7 +65,6 @@ class Receiver:
         self.replay = ReplayGuard(int(cfg.replay_window * 1000), cfg.max_gap)
         self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
         self._lock = threading.Lock()
-        self.dispatcher = Dispatcher(self)
         self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake(),
                                     cfg.read_ahead_bytes_per_sender, cfg.read_ahead_bytes)
         self._names = PendingNames()
@@ -338,7 +344,7 @@ class Receiver:
             self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data,
                         attributable=verdict.attributable)
             return True
-        self.dispatcher.dispatch(verdict, sender, data, name)
+        self.dispatch(verdict, sender, data, name)
         return True
 
     def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
@@ -413,11 +419,104 @@ class Receiver:
     def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
         """An accepted envelope, or a message an extension assembled from several: every extension
         sees it first (§9), then `deliver`."""
-        self.dispatcher.dispatch(verdict, sender, data, name)
+        for extension in self.node.extensions.values():
+            if extension.on_envelope(verdict, sender, data, name):
+                return
+        self.deliver(verdict, sender, data, name)
 
     def deliver(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
-        """Dispatch by type (§5.5 step 6; node/dispatch.py)."""
-        self.dispatcher.deliver(verdict, sender, data, name)
+        """Dispatch by type (§5.5 step 6). `name` is the inbox file that stays until the handler
+        starts. A message assembled from chunks (`verdict.body` is an `Assembled`) has its size and
+        its envelopes' records from them. `verdict.finished(handled, error)` is called once its
+        handling ended."""
+        header, payload = verdict.header, verdict.payload
+        assembled = isinstance(verdict.body, Assembled)
+        size, traced = (verdict.body.size, True) if assembled else (len(data), False)
+        finished = verdict.finished or _nothing
+        held = 0 if assembled else verdict.cost  # an assembled value's memory is the reassembly's until `finished`
+        etype = header.type
+        if etype == _MESSAGE:
+            if not traced:
+                mid = payload.get("messageId")
+                self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
+            if not self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name), held):
+                finished(False, None)
+            return
+        if etype == _SPC_REQUEST:
+            self.read_ahead.hold(sender, name, self.inbox.fd, held)
+            if not traced:
+                self.accepted(verdict, sender, data, name,
+                              {"request_id": payload["requestId"], "service": payload["service"]})
+            deadline_ms = spc_deadline_ms(header, payload)
+            deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+
+            def done() -> None:
+                self.read_ahead.release(sender, cost=held)
+                finished(True, None)
+            # a request that waits for a worker gives its read-ahead slot and reservation back, and its
+            # cost moves to the callee's waiting budget until it finished
+            self.node.callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
+                                            deadline, lambda: self.take(name), done, verdict.cost))
+            return
+        # everything else is settled here and now
+        if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
+            if not self._expected(etype, sender, header.source_id, payload):
+                self.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
+                            detail="" if self._asked(etype, sender, payload) else "late")
+                finished(False, None)
+                return
+        if not remove_entry(self.inbox.fd, self.inbox.path, name):
+            self.node.telemetry.count("withdrawn")
+            finished(False, None)
+            return
+        extra = self.node.caller.resolve(payload) if etype == _SPC_RESPONSE else None
+        if not traced:
+            self.accepted(verdict, sender, data, name, extra)
+        finished(True, None)
+        if etype == _ACK:
+            self._settle_ack(sender, header.source_id, payload["ackSeq"], None)
+        elif etype == _ERROR and isinstance(payload.get("refSeq"), int):
+            self._settle_ack(sender, header.source_id, payload["refSeq"], DeliveryError(
+                f"{sender} failed to handle message {payload['refSeq']}: {payload['errorCode']}: "
+                f"{payload['errorMessage']}"))
+        elif etype == _HEARTBEAT and payload["reply"] is False:
+            self.node.answer_probe(sender)
+        elif etype == _EVENT and payload["event"] == "leave":
+            self.node.registry_hint(sender + ".node")
+
+    def _expected(self, etype: int, sender: str, source_id: bytes, payload: dict) -> bool:
+        if etype == _SPC_RESPONSE:
+            if self.node.caller.expects(sender, source_id, payload):
+                return True
+            if not self.node.caller.pending(payload["requestId"]):
+                self.node.telemetry.count("lateResponses")  # the caller gave up (timeout, cancel) first
+            return False
+        seq = payload["ackSeq"] if etype == _ACK else payload["refSeq"]
+        return self.node.sender.awaits_ack(sender, source_id, seq)
+
+    def _asked(self, etype: int, sender: str, payload: dict) -> bool:
+        """Whether the answer's request (or message) still waits for an answer from `sender` at all:
+        if not, the answer is late (or answers something never asked); if so, another instance sent it."""
+        if etype == _SPC_RESPONSE:
+            return self.node.caller.pending(payload["requestId"])
+        return self.node.sender.ack_awaited(sender, payload["ackSeq"] if etype == _ACK else payload["refSeq"])
+
+    def _settle_ack(self, sender: str, source_id: bytes, seq: int, error: Exception | None) -> None:
+        waiter = self.node.sender.take_ack(sender, source_id, seq)
+        if waiter is not None:
+            settle(waiter, seq, error)
+
+    def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
+        handled, error = False, None
+        try:
+            if not self.take(name):
+                self.node.telemetry.count("withdrawn")
+                return
+            handled = True
+            error = self.node.deliver_message(message_of(verdict, sender, size), verdict.header)
+        finally:
+            if verdict.finished is not None:
+                verdict.finished(handled, error)
 
     def run_on_lane(self, sender: str, name: str, task: Callable[[], None], cost: int = 0) -> bool:
         """Hold an accepted file (it counts against the read-ahead, with `cost`: what its decoded
@@ -443,3 +542,6 @@ def _describe(exc: BaseException) -> str:
         return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
     return f"{type(exc).__name__}: {exc}"
 
+
+def _nothing(handled: bool, error: BaseException | None) -> None:
+    pass
