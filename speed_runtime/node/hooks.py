@@ -29,6 +29,7 @@ from ..core.receiving import Decoder, decode_v1
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.receiving import Verdict
+    from .context import ExtensionHost
 
 # name -> the module that defines `EXTENSION` (an Extension subclass), imported by name when a node
 # enables it: `node` never imports `ext` (the layers run one way: ext builds on node)
@@ -59,12 +60,13 @@ class Outbound(NamedTuple):
 
 
 class Extension:
-    """Base of an extension's per-node part. `node` is the Node it serves."""
+    """Base of an extension's per-node part, constructed with the node's ExtensionHost
+    (node/context.py): all it may ask of the node it serves."""
 
     name = ""
 
-    def __init__(self, node: Any):
-        self.node = node
+    def __init__(self, host: "ExtensionHost"):
+        self.host = host
 
     def start(self) -> None:
         """After the node registered, before it receives."""
@@ -149,8 +151,8 @@ def decoder(extensions: dict[str, Extension]) -> Decoder:
     return decode
 
 
-def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:
-    """The extensions a node enables, by name, in the order given."""
+def load(features: tuple[str, ...], host: "ExtensionHost") -> dict[str, Extension]:
+    """The extensions a node enables, by name, in the order given, each given `host`."""
     out: dict[str, Extension] = {}
     for feature in features:
         module = KNOWN.get(feature)
@@ -160,5 +162,5 @@ def load(features: tuple[str, ...], node: Any) -> dict[str, Extension]:
             cls = importlib.import_module(module).EXTENSION
         except (ImportError, AttributeError):
             raise ConfigError(f"the {feature!r} extension is not available in this runtime") from None
-        out[feature] = cls(node)
+        out[feature] = cls(host)
     return out

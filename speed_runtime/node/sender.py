@@ -75,7 +75,11 @@ class Sender:
         self._max_open = open_targets_budget()
         self._acks: dict[tuple[str, int], tuple[bytes, Future]] = {}
         self._acks_lock = threading.Lock()
-        self.extensions: tuple = ()  # the node's extensions (§9), set by the node: admit_send, delivered
+        self._extensions: tuple = ()  # the node's extensions (§9): admit_send, delivered (attach)
+
+    def attach(self, extensions: tuple) -> None:
+        """The node's extensions (§9), once loaded: each may hold a send back and hears of deliveries."""
+        self._extensions = extensions
 
     # ------------------------------------------------------------------ the target
     def live_entry(self, target: str) -> RegistryEntry:
@@ -114,7 +118,7 @@ class Sender:
             with self._links_lock:
                 link = self._links.setdefault(target, _Link())
         with link.lock:
-            for extension in self.extensions:  # e.g. quota: wait for room in the target's inbox
+            for extension in self._extensions:  # e.g. quota: wait for room in the target's inbox
                 entry = extension.admit_send(target, entry, etype, OVERHEAD + len(body), wait, link.lock)
             if link.seq_for != entry.id:  # a new receiver instance has no state for us: number from 1
                 link.next_seq, link.seq_for = 1, entry.id
@@ -124,7 +128,7 @@ class Sender:
             stamp = self._monitor.stamp_of(target)
             data, filename = self._seal_and_deliver(link, target, entry, etype, seq, flags, body)
             link.next_seq, link.last_file = seq + 1, filename
-            for extension in self.extensions:
+            for extension in self._extensions:
                 extension.delivered(target, entry, filename, len(data))
             self._confirm_delivery(link, target, entry, stamp, filename)
         if files is not None:
