@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import Any, Hashable, NamedTuple
 
 from .chunks import MESSAGE_ID
-from .envelope import FLAG_RELIABLE
+from .envelope import FLAG_RELIABLE  # noqa: F401  (the extension's bit, for its users; the table is envelope.py)
 from .errors import EnvelopeError
 
 ACK_TIMEOUT = 5.0          # acknowledgementTimeoutMs 5,000 (the Reliable Channel API's default)

@@ -33,7 +33,10 @@ from ..core.envelope import EnvelopeType, Header
 from ..core.errors import DeliveryError
 from ..core.message import Message, message_of
 from ..core.reassembly import Assembled
-from ..core.receiving import Identity, Verdict, decode_v1, judge_envelope, spc_deadline_ms, stale_source
+from ..core.entry import RegistryEntry
+from ..core.inbound import (CLOCK_EVERY, SLICE_SECONDS, AnswerProbe, Inbound, Judge, RegistryHint, Reject,
+                            ResolveCall, RunHandler, SettleAck, SubmitRequest)
+from ..core.receiving import Identity, Verdict
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
@@ -49,13 +52,6 @@ from .threads import SerialLanes, WorkerPool, settle
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
-# the most of one kind of work a step does before it looks for events again: a slice of a listing,
-# a pass of taking files in turns, removing junk. Another sender's file waits for about three.
-SLICE_SECONDS = 0.002
-CLOCK_EVERY = 16  # files between two looks at the clock
-_MESSAGE, _SPC_REQUEST, _SPC_RESPONSE, _ACK = (int(t) for t in (EnvelopeType.MESSAGE, EnvelopeType.SPC_REQUEST,
-                                                                EnvelopeType.SPC_RESPONSE, EnvelopeType.ACK))
-_ERROR, _HEARTBEAT, _EVENT = int(EnvelopeType.ERROR), int(EnvelopeType.HEARTBEAT), int(EnvelopeType.EVENT)
 
 
 class Receiver:
@@ -72,7 +68,9 @@ class Receiver:
         cfg = self._config = ctx.config
         self.me = Identity(ctx.name, ctx.id_bytes)
         self.replay = ReplayGuard(int(cfg.replay_window * 1000), cfg.max_gap)
+        self.inbound = Inbound(self.me, ctx.key, self.replay, cfg.max_payload)  # steps 1–6 (core/inbound.py)
         self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
+        self._uids = cfg.uids
         self._lock = threading.Lock()
         self._lane_pool = lane_pool
         self.lanes = SerialLanes(lane_pool, lambda exc: ctx.telemetry.count("handlerErrors"))
@@ -80,7 +78,6 @@ class Receiver:
                                     cfg.read_ahead_bytes_per_sender, cfg.read_ahead_bytes)
         self._extensions: tuple = ()   # the node's extensions (§9), in order (attach)
         self._by_name: dict = {}
-        self._decode = decode_v1
         self._names = PendingNames()
         self._junk = JunkNames()  # refused on the name alone, to be removed
         self._listing: InboxListing | None = None  # a listing under way, taken in slices
@@ -103,7 +100,8 @@ class Receiver:
         """The node's extensions (§9), once loaded: their hooks, payload layouts and directories."""
         self._extensions = extensions
         self._by_name = {e.name: e for e in extensions}
-        self._decode = hooks.decoder(self._by_name)
+        self.inbound.use(hooks.decoder(self._by_name), [e.admit for e in extensions],
+                          [e.rejudge for e in extensions])
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, registry_dir: str | None) -> None:
@@ -280,7 +278,7 @@ class Receiver:
         started, removed = time.monotonic(), 0
         while junk:
             name, sender, seq = junk.pop()
-            self.reject(name, sender, seq, "unauthorized", attributable=False)
+            self._reject(self.inbound.junk(name, sender, seq))
             removed += 1
             if removed % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
                 self._cut = True
@@ -333,68 +331,47 @@ class Receiver:
             senders = again
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
-        """Judge one file and dispatch it; False if it must be looked at again later."""
+        """Carry one file through the inbound path (core/inbound.py, steps 1–6); False if it must be
+        looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
+        inbound = self.inbound
         # step 1 again, as grants stand now (PendingNames holds names of senders allowed when first
-        # seen: a revoke since then refuses them unread)
-        refused = None if sender in self._access.current else "unauthorized"
-        if not refused:
-            for extension in self._extensions:  # e.g. quota: a quarantined sender
-                refused = extension.admit(sender, name)
-                if refused:
-                    break
-        if refused:
-            self.reject(name, sender, file_seq, refused, attributable=False)
+        # seen: a revoke since then refuses them unread), and the extensions' admission
+        refused = inbound.admit(name, sender, file_seq, self._access.current)
+        if refused is not None:
+            self._reject(refused)
             return True
-        try:
-            data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self._config.uids)
+        try:  # step 2: the opened descriptor's facts, then its bytes
+            data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self._uids)
         except FileNotFoundError:
             return True
         except NotReady:
             return False
         except FileRejected as exc:
-            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type, attributable=False)
+            self._reject(inbound.refused_file(name, sender, file_seq, exc.reason, exc.size, exc.type))
             return True
-        verdict = self.judge_as_delivered(sender, data, arrived)
-        if verdict.reason == "wrong_target" and self._lifecycle.name_taken():
-            return True  # the file belongs to the new owner of our name: leave it alone
+        verdict = self.judge_as_delivered(sender, data, arrived)  # steps 3–5
         if verdict.reason is not None:
-            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data,
-                        attributable=verdict.attributable)
+            if verdict.reason == "wrong_target" and self._lifecycle.name_taken():
+                return True  # the file belongs to the new owner of our name: leave it alone
+            self._reject(inbound.rejected(name, sender, file_seq, verdict, data))
             return True
         self.dispatch(verdict, sender, data, name)
         return True
 
-    def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
-                           judge: Callable[[Any, int, str, bytes], Verdict] | None = None) -> Verdict:
+    def judge_as_delivered(self, sender: str, data: bytes, arrived: float, judge: Judge | None = None) -> Verdict:
         """Judge at the file's arrival: an envelope that waited in the inbox (the queue) is judged
         against the clock and the sender's entry as they were when it was delivered, so a backlog
         does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22).
-        `judge(sender_entry, arrived_ms, sender, data)` is the judgement (default: §5.5 steps 3–5)."""
-        monitor = self._monitor
+        `judge(sender_entry, arrived_ms, sender, data)` replaces steps 3–5 (an extension's directory)."""
         # how long the file waited, on the kernel's clock that stamped its change time, as a time
         # on this runtime's clock
         waited = max(0.0, time.clock_gettime(time.CLOCK_REALTIME) - arrived)
         arrived = time.time() - waited
-        arrived_ms = int(arrived * 1000)
-        judge = judge or self._judge_v1  # (a method, not a closure made for every envelope)
-        verdict = judge(self._sender_entry(sender), arrived_ms, sender, data)
-        if verdict.reason is None:
-            return verdict
-        if stale_source(verdict):  # a sender that has gone since it delivered this file
-            departed = monitor.departed(sender, data, arrived)
-            if departed is not None:
-                verdict = judge(departed, arrived_ms, sender, data)
-        if not verdict.accepted:  # §9: an extension may accept what it defines differently (durable)
-            for extension in self._extensions:
-                verdict = extension.rejudge(verdict, sender, data, arrived_ms)
-        return verdict
+        return self.inbound.judge(sender, data, int(arrived * 1000), self._sender_entry(sender),
+                                   lambda: self._monitor.departed(sender, data, arrived), judge)
 
-    def _judge_v1(self, sender_entry: Any, arrived_ms: int, sender: str, data: bytes) -> Verdict:
-        return judge_envelope(sender, data, self._ctx.key, self.me, sender_entry, self.replay, arrived_ms,
-                              self._config.max_payload, self._decode)
-
-    def _sender_entry(self, sender: str):
+    def _sender_entry(self, sender: str) -> RegistryEntry | None:
         """The sender's entry as its file is now (one stat), never a cached one the registry watch
         has not yet replaced: an instance that lost its name is not believed a moment longer. One
         look per sender and pass is enough: every file judged in a pass was delivered before the
@@ -409,19 +386,24 @@ class Receiver:
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
                data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "",
                attributable: bool = True) -> None:
-        """Remove and record a rejected file. `attributable`: the file authenticated as `sender`
-        (the default, for the dispatcher and the extensions, which reject envelopes that passed
-        steps 1–5); only then do the extensions hear of it (`on_rejected`: threat scores), so that
-        nothing a name in a file name merely claims, nor the receiver's own grants, counts against
-        a sender (docs/PROTOCOL.md "Order of checks")."""
-        if remove and not self.remove(name):
+        """An extension's rejection of an envelope that passed steps 1–5 (so, by default, it
+        counts against its sender: it authenticated). `remove=False` keeps the file (a chunk the
+        handler will remove)."""
+        self._reject(Reject(name, sender, seq, reason, size, etype, data, attributable, detail), remove, extra)
+
+    def _reject(self, r: Reject, remove: bool = True, extra: dict | None = None) -> None:
+        """Remove and record a rejected file; only a rejection that counts against its sender
+        reaches the extensions (`on_rejected`: threat scores), so that nothing a name in a file name
+        merely claims, nor the receiver's own grants, counts against a sender (principle a)."""
+        if remove and not self.remove(r.name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
-        self._telemetry.rejected(reason)
-        self._telemetry.emit(EnvelopeTrace(time.time(), self._ctx.name, "in", sender, etype, seq, size,
-                                               "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
-        if attributable:
+        self._telemetry.rejected(r.reason)
+        self._telemetry.emit(EnvelopeTrace(time.time(), self._ctx.name, "in", r.sender, r.type, r.seq, r.size,
+                                           "rejected", reason=r.reason, envelope=r.data, file=r.name,
+                                           **(extra or {})))
+        if r.counts_against_sender:
             for extension in self._extensions:
-                extension.on_rejected(sender, name, reason, detail)
+                extension.on_rejected(r.sender, r.name, r.reason, r.detail)
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
@@ -443,86 +425,87 @@ class Receiver:
         self.dispatch_by_type(verdict, sender, data, name)
 
     def dispatch_by_type(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
-        """Dispatch by type (§5.5 step 6). `name` is the inbox file that stays until the handler
-        starts. A message assembled from chunks (`verdict.body` is an `Assembled`) has its size and
-        its envelopes' records from them. `verdict.finished(handled, error)` is called once its
-        handling ended."""
-        header, payload = verdict.header, verdict.payload
+        """Carry out step 6 (core/inbound.py: Inbound.route). `name` is the inbox file that stays
+        until the handler starts. A message assembled from chunks (`verdict.body` is an
+        `Assembled`) has its size and its envelopes' records from them. `verdict.finished(handled,
+        error)` is called once its handling ended."""
+        payload = verdict.payload
         assembled = isinstance(verdict.body, Assembled)
-        size, traced = (verdict.body.size, True) if assembled else (len(data), False)
-        finished = verdict.finished or _nothing
-        held = 0 if assembled else verdict.cost  # an assembled value's memory is the reassembly's until `finished`
-        etype = header.type
-        if etype == _MESSAGE:
-            if not traced:
+        size = verdict.body.size if assembled else len(data)
+        action = self.inbound.route(verdict, size, assembled)
+        kind = type(action)
+        if kind is RunHandler:
+            if not assembled:
                 mid = payload.get("messageId")
                 self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
-            if not self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name), held):
-                finished(False, None)
+            if not self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name), action.cost):
+                if verdict.finished is not None:
+                    verdict.finished(False, None)
             return
-        if etype == _SPC_REQUEST:
-            self.read_ahead.hold(sender, name, self.inbox.fd, held)
-            if not traced:
-                self.accepted(verdict, sender, data, name,
-                              {"request_id": payload["requestId"], "service": payload["service"]})
-            deadline_ms = spc_deadline_ms(header, payload)
-            deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
-
-            def done() -> None:
-                self.read_ahead.release(sender, cost=held)
-                finished(True, None)
-            # a request that waits for a worker gives its read-ahead slot and reservation back, and its
-            # cost moves to the callee's waiting budget until it finished
-            self._callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
-                                            deadline, lambda: self.take(name), done, verdict.cost))
+        if kind is SubmitRequest:
+            self._submit(action, verdict, sender, data, name, assembled)
             return
         # everything else is settled here and now
-        if etype in (_SPC_RESPONSE, _ACK) or (etype == _ERROR and isinstance(payload.get("refSeq"), int)):
-            if not self._expected(etype, sender, header.source_id, payload):
-                self.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
-                            detail="" if self._asked(etype, sender, payload) else "late")
+        finished = verdict.finished or _nothing
+        source_id = verdict.header.source_id
+        if kind is ResolveCall or kind is SettleAck:
+            if not self._awaited(action, sender, source_id, payload):
+                self._reject(self.inbound.unexpected(name, sender, verdict, data, late=not self._asked(action, sender)))
                 finished(False, None)
                 return
         if not self.remove(name):
             self._telemetry.count("withdrawn")
             finished(False, None)
             return
-        extra = self._caller.resolve(payload) if etype == _SPC_RESPONSE else None
-        if not traced:
+        extra = self._caller.resolve(payload) if kind is ResolveCall else None
+        if not assembled:
             self.accepted(verdict, sender, data, name, extra)
         finished(True, None)
-        if etype == _ACK:
-            self._settle_ack(sender, header.source_id, payload["ackSeq"], None)
-        elif etype == _ERROR and isinstance(payload.get("refSeq"), int):
-            self._settle_ack(sender, header.source_id, payload["refSeq"], DeliveryError(
-                f"{sender} failed to handle message {payload['refSeq']}: {payload['errorCode']}: "
-                f"{payload['errorMessage']}"))
-        elif etype == _HEARTBEAT and payload["reply"] is False:
+        if kind is SettleAck:
+            waiter = self._sender.take_ack(sender, source_id, action.seq)
+            if waiter is not None:
+                settle(waiter, action.seq, None if action.error is None else DeliveryError(
+                    f"{sender} failed to handle message {action.seq}: {action.error}"))
+        elif kind is AnswerProbe:
             self._answer_probe(sender)
-        elif etype == _EVENT and payload["event"] == "leave":
-            self._keeper.hint(sender + ".node")
+        elif kind is RegistryHint:
+            self._keeper.hint(action.file_name)
 
-    def _expected(self, etype: int, sender: str, source_id: bytes, payload: dict) -> bool:
-        if etype == _SPC_RESPONSE:
+    def _submit(self, action: SubmitRequest, verdict: Verdict, sender: str, data: bytes, name: str,
+                assembled: bool) -> None:
+        """An SPC request to the callee (§5.6), its file held until a worker takes it."""
+        payload, held = verdict.payload, action.cost
+        finished = verdict.finished or _nothing
+        self.read_ahead.hold(sender, name, self.inbox.fd, held)
+        if not assembled:
+            self.accepted(verdict, sender, data, name, {"request_id": payload["requestId"], "service": payload["service"]})
+        deadline_ms = action.deadline_ms
+        deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+
+        def done() -> None:
+            self.read_ahead.release(sender, cost=held)
+            finished(True, None)
+        # a request that waits for a worker gives its read-ahead slot and reservation back, and its
+        # cost moves to the callee's waiting budget until it finished
+        self._callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
+                                    deadline, lambda: self.take(name), done, verdict.cost))
+
+    def _awaited(self, action: ResolveCall | SettleAck, sender: str, source_id: bytes, payload: dict) -> bool:
+        """Whether the answer is awaited from exactly that instance of `sender`, in time."""
+        if type(action) is ResolveCall:
             if self._caller.expects(sender, source_id, payload):
                 return True
-            if not self._caller.pending(payload["requestId"]):
+            if not self._caller.pending(action.request_id):
                 self._telemetry.count("lateResponses")  # the caller gave up (timeout, cancel) first
             return False
-        seq = payload["ackSeq"] if etype == _ACK else payload["refSeq"]
-        return self._sender.awaits_ack(sender, source_id, seq)
+        return self._sender.awaits_ack(sender, source_id, action.seq)
 
-    def _asked(self, etype: int, sender: str, payload: dict) -> bool:
+    def _asked(self, action: ResolveCall | SettleAck, sender: str) -> bool:
         """Whether the answer's request (or message) still waits for an answer from `sender` at all:
         if not, the answer is late (or answers something never asked); if so, another instance sent it."""
-        if etype == _SPC_RESPONSE:
-            return self._caller.pending(payload["requestId"])
-        return self._sender.ack_awaited(sender, payload["ackSeq"] if etype == _ACK else payload["refSeq"])
-
-    def _settle_ack(self, sender: str, source_id: bytes, seq: int, error: Exception | None) -> None:
-        waiter = self._sender.take_ack(sender, source_id, seq)
-        if waiter is not None:
-            settle(waiter, seq, error)
+        if type(action) is ResolveCall:
+            return self._caller.pending(action.request_id)
+        return self._sender.ack_awaited(sender, action.seq)
 
     def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
         handled, error = False, None
