@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
 from ..core.entry import RegistryEntry
 from ..core.errors import ConfigError
@@ -134,6 +134,13 @@ class Extension:
         """A rejected envelope, before it is removed: the verdict to keep (this one, or an acceptance
         under the extension's own rules for what it defines, e.g. durable copies bound to a name)."""
         return verdict
+
+
+def overriding(extensions: Iterable[Extension], hook: str) -> list[Callable]:
+    """The bound `hook` of each extension that implements it (the base's does nothing), in order:
+    the receiver's path calls only these."""
+    base = getattr(Extension, hook)
+    return [getattr(e, hook) for e in extensions if getattr(type(e), hook) is not base]
 
 
 def decoder(extensions: dict[str, Extension]) -> Decoder:

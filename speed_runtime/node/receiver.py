@@ -100,8 +100,8 @@ class Receiver:
         """The node's extensions (§9), once loaded: their hooks, payload layouts and directories."""
         self._extensions = extensions
         self._by_name = {e.name: e for e in extensions}
-        self.inbound.use(hooks.decoder(self._by_name), [e.admit for e in extensions],
-                          [e.rejudge for e in extensions])
+        self.inbound.use(hooks.decoder(self._by_name), hooks.overriding(extensions, "admit"),
+                         hooks.overriding(extensions, "rejudge"))
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, registry_dir: str | None) -> None:
