@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ..node.context import ExtensionHost
 from ..node.hooks import Extension
+from ..node.watched_dir import WatchedDir
 from ..core.control import (FEATURE, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
                             answer_error, answer_result, fingerprint, judge_control, open_control, parse_public_key,
                             trust_map, trusted_operators)
@@ -40,7 +41,6 @@ __all__ = ["ControlExtension", "EXTENSION", "administers", "trust_map", "trusted
 CONTROL_DIR = "control"
 BATCH = 32          # control files judged per step of the protocol thread: the inbox is never starved
 MAX_NAMES = 1024    # names remembered; beyond, the directory is listed again once these are done
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ControlExtension(Extension):
@@ -60,7 +60,7 @@ class ControlExtension(Extension):
         self.path = os.path.join(host.root, host.name, CONTROL_DIR)
         self._me = Identity(host.name, host.id_bytes)
         self._lock = threading.Lock()  # steps (protocol thread) against stop (the closing thread)
-        self._fd = -1
+        self._dir: WatchedDir | None = None  # control/, once started
         self._names: set[str] = set()
         self._need_listing = True
         self._deferred = False
@@ -80,16 +80,20 @@ class ControlExtension(Extension):
 
     # ------------------------------------------------------------------ hooks
     def watch(self) -> tuple[str, int]:
-        ensure_private_dir(self.path, what="control directory")
+        self._prepare()
         return self.path, INBOX_EVENTS
 
-    def start(self) -> None:
-        self._fd = os.open(self.path, _DIR)
+    def start(self) -> None:  # (watched since `watch`, before the node registered)
+        self._dir = WatchedDir(self._prepare, lambda path: self.host.watch(path, INBOX_EVENTS, self.name))
+
+    def _prepare(self) -> str:
+        return ensure_private_dir(self.path, what="control directory")
 
     def stop(self) -> None:
         with self._lock:
-            fd, self._fd = self._fd, -1
-        close_quietly(fd)
+            watched, self._dir = self._dir, None
+        if watched is not None:
+            watched.close()
 
     def entry_fields(self) -> dict[str, Any]:
         return {"operators": self.operators}
@@ -102,7 +106,7 @@ class ControlExtension(Extension):
 
     def step(self, listed: bool) -> bool:
         with self._lock:
-            if self._fd < 0:
+            if self._dir is None:
                 return False
             if listed or (self._need_listing and not self._names):
                 self._list()
@@ -110,38 +114,25 @@ class ControlExtension(Extension):
             for name in sorted(self._names)[:BATCH]:
                 self._names.discard(name)
                 self._take(name)
-            return bool(self._names) or self._deferred or (self._need_listing and self._fd >= 0)
+            return bool(self._names) or self._deferred or (self._need_listing and self._dir is not None)
 
     # ------------------------------------------------------------------ the directory
     def _list(self) -> None:
         self._need_listing = False
         try:
-            self._adopt_replaced()
-            with os.scandir(self._fd) as it:
-                for item in it:
-                    if len(self._names) >= MAX_NAMES:
-                        self._need_listing = True  # the rest after these
-                        return
-                    self._names.add(item.name)
+            old = self._dir.adopt_replaced()  # a control directory replaced or removed: created and watched anew
+            if old is not None:
+                close_quietly(old)
+                self._telemetry.recovered("inbox_replaced", f"its control directory {self.path} was replaced or "
+                                                            "removed; watching the new one")
+            listing = self._dir.list()
+            try:
+                if not listing.take(self._names.add, lambda: len(self._names) >= MAX_NAMES):
+                    self._need_listing = True  # the rest after these
+            finally:
+                listing.close()
         except (OSError, DirectoryError) as exc:
             self._telemetry.problem("receiving_failed", f"cannot read its control directory: {exc}")
-
-    def _adopt_replaced(self) -> None:
-        """A control directory that was replaced or removed is created and watched anew."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-            fd_st = os.fstat(self._fd)
-            if (st.st_dev, st.st_ino) == (fd_st.st_dev, fd_st.st_ino):
-                return
-        except FileNotFoundError:
-            pass
-        ensure_private_dir(self.path, what="control directory")
-        fresh = os.open(self.path, _DIR)
-        old, self._fd = self._fd, fresh
-        close_quietly(old)
-        self.host.watch(self.path, INBOX_EVENTS, self.name)
-        self._telemetry.recovered("inbox_replaced", f"its control directory {self.path} was replaced or "
-                                                        "removed; watching the new one")
 
     # ------------------------------------------------------------------ one file
     def _take(self, name: str) -> None:
@@ -152,7 +143,7 @@ class ControlExtension(Extension):
             self._reject(name, "?", ControlVerdict("control_malformed", detail="not a control request file name"))
             return
         try:
-            data, arrived = read_inbox_file(self._fd, name, MAX_FILE, self._config.uids)
+            data, arrived = read_inbox_file(self._dir.fd, name, MAX_FILE, self._config.uids)
         except FileNotFoundError:
             return
         except NotReady:  # a link()+unlink() delivery in progress: look again shortly
@@ -170,7 +161,7 @@ class ControlExtension(Extension):
             return
         # the request's own expiry is judged now: a request is applied only while it is valid
         verdict = judge_control(opened.payload, self._me, self.trusted, self.guard, int(time.time() * 1000))
-        if not remove_entry(self._fd, self.path, name):
+        if not remove_entry(self._dir.fd, self.path, name):
             self._telemetry.count("withdrawn")  # its requester withdrew it first: nothing happens
             return
         if verdict.request is None:
@@ -182,7 +173,7 @@ class ControlExtension(Extension):
         self._apply(parsed.sender, verdict.request)
 
     def _reject(self, name: str, peer: str, verdict: ControlVerdict) -> None:
-        if remove_entry(self._fd, self.path, name):
+        if remove_entry(self._dir.fd, self.path, name):
             self._record(peer, verdict)
 
     def _record(self, peer: str, verdict: ControlVerdict) -> None:

@@ -44,11 +44,12 @@ from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 from . import hooks
 from .calls import Callee, Caller, Request
 from .context import Lifecycle, NodeContext
-from .inbox import InboxDirectory, InboxListing, JunkNames, PendingNames
+from .inbox import InboxDirectory, JunkNames, PendingNames
 from .keeper import LeaseKeeper
 from .readahead import ReadAhead
 from .sender import Sender
 from .threads import SerialLanes, WorkerPool, settle
+from .watched_dir import DirListing
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
@@ -80,7 +81,7 @@ class Receiver:
         self._by_name: dict = {}
         self._names = PendingNames()
         self._junk = JunkNames()  # refused on the name alone, to be removed
-        self._listing: InboxListing | None = None  # a listing under way, taken in slices
+        self._listing: DirListing | None = None  # a listing under way, taken in slices
         self._listing_drains = False  # the listing under way began while draining
         self._drain_listed = False  # while draining: a listing begun since the drain began has ended
         self._resume = ""  # a pass begins with the first sender after this name (the first sender rotates)
@@ -110,7 +111,7 @@ class Receiver:
         self.watch = Watch()
         try:
             self.inbox = InboxDirectory(self._ctx.root, self._ctx.name, self.watch)
-            self.inbox.watch_events()
+            self.inbox.watch()
             if registry_dir is not None:
                 self.watch.add(registry_dir, REGISTRY_EVENTS, "registry")
             for extension in self._extensions:  # §9: an extension's own directory
