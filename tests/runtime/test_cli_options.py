@@ -70,7 +70,9 @@ PRINTED_BY = {
        for o in ("--nodes", "--records", "--malformed", "--minutes")},
     **{("speedtui/pipeline/commands.py", o): ["speedtui analyze"]
        for o in ("--rebuild", "--store", "--traces", "--full", "--since", "--until", "--dir")},
-    **{("speedtui/pipeline/job.py", o): ["speedtui analyze"] for o in ("--since", "--until")},
+    **{("speedtui/pipeline/job.py", o): ["speedtui analyze"] for o in ("--since", "--until", "--out")},
+    **{("speedtui/pipeline/commands.py", o): ["speedtui analyze"] for o in ("--remote", "--master", "--embedded")},
+    ("speedtui/pipeline/server.py", "--port"): ["speedtui analytics-server"],
 }
 
 
