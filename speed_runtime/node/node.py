@@ -40,7 +40,7 @@ from ..journal import JournalWriter
 from ..keyfile import load_key
 from ..monitor import RegistryMonitor
 from ..registry import Registry
-from ..transport import remove_home
+from ..transport import TargetDirs, remove_home
 from .application import Application
 from .calls import Callee, Caller, ServiceTable
 from .config import NodeConfig
@@ -313,6 +313,31 @@ class Node:
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self.check_running()
         return self.caller.call_async(target, service, arguments, timeout)
+
+    def live_entry(self, target: str) -> RegistryEntry:
+        """`target`'s entry as its file holds it now, if it may receive (§5.4 step 1); else
+        NodeUnavailableError or NodeLeavingError."""
+        return self.sender.live_entry(target)
+
+    def current_entry(self, name: str) -> RegistryEntry | None:
+        """`name`'s entry as its file holds it now (one stat; read only when it changed), or None."""
+        return self.monitor.current(name)
+
+    def expect_response(self, request_id: str, target: str, target_id: bytes, what: str, timeout: float,
+                        send: Callable[[], Any]) -> Future:
+        """Wait for the SPC_RESPONSE `request_id` from instance `target_id` of `target` after
+        `send()` wrote the request (a request of an extension such as `control`, written by
+        `deliver_into`); the Future fails with SpcError TIMEOUT after `timeout` seconds."""
+        self.check_running()
+        return self.caller.expect(request_id, target, target_id, what, timeout, send)
+
+    def deliver_into(self, dirs: TargetDirs, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
+                     body: bytes) -> str:
+        """Seal `body` for `entry`'s instance and deliver it into `dirs` (a directory of an
+        extension's, e.g. the target's `control/`), as every send is delivered: resealed on a name
+        clash, withdrawn if the target stopped being that live instance meanwhile. Its file name."""
+        return self.sender.deliver_into(dirs, target, entry, etype, seq, flags, body, "the request",
+                                        "the request was withdrawn, nothing was applied")
 
     def lift_quarantine(self, sender: str) -> bool:
         """End the quarantine of `sender` (extension `quota`) now; False if it was not quarantined.
