@@ -8,15 +8,14 @@ counts as one malformed line.
 """
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import threading
 from typing import Iterator
 
 from .core.errors import DirectoryError
 from .core.records import ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, JournalEvent, encode_line, parse_line
-from .fsutil import TRACES_DIR, ensure_private_dir
+from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir
+from .fsutil import open_regular as _open_regular
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_BACKUPS = 3
@@ -24,21 +23,15 @@ MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024
 FLUSH_AT_EVENTS = 20_000           # the writer's buffer is flushed inline beyond this…
 FLUSH_AT_ENVELOPE_BYTES = 8 << 20  # …or beyond this many bytes of sealed envelopes held for it
 _READ_CHUNK = 256 * 1024
-_OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_regular(path: str, flags: int, mode: int = 0o600, what: str = "journal") -> int:
-    """Open `path` without following a symlink or blocking on a FIFO; refuse anything but a regular file."""
+    """Open a journal with fsutil.open_regular (no symlink followed, no FIFO blocked on); anything
+    but a regular file is DirectoryError."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-            raise DirectoryError(f"{what} {path} is not a regular file") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory")
-    return fd
+        return _open_regular(path, flags, mode)[0]
+    except FileRefused:
+        raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory") from None
 
 
 class JournalWriter:
