@@ -245,10 +245,6 @@ class Sender:
             link.dirs.close()
             link.dirs = link.dirs_for = None
 
-    def open_descriptors(self) -> int:
-        with self._links_lock:
-            return 2 * sum(1 for link in self._open.values() if link.dirs is not None)
-
     # ------------------------------------------------------------------ acknowledgements
     def expect_ack(self, target: str, seq: int, source_id: bytes, waiter: Future) -> None:
         with self._acks_lock:
