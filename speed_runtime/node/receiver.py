@@ -2,9 +2,9 @@
 
 It waits on the node's one inotify instance (inbox and registry directory), lists the inbox on
 overflow and every `rescan_seconds` (in slices between its passes, so a huge inbox holds nobody
-up), judges each file with the pure core (`core.receiving`) and hands what passed to the
-dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC requests to the callee,
-responses and acknowledgements to whoever waits for them. A file refused on its name alone (junk:
+up), feeds each file's name, facts and bytes to the inbound state machine (`core.inbound`) and
+carries out its actions: MESSAGEs to the sender's lane, SPC requests to the callee, responses and
+acknowledgements to whoever waits for them. A file refused on its name alone (junk:
 no envelope name, or a sender not allowed) is removed after the senders' files, a slice per pass.
 
 Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
