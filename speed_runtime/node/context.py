@@ -16,6 +16,7 @@ from ..core.entry import RegistryEntry
 from ..core.keys import Key
 from ..core.message import Message
 from ..core.receiving import Verdict
+from ..core.replay import ReplayGuard
 from ..monitor import RegistryMonitor
 from ..registry import Registry
 from .application import Application
@@ -115,8 +116,8 @@ class ExtensionHost(Protocol):
 
     # ---------------------------------------------------------------- receiving
     @property
-    def replay(self) -> Any:
-        """The receiver's replay state (core.replay.ReplayGuard)."""
+    def replay(self) -> ReplayGuard:
+        """The receiver's replay state."""
 
     def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
                            judge: Callable[..., Verdict] | None = None) -> Verdict: ...

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..core.entry import RegistryEntry
 from ..core.message import Message
 from ..core.receiving import Verdict
+from ..core.replay import ReplayGuard
 from .context import Lifecycle, NodeContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +68,7 @@ class NodeHost:
 
     # ---------------------------------------------------------------- receiving
     @property
-    def replay(self) -> Any:
+    def replay(self) -> ReplayGuard:
         return self._receiver.replay
 
     def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
