@@ -75,7 +75,7 @@ def main() -> int:
     rounds, n, flood = (2, 20, 1000) if args.quick else (args.rounds, args.n, args.flood)
 
     from speed_runtime import Node
-    from speed_runtime.control import Operator
+    from speed_runtime.operator import Operator
     from speed_runtime.core.control import OperatorKey
 
     env = Env.make()

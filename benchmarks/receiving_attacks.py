@@ -37,7 +37,7 @@ sys.path.insert(0, REPO)
 
 from speed_runtime import Node, generate_key_file, load_key  # noqa: E402
 from speed_runtime.core import chunks, payloads  # noqa: E402
-from speed_runtime.core.control import FLAG as CONTROL_FLAG, OperatorKey  # noqa: E402
+from speed_runtime.core.control import FLAG_CONTROL as CONTROL_FLAG, OperatorKey  # noqa: E402
 from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal  # noqa: E402
 from speed_runtime.core.reliable import FLAG_RELIABLE  # noqa: E402
 from speed_runtime.transport import inject  # noqa: E402

@@ -19,7 +19,7 @@ _EXPORTS = {
     "EnvelopeTrace": ".core.records", "HealthTrace": ".core.records", "LeaseTrace": ".core.records",
     "SpcTrace": ".core.records", "ControlTrace": ".core.records", "ThreatTrace": ".core.records",
     "QuotaExceededError": ".core.quota", "generate_key_file": ".keyfile",
-    "load_key": ".keyfile", "Node": ".node", "Operator": ".control", "OperatorKey": ".core.control",
+    "load_key": ".keyfile", "Node": ".node", "Operator": ".operator", "OperatorKey": ".core.control",
     "NodeConfig": ".node",
     **dict.fromkeys((
         "AccessDeniedError", "BadEntryError", "ConfigError", "ControlRefusedError", "ControlTimeoutError",

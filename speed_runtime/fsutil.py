@@ -3,6 +3,7 @@ host name and processes."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import socket
 import stat
@@ -121,6 +122,75 @@ def close_quietly(*fds: int) -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+# ============================================================================ reading a regular file safely
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class FileRefused(OSError):
+    """What a safe reader refuses to read: `reason` is `link` (a symbolic link), `not_regular` (a
+    FIFO, a directory, a device, …), `too_large`, `open_to_others` (a private file readable or
+    writable by group or others: `mode`), or `unreadable` (reading failed: `detail`)."""
+
+    def __init__(self, reason: str, detail: str = "", *, size: int = 0, mode: int = 0):
+        super().__init__(reason if not detail else f"{reason}: {detail}")
+        self.reason, self.detail, self.size, self.mode = reason, detail, size, mode
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o600, *, dir_fd: int | None = None,
+                 follow: bool = False) -> tuple[int, os.stat_result]:
+    """Open `path` without following a symbolic link (unless `follow`: a path the user named) and
+    without blocking on a FIFO, and refuse anything but a regular file (FileRefused); the
+    descriptor and what fstat says of it. A missing path is FileNotFoundError, any other failure
+    to open the OSError itself."""
+    try:
+        fd = os.open(path, flags | _OPEN_FLAGS if not follow else flags | os.O_NONBLOCK | os.O_CLOEXEC, mode,
+                     dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise FileRefused("link") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO without a reader, a directory opened to write
+            raise FileRefused("not_regular") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise FileRefused("not_regular")
+    return fd, st
+
+
+def read_regular(path: str, limit: int, *, dir_fd: int | None = None, follow: bool = False,
+                 private: bool = False) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most `limit` bytes (open_regular), and its fstat; with
+    `private`, refused when group or others may read or write it. Never reads more than limit + 1
+    bytes, whatever the file claims or becomes meanwhile."""
+    fd, st = open_regular(path, dir_fd=dir_fd, follow=follow)
+    try:
+        if private and st.st_mode & 0o077:
+            raise FileRefused("open_to_others", mode=stat.S_IMODE(st.st_mode))
+        if st.st_size > limit:
+            raise FileRefused("too_large", size=st.st_size)
+        # The first read asks for what fstat promised (os.read allocates what it is asked for, and a
+        # limit may be large); later ones, for what a file that grew may still add, in slices.
+        chunks, left, ask = [], limit + 1, st.st_size + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, ask))
+            ask = 1 << 16
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except FileRefused:
+        raise
+    except OSError as exc:
+        raise FileRefused("unreadable", exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise FileRefused("too_large", size=len(data))
+    return data, st
 
 
 # Two system calls made through ctypes.PyDLL, which keeps the GIL across the call. A handler lane

@@ -8,15 +8,14 @@ counts as one malformed line.
 """
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import threading
 from typing import Iterator
 
 from .core.errors import DirectoryError
 from .core.records import ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, JournalEvent, encode_line, parse_line
-from .fsutil import TRACES_DIR, ensure_private_dir
+from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir
+from .fsutil import open_regular as _open_regular
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_BACKUPS = 3
@@ -24,21 +23,15 @@ MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024
 FLUSH_AT_EVENTS = 20_000           # the writer's buffer is flushed inline beyond this…
 FLUSH_AT_ENVELOPE_BYTES = 8 << 20  # …or beyond this many bytes of sealed envelopes held for it
 _READ_CHUNK = 256 * 1024
-_OPEN_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_regular(path: str, flags: int, mode: int = 0o600, what: str = "journal") -> int:
-    """Open `path` without following a symlink or blocking on a FIFO; refuse anything but a regular file."""
+    """Open a journal with fsutil.open_regular (no symlink followed, no FIFO blocked on); anything
+    but a regular file is DirectoryError."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-            raise DirectoryError(f"{what} {path} is not a regular file") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory")
-    return fd
+        return _open_regular(path, flags, mode)[0]
+    except FileRefused:
+        raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory") from None
 
 
 class JournalWriter:
@@ -179,17 +172,20 @@ def read_journal(path: str) -> tuple[list[JournalEvent], int]:
 
 class JournalTail:
     """Follows one journal path across appends, rotation (a new inode) and truncation, yielding
-    each complete record once. A torn last line waits until its newline arrives."""
+    each complete record once. A torn last line waits until its newline arrives. Where it stands
+    (the file's identity, the offset, whether inside an over-long line) is its own: readers move it
+    only through `read`, `lines` and `start_near_end`."""
 
     def __init__(self, path: str):
         self.path = path
-        self.offset = 0
-        self.inode: tuple[int, int] | None = None
+        self._inode: tuple[int, int] | None = None
+        self._offset = 0
+        self._skipping = False  # inside an over-long line that has not ended yet
         self.bad_lines = 0
-        self.skipping = False  # inside an over-long line that has not ended yet
         self.error: str | None = None  # why the path cannot be read (not a regular file, …)
 
     def read(self, max_records: int = 50_000) -> list[JournalEvent]:
+        """The records the path gained since the last call (at most `max_records`; the rest wait)."""
         try:
             fd = open_regular(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -201,14 +197,8 @@ class JournalTail:
         self.error = None
         out: list[JournalEvent] = []
         try:
-            st = os.fstat(fd)
-            identity = (st.st_dev, st.st_ino)
-            if identity != self.inode or st.st_size < self.offset:  # rotated, replaced or truncated
-                self.inode, self.offset, self.skipping = identity, 0, False
-            for end, line in iter_lines(fd, self.offset, final=False, skipping=self.skipping):
-                self.offset = end
-                self.skipping = line is SKIPPED
-                if line is SKIPPED or (line is not LONG and not line.strip()):
+            for line in self.lines(fd):
+                if line is not LONG and not line.strip():
                     continue
                 event = None if line is LONG else parse_line(line)
                 if event is None:
@@ -220,3 +210,44 @@ class JournalTail:
         finally:
             os.close(fd)
         return out
+
+    def lines(self, fd: int) -> Iterator[object]:
+        """The complete lines the file open at `fd` gained since the last call (LONG for an
+        over-long one), each once, the tail moving past each before it is yielded (a reader may stop
+        at any line). A file of another identity (rotated, replaced) or shorter than where the tail
+        stands (truncated) is read from its start."""
+        st = os.fstat(fd)
+        identity = (st.st_dev, st.st_ino)
+        if identity != self._inode or st.st_size < self._offset:
+            self._inode, self._offset, self._skipping = identity, 0, False
+        for end, line in iter_lines(fd, self._offset, final=False, skipping=self._skipping):
+            self._offset, self._skipping = end, line is SKIPPED
+            if line is not SKIPPED:
+                yield line
+
+    def start_near_end(self, keep_bytes: int) -> None:
+        """Stand at the first line that starts in the journal's last `keep_bytes` (a console shows
+        recent history at start, not a 256 MB backlog), as the tail's own reads would have left it.
+        A path that cannot be read is left for `read` to report."""
+        try:
+            fd = open_regular(self.path, os.O_RDONLY)
+        except (DirectoryError, OSError):
+            return
+        try:
+            st = os.fstat(fd)
+            if st.st_size <= keep_bytes:
+                return
+            pos = st.st_size - keep_bytes
+            while pos < st.st_size:
+                chunk = os.pread(fd, 64 * 1024, pos)
+                if not chunk:
+                    break
+                nl = chunk.find(b"\n")
+                if nl >= 0:
+                    self._inode, self._offset, self._skipping = (st.st_dev, st.st_ino), pos + nl + 1, False
+                    return
+                pos += len(chunk)
+            # no line starts there: the tail is inside one over-long line, which ends as one bad line
+            self._inode, self._offset, self._skipping = (st.st_dev, st.st_ino), st.st_size, True
+        finally:
+            os.close(fd)

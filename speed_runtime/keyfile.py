@@ -8,13 +8,13 @@ path can never receive key material.
 """
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import stat
 
 from .core.errors import KeyFileError
 from .core.keys import KEY_SIZE, MAX_KEY_FILE_BYTES, Key, format_key_text, parse_key_text
+from .fsutil import FileRefused, read_regular
 
 __all__ = ["Key", "load_key", "generate_key_file", "read_private_file", "write_private_file", "parse_key_text",
            "format_key_text"]
@@ -31,31 +31,26 @@ def load_key(path: str | os.PathLike, *, allow_insecure: bool = False) -> Key:
 
 
 def read_private_file(path: str, *, what: str, create_with: str, allow_insecure: bool = False) -> bytes:
-    """The bytes of a small private file (a key): opened without following links and without
-    blocking (a FIFO never feeds us), refused unless a regular file closed to group and others."""
+    """The bytes of a small private file (a key), read with fsutil.read_regular: opened without
+    following links and without blocking (a FIFO never feeds us), refused unless a regular file
+    closed to group and others."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular(path, MAX_KEY_FILE_BYTES, private=not allow_insecure)[0]
     except FileNotFoundError:
         raise KeyFileError(f"{what} {path} does not exist; create one with `{create_with}`") from None
+    except FileRefused as exc:
+        raise KeyFileError(f"{what} {path} {_REFUSED[exc.reason].format(exc=exc, path=path)}") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise KeyFileError(f"{what} {path} is a symbolic link; point to the real file instead") from None
         raise KeyFileError(f"{what} {path} cannot be opened: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"{what} {path} is not a regular file")
-        if st.st_mode & 0o077 and not allow_insecure:
-            raise KeyFileError(
-                f"{what} {path} is readable or writable by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}); run `chmod 600 {path}`"
-            )
-        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise KeyFileError(f"{what} {path} is too large to be a SPEED key file")
-    return data
+
+
+_REFUSED = {  # what read_regular refused, as the end of a sentence about a key file
+    "link": "is a symbolic link; point to the real file instead",
+    "not_regular": "is not a regular file",
+    "open_to_others": "is readable or writable by group or others (mode {exc.mode:04o}); run `chmod 600 {path}`",
+    "too_large": "is too large to be a SPEED key file",
+    "unreadable": "cannot be read: {exc.detail}",
+}
 
 
 def write_private_file(path: str, data: bytes, *, overwrite: bool, what: str) -> None:

@@ -25,7 +25,7 @@ from typing import Iterator
 from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
 from .core.errors import BadEntryError, DirectoryError, LeaseLostError, NameInUseError, RegistryLockError
 from .core.liveness import HostFacts, judge
-from .fsutil import REGISTRY_DIR, check_private_dir, ensure_private_dir, local_facts, prepare_root
+from .fsutil import REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root, read_regular
 
 SUFFIX = ".node"
 LOCK_NAME = ".lock"
@@ -145,24 +145,16 @@ class Registry:
         """`read`, with the stamp of the version read (taken from the open descriptor). Anything
         but a regular file (a FIFO, a device, a directory, a symlink) is reported, never read."""
         try:
-            fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            data, st = read_regular(self.path(name), MAX_ENTRY_BYTES)
         except FileNotFoundError:
             return None, None
+        except FileRefused as exc:
+            raise BadEntryError(f"registry entry {name} " + {
+                "link": "is a symbolic link", "not_regular": "is not a regular file",
+                "too_large": f"is larger than {MAX_ENTRY_BYTES} bytes"}.get(exc.reason, f"cannot be read: {exc.detail}")
+            ) from None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise BadEntryError(f"registry entry {name} is a symbolic link") from None
             raise BadEntryError(f"registry entry {name} cannot be opened: {exc.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise BadEntryError(f"registry entry {name} is not a regular file")
-            if st.st_size > MAX_ENTRY_BYTES:
-                raise BadEntryError(f"registry entry {name} is larger than {MAX_ENTRY_BYTES} bytes")
-            data = os.read(fd, MAX_ENTRY_BYTES + 1)
-        except OSError as exc:
-            raise BadEntryError(f"registry entry {name} cannot be read: {exc.strerror}") from None
-        finally:
-            os.close(fd)
         entry = RegistryEntry.from_json(data)
         if entry.name != name:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")

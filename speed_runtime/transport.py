@@ -73,6 +73,7 @@ class TargetDirs:
     delivered into: `inbox`, or an extension's own (`control`)."""
 
     def __init__(self, root: str, target: str, box: str = "inbox"):
+        self.box = box
         home = os.path.join(root, target)
         self.tmp_path, self.inbox_path = os.path.join(home, "tmp"), os.path.join(home, box)
         try:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 import time
 import uuid
@@ -15,7 +13,7 @@ from typing import Any
 from ..core.errors import ConfigError, DeliveryTimeoutError, SpeedError
 from ..core.liveness import judge
 from ..core.visible import visible, visible_json
-from ..fsutil import local_facts, prepare_root
+from ..fsutil import FileRefused, local_facts, prepare_root, read_regular
 from ..keyfile import generate_key_file
 from ..registry import Registry
 from .common import (EXIT_OK, EXIT_REMOTE, EXIT_UNAVAILABLE, add_common, add_durable_on_tmpfs, add_feature_options,
@@ -206,17 +204,14 @@ MAX_FILE_MESSAGE = 64 * 1024 * 1024
 
 def read_message_file(path: str) -> bytes:
     """The bytes of a regular file of at most 64 MiB (a FIFO or a device would block or never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        facts = os.fstat(fd)
-        if not stat.S_ISREG(facts.st_mode):
-            raise ConfigError(f"{path} is not a regular file; --file sends the bytes of a regular file")
-        if facts.st_size > MAX_FILE_MESSAGE:
-            raise ConfigError(f"{path} has {facts.st_size} bytes; a message holds at most {MAX_FILE_MESSAGE} bytes")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(MAX_FILE_MESSAGE + 1)[:MAX_FILE_MESSAGE]
-    finally:
-        os.close(fd)
+    try:  # (a path the user named: a symbolic link to a regular file is followed)
+        return read_regular(path, MAX_FILE_MESSAGE, follow=True)[0]
+    except FileRefused as exc:
+        if exc.reason == "not_regular":
+            raise ConfigError(f"{path} is not a regular file; --file sends the bytes of a regular file") from None
+        if exc.reason == "too_large":
+            raise ConfigError(f"{path} has {exc.size} bytes; a message holds at most {MAX_FILE_MESSAGE} bytes") from None
+        raise
 
 
 def cmd_registry(args: argparse.Namespace) -> int:

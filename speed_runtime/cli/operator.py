@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..control import Operator, default_operator_key_path, generate_operator_key, load_operator_key
+from ..operator import Operator, default_operator_key_path, generate_operator_key, load_operator_key
 from ..core.visible import visible, visible_json
 from .common import EXIT_OK, add_common, add_lock_timeout, env_key, seconds
 

@@ -26,12 +26,10 @@ import re
 from typing import Any, NamedTuple
 
 from .entry import entry_integer
-from .envelope import EnvelopeType
+from .envelope import FLAG_BINARY, FLAG_CHUNK, EnvelopeType
 from .errors import EnvelopeError
 from .payloads import decode_payload, decoded_cost, encode_payload
 
-FLAG_BINARY = 0x0002      # the same bits as speed_runtime.ext (the allocation table lives there)
-FLAG_CHUNK = 0x0004
 SEPARATOR = b"\x00"
 MAX_HEADER = 65_536        # a binary header longer than this is bad_payload (found without scanning further)
 MAX_CHUNKS = 65_536

@@ -25,13 +25,12 @@ from nacl.exceptions import BadSignatureError, CryptoError
 
 from . import payloads
 from .entry import RegistryEntry
-from .envelope import OVERHEAD, EnvelopeType, open_envelope
+from .envelope import FLAG_CONTROL, OVERHEAD, EnvelopeType, open_envelope
 from .errors import ConfigError, EnvelopeError, KeyFileError
 from .names import is_valid_name
 from .receiving import Identity, Verdict, check_identities, header_type
 
 FEATURE = "control"
-FLAG = 0x0040                      # the header flag bit of `control` (ext/__init__.py's allocation)
 KEY_HEADER = "SPEED-OPERATOR-KEY-V1"
 SIGNING_DOMAIN = b"SPEED-CONTROL-V1\x00"
 FINGERPRINT_DOMAIN = b"SPEED-OPERATOR-FINGERPRINT\x00"
@@ -231,7 +230,7 @@ def open_control(sender: str, data: bytes, key: Any, me: Identity, sender_entry:
     try:
         opened = open_envelope(data, key, MAX_PAYLOAD)
         header = opened.header
-        if header.type != EnvelopeType.SPC_REQUEST or not header.flags & FLAG:
+        if header.type != EnvelopeType.SPC_REQUEST or not header.flags & FLAG_CONTROL:
             raise EnvelopeError("control_malformed", "not a control request (an SPC_REQUEST with flag 0x0040)")
         payload = payloads.decode_payload(opened.payload, 0)  # the control layout: only from/to are common
         check_identities(sender, payload, header, me, sender_entry)

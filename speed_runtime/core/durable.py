@@ -21,13 +21,12 @@ from typing import AbstractSet, Any, Callable, Iterable, NamedTuple
 from nacl import bindings as _sodium
 
 from . import aead, payloads
-from .envelope import EnvelopeType, open_envelope
+from .envelope import FLAG_DURABLE, EnvelopeType, open_envelope
 from .errors import DeliveryError, EnvelopeError
 from .keys import Key
 from .receiving import Verdict, header_type
 from .replay import ReplayGuard
 
-FLAG_DURABLE = 0x0010            # header flag bit 4 (ext.FLAG_DURABLE)
 STATUSES = {"handled": 1, "failed": 2, "expired": 3}
 RECEIPT_KEY_CONTEXT = b"SPEED-DURABLE-RECEIPT-KEY-V1"
 RECEIPT_DOMAIN = b"SPEED-RECEIPT-V1"

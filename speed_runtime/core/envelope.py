@@ -21,7 +21,18 @@ NONCE_SIZE = 12
 TAG_SIZE = 16
 OVERHEAD = HEADER_SIZE + NONCE_SIZE + TAG_SIZE
 DEFAULT_MAX_PAYLOAD = 1 << 20
-FLAG_ACK_REQUESTED = 0x0001
+# The header's flag bits, the one table of them (§5: bit 0 is v1's "ACK requested"; §9: each other
+# bit belongs to one extension, docs/PROTOCOL.md "Flag bits"). Every module that tests a bit
+# imports it from here.
+FLAG_ACK_REQUESTED = 0x0001   # v1: the receiver answers ACK (or ERROR) once its handler ran
+FLAG_BINARY = 0x0002          # chunks: the payload is a JSON header, a NUL byte, then raw bytes
+FLAG_CHUNK = 0x0004           # chunks: this envelope is one chunk of a larger message
+FLAG_RELIABLE = 0x0008        # reliable: the receiver acknowledges; the sender retransmits
+FLAG_DURABLE = 0x0010         # durable: written durably, removed only after it was handled, receipted
+FLAG_QUOTA = 0x0020           # quota: reserved for the quota extension
+FLAG_CONTROL = 0x0040         # control: a signed operator request in the target's control/ directory
+FLAGS = {FLAG_BINARY: "chunks", FLAG_CHUNK: "chunks", FLAG_RELIABLE: "reliable", FLAG_DURABLE: "durable",
+         FLAG_QUOTA: "quota", FLAG_CONTROL: "control"}   # an extension's bit -> the feature it belongs to
 
 _HEADER = struct.Struct(">BBHIQQQ16s16s")
 assert _HEADER.size == HEADER_SIZE

@@ -22,24 +22,24 @@ import uuid
 from typing import Any
 
 from ..core import chunks
-from ..core.chunks import BYTES_LIKE, FLAG_BINARY, FLAG_CHUNK, VALUE_FIELD
-from ..core.envelope import EnvelopeType, type_name
+from ..core.chunks import BYTES_LIKE, VALUE_FIELD
+from ..core.envelope import FLAG_BINARY, FLAG_CHUNK, FLAG_RELIABLE, EnvelopeType, type_name
 from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
 from ..core import payloads
 from ..core.payloads import encode_payload
 from ..core.quota import QuotaExceededError
 from ..core.reassembly import COMPLETE, REFUSED, Assembled, Partial, Reassembly, Step
 from ..core.records import MessageTrace
-from ..core.reliable import FLAG_RELIABLE
-from ..transport import remove_entry
-from . import Extension, Outbound, speaks
+from ..node.context import ExtensionHost
+from ..node.hooks import Extension, Outbound, speaks
 
 class ChunksExtension(Extension):
     name = "chunks"
 
-    def __init__(self, node: Any):
-        super().__init__(node)
-        cfg = node.config
+    def __init__(self, host: ExtensionHost):
+        super().__init__(host)
+        cfg = host.config
+        self._name, self._telemetry, self._max_payload = host.name, host.telemetry, cfg.max_payload
         self.max_message, self.chunk_size = cfg.max_message, cfg.chunk_size
         self._timeout = cfg.chunk_timeout
         self.reassembly = Reassembly(cfg.max_message, cfg.reassembly_bytes, cfg.reassembly_bytes_per_sender,
@@ -50,7 +50,7 @@ class ChunksExtension(Extension):
         self._sent = threading.local()   # envelopes of this thread's latest outbound message
 
     def entry_fields(self) -> dict[str, Any]:
-        return {"chunks": {"maxMessage": self.max_message, "maxEnvelopePayload": self.node.config.max_payload}}
+        return {"chunks": {"maxMessage": self.max_message, "maxEnvelopePayload": self._max_payload}}
 
     def stop(self) -> None:
         with self._lock:
@@ -77,8 +77,7 @@ class ChunksExtension(Extension):
         field = VALUE_FIELD.get(out.etype)
         if field is None or field not in out.payload:
             return None
-        sender = self.node.sender
-        entry = out.entry or sender.live_entry(out.target)
+        entry = out.entry or self.host.live_entry(out.target)
         if not speaks(entry, "chunks"):
             return None
         out = out._replace(entry=entry)
@@ -105,15 +104,15 @@ class ChunksExtension(Extension):
 
     def _limits(self, entry) -> tuple[int, int]:
         """(the target's envelope payload limit within ours, the largest message both accept)."""
-        return chunks.target_limits(entry.extra.get("chunks"), self.node.sender.max_payload, self.max_message)
+        return chunks.target_limits(entry.extra.get("chunks"), self._max_payload, self.max_message)
 
     def _send(self, out: Outbound, body: bytes, flags: int) -> int:
-        return self.node.sender.send(out.target, out.etype, body, flags=flags, entry=out.entry,
+        return self.host.send(out.target, out.etype, body, flags=flags, entry=out.entry,
                                      before_deliver=out.before_deliver, trace_extra=out.trace_extra, files=out.files,
                                      wait=out.wait)
 
     def _send_chunks(self, out: Outbound, first: dict, message_id: str, body, limit: int) -> int:
-        sender, target, entry = self.node.sender, out.target, out.entry
+        target, entry = out.target, out.entry
         cutter = chunks.Chunker(first, message_id, body, limit, self.chunk_size)
         count, seq, prev, sealed = cutter.count, 0, None, []
         with self._links_lock(target):
@@ -122,7 +121,7 @@ class ChunksExtension(Extension):
                     entry = self._same_instance(target, entry, message_id, index, count)
                 last = index == count - 1
                 try:
-                    seq = sender.send(target, out.etype, cutter.plaintext(index, prev),
+                    seq = self.host.send(target, out.etype, cutter.plaintext(index, prev),
                                       flags=out.flags | FLAG_BINARY | FLAG_CHUNK, entry=entry,
                                       before_deliver=out.before_deliver if last else None, files=out.files,
                                       sealed=sealed, wait=out.wait,
@@ -135,7 +134,7 @@ class ChunksExtension(Extension):
                                              f"message {message_id} were delivered, the rest was not sent"),
                                              target=target, limit=exc.limit) from None
                 prev = chunks.chain_value(sealed.pop())  # the next chunk names this envelope by its tag
-                self.node.telemetry.count("chunksSent")
+                self._telemetry.count("chunksSent")
         self._sent.count = count
         if not out.flags & FLAG_RELIABLE:  # the reliable extension records its own sends
             self._trace("out", target, message_id, "sent", out.etype, len(body), count, seq)
@@ -145,7 +144,7 @@ class ChunksExtension(Extension):
         """Every chunk goes to the instance the first went to; else the rest is not sent."""
         done = f"{index} of the {count} chunks of message {message_id} were delivered, the rest was not sent"
         try:
-            now = self.node.sender.live_entry(target)
+            now = self.host.live_entry(target)
         except NodeLeavingError:
             raise NodeLeavingError(target, f"it began to leave during the message: {done}") from None
         except NodeUnavailableError as exc:
@@ -171,16 +170,16 @@ class ChunksExtension(Extension):
         header, payload = verdict.header, verdict.payload
         if not header.flags & FLAG_CHUNK:
             return False
-        receiver = self.node.receiver
+        host = self.host
         index, last = payload["chunkIndex"], payload["chunkIndex"] == payload["chunkCount"] - 1
         names = {"message_id": payload["messageId"], "chunk": index, "chunks": payload["chunkCount"]}
         if header.type == EnvelopeType.SPC_RESPONSE and index == 0 \
-                and not self.node.caller.expects(sender, header.source_id, payload):
-            receiver.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
+                and not host.expects_response(sender, header.source_id, payload):
+            host.reject(name, sender, header.sequence, "unexpected_response", len(data), verdict.type, data,
                             extra=names)
             return True
-        if not last and not remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
-            self.node.telemetry.count("withdrawn")  # its sender withdrew it (reading 23): the message stops here
+        if not last and not host.remove(name):
+            self._telemetry.count("withdrawn")  # its sender withdrew it (reading 23): the message stops here
             with self._lock:
                 voided = self.reassembly.void(header.source_id)
             if voided is not None:
@@ -194,14 +193,14 @@ class ChunksExtension(Extension):
             if step.voided_reason == "message_too_large" and step.voided.etype == EnvelopeType.SPC_REQUEST:
                 self._refuse_request(step.voided, step.detail)
         if step.out_of_memory:  # this node's problem, not the sender's: the operator hears of it
-            self.node.telemetry.problem("out_of_memory", f"message {payload['messageId']} from {sender} voided: "
+            self._telemetry.problem("out_of_memory", f"message {payload['messageId']} from {sender} voided: "
                                                          f"{step.detail}")
         if step.kind == REFUSED:
-            receiver.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last,
+            host.reject(name, sender, header.sequence, step.reason, len(data), verdict.type, data, remove=last,
                             extra=names)
             return True
-        self.node.telemetry.count("chunksReceived")
-        receiver.accepted(verdict, sender, data, name, names)
+        self._telemetry.count("chunksReceived")
+        host.accepted(verdict, sender, data, name, names)
         if step.kind == COMPLETE:
             self._complete(verdict, sender, data, name, step)
         else:
@@ -210,8 +209,8 @@ class ChunksExtension(Extension):
 
     def _complete(self, verdict, sender: str, data: bytes, name: str, step: Step) -> None:
         message: Partial = step.message
-        self.node.telemetry.count("messagesAssembled")
-        reliable = bool(message.flags & FLAG_RELIABLE) and "reliable" in self.node.extensions
+        self._telemetry.count("messagesAssembled")
+        reliable = bool(message.flags & FLAG_RELIABLE) and self.host.extension("reliable") is not None
         if not reliable:  # the reliable extension reports delivered or duplicate itself
             self._trace("in", sender, message.message_id, "delivered", message.etype, message.size, message.count,
                         verdict.header.sequence)
@@ -225,7 +224,7 @@ class ChunksExtension(Extension):
         whole = verdict._replace(header=verdict.header._replace(flags=verdict.header.flags & ~(FLAG_BINARY | FLAG_CHUNK)),
                                  payload=step.payload, body=Assembled(message.file_bytes, message.count, message.size),
                                  finished=finished, cost=message.reserved)
-        self.node.receiver.dispatch(whole, sender, data, name)
+        self.host.dispatch(whole, sender, data, name)
 
     def _schedule_expiry(self) -> None:
         with self._lock:
@@ -233,7 +232,7 @@ class ChunksExtension(Extension):
             if due is None or self._expiry_due:
                 return
             self._expiry_due = True
-        self.node.deadlines.at(due / 1000 + 0.01, self._expire)
+        self.host.at(due / 1000 + 0.01, self._expire)
 
     def _expire(self) -> None:
         with self._lock:
@@ -249,20 +248,20 @@ class ChunksExtension(Extension):
         it now, as an ERROR response, rather than at its timeout."""
         rid, service = message.first.get("requestId"), message.first.get("service")
         if isinstance(rid, str):
-            self.node.reply(message.sender, EnvelopeType.SPC_RESPONSE, payloads.spc_failure(
-                self.node.name, message.sender, rid, "INVALID_ARGUMENTS",
+            self.host.reply(message.sender, EnvelopeType.SPC_RESPONSE, payloads.spc_failure(
+                self._name, message.sender, rid, "INVALID_ARGUMENTS",
                 f"the request was refused (message_too_large): {detail}"[:500]),
                 {"request_id": rid, "service": service, "status": "ERROR", "error_code": "INVALID_ARGUMENTS"})
 
     # ================================================================== records
     def _voided(self, partial: Partial, reason: str, detail: str) -> None:
-        self.node.telemetry.count("messagesVoided")
+        self._telemetry.count("messagesVoided")
         self._trace("in", partial.sender, partial.message_id, "voided", partial.etype, partial.size, partial.count, 0,
                     reason=reason, detail=detail, reliable=bool(partial.flags & FLAG_RELIABLE))
 
     def _trace(self, direction: str, peer: str, message_id: str, event: str, etype: int, size: int, count: int,
                seq: int, **extra: Any) -> None:
-        self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, direction, peer, message_id, event,
+        self._telemetry.emit(MessageTrace(time.time(), self._name, direction, peer, message_id, event,
                                               type_name(etype), size, count, seq=seq, **extra))
 
 

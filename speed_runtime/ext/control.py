@@ -22,8 +22,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import FLAG_CONTROL, Extension
-from ..core.control import (FEATURE, FLAG, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
+from ..node.context import ExtensionHost
+from ..node.hooks import Extension
+from ..node.watched_dir import WatchedDir
+from ..core.control import (FEATURE, MAX_FILE, ControlRequest, ControlVerdict, RequestGuard, administers,
                             answer_error, answer_result, fingerprint, judge_control, open_control, parse_public_key,
                             trust_map, trusted_operators)
 from ..core.envelope import EnvelopeType, parse_filename
@@ -35,32 +37,30 @@ from ..inotify import INBOX_EVENTS
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
 
 __all__ = ["ControlExtension", "EXTENSION", "administers", "trust_map", "trusted_operators"]
-assert FLAG == FLAG_CONTROL  # one allocation of flag bits (ext/__init__.py); the core restates it
 
 CONTROL_DIR = "control"
 BATCH = 32          # control files judged per step of the protocol thread: the inbox is never starved
 MAX_NAMES = 1024    # names remembered; beyond, the directory is listed again once these are done
-_LANE = ("control",)  # the lane of the worker pool that publishes and answers, in request order
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ControlExtension(Extension):
     name = FEATURE
 
-    def __init__(self, node: Any):
-        super().__init__(node)
-        if not node.config.operators:
+    def __init__(self, host: ExtensionHost):
+        super().__init__(host)
+        self._name, self._telemetry, self._config = host.name, host.telemetry, host.config
+        if not host.config.operators:
             raise ConfigError("the control extension needs at least one trusted operator key: start the node "
                               "with --operator PUBKEY (Node(..., operators=[PUBKEY]))")
         self.trusted: dict[str, bytes] = {}
-        for text in node.config.operators:
+        for text in host.config.operators:
             key = parse_public_key(text)
             self.trusted[fingerprint(key)] = key
         self.guard = RequestGuard()
-        self.path = os.path.join(node.root, node.name, CONTROL_DIR)
-        self._me = Identity(node.name, node.id_bytes)
+        self.path = os.path.join(host.root, host.name, CONTROL_DIR)
+        self._me = Identity(host.name, host.id_bytes)
         self._lock = threading.Lock()  # steps (protocol thread) against stop (the closing thread)
-        self._fd = -1
+        self._dir: WatchedDir | None = None  # control/, once started
         self._names: set[str] = set()
         self._need_listing = True
         self._deferred = False
@@ -80,16 +80,20 @@ class ControlExtension(Extension):
 
     # ------------------------------------------------------------------ hooks
     def watch(self) -> tuple[str, int]:
-        ensure_private_dir(self.path, what="control directory")
+        self._prepare()
         return self.path, INBOX_EVENTS
 
-    def start(self) -> None:
-        self._fd = os.open(self.path, _DIR)
+    def start(self) -> None:  # (watched since `watch`, before the node registered)
+        self._dir = WatchedDir(self._prepare, lambda path: self.host.watch(path, INBOX_EVENTS, self.name))
+
+    def _prepare(self) -> str:
+        return ensure_private_dir(self.path, what="control directory")
 
     def stop(self) -> None:
         with self._lock:
-            fd, self._fd = self._fd, -1
-        close_quietly(fd)
+            watched, self._dir = self._dir, None
+        if watched is not None:
+            watched.close()
 
     def entry_fields(self) -> dict[str, Any]:
         return {"operators": self.operators}
@@ -102,7 +106,7 @@ class ControlExtension(Extension):
 
     def step(self, listed: bool) -> bool:
         with self._lock:
-            if self._fd < 0:
+            if self._dir is None:
                 return False
             if listed or (self._need_listing and not self._names):
                 self._list()
@@ -110,49 +114,36 @@ class ControlExtension(Extension):
             for name in sorted(self._names)[:BATCH]:
                 self._names.discard(name)
                 self._take(name)
-            return bool(self._names) or self._deferred or (self._need_listing and self._fd >= 0)
+            return bool(self._names) or self._deferred or (self._need_listing and self._dir is not None)
 
     # ------------------------------------------------------------------ the directory
     def _list(self) -> None:
         self._need_listing = False
         try:
-            self._adopt_replaced()
-            with os.scandir(self._fd) as it:
-                for item in it:
-                    if len(self._names) >= MAX_NAMES:
-                        self._need_listing = True  # the rest after these
-                        return
-                    self._names.add(item.name)
+            old = self._dir.adopt_replaced()  # a control directory replaced or removed: created and watched anew
+            if old is not None:
+                close_quietly(old)
+                self._telemetry.recovered("inbox_replaced", f"its control directory {self.path} was replaced or "
+                                                            "removed; watching the new one")
+            listing = self._dir.list()
+            try:
+                if not listing.take(self._names.add, lambda: len(self._names) >= MAX_NAMES):
+                    self._need_listing = True  # the rest after these
+            finally:
+                listing.close()
         except (OSError, DirectoryError) as exc:
-            self.node.telemetry.problem("receiving_failed", f"cannot read its control directory: {exc}")
-
-    def _adopt_replaced(self) -> None:
-        """A control directory that was replaced or removed is created and watched anew."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-            fd_st = os.fstat(self._fd)
-            if (st.st_dev, st.st_ino) == (fd_st.st_dev, fd_st.st_ino):
-                return
-        except FileNotFoundError:
-            pass
-        ensure_private_dir(self.path, what="control directory")
-        fresh = os.open(self.path, _DIR)
-        old, self._fd = self._fd, fresh
-        close_quietly(old)
-        self.node.receiver.watch.add(self.path, INBOX_EVENTS, self.name)
-        self.node.telemetry.recovered("inbox_replaced", f"its control directory {self.path} was replaced or "
-                                                        "removed; watching the new one")
+            self._telemetry.problem("receiving_failed", f"cannot read its control directory: {exc}")
 
     # ------------------------------------------------------------------ one file
     def _take(self, name: str) -> None:
         """Judge one control file, remove it, then record, apply and answer (docs/PROTOCOL.md order)."""
-        node = self.node
+        host = self.host
         parsed = parse_filename(name)
         if parsed is None:
             self._reject(name, "?", ControlVerdict("control_malformed", detail="not a control request file name"))
             return
         try:
-            data, arrived = read_inbox_file(self._fd, name, MAX_FILE, node.config.uids)
+            data, arrived = read_inbox_file(self._dir.fd, name, MAX_FILE, self._config.uids)
         except FileNotFoundError:
             return
         except NotReady:  # a link()+unlink() delivery in progress: look again shortly
@@ -162,83 +153,80 @@ class ControlExtension(Extension):
         except FileRejected as exc:
             self._reject(name, parsed.sender, ControlVerdict(exc.reason, detail=exc.detail))
             return
-        key, window = node.key, int(node.config.replay_window * 1000)
-        opened = node.receiver.judge_as_delivered(parsed.sender, data, arrived, lambda entry, arrived_ms, *_: open_control(
+        key, window = host.key, int(self._config.replay_window * 1000)
+        opened = host.judge_as_delivered(parsed.sender, data, arrived, lambda entry, arrived_ms, *_: open_control(
             parsed.sender, data, key, self._me, entry, arrived_ms, window))
         if not opened.accepted:
             self._reject(name, parsed.sender, ControlVerdict(opened.reason, detail=opened.detail))
             return
         # the request's own expiry is judged now: a request is applied only while it is valid
         verdict = judge_control(opened.payload, self._me, self.trusted, self.guard, int(time.time() * 1000))
-        if not remove_entry(self._fd, self.path, name):
-            node.telemetry.count("withdrawn")  # its requester withdrew it first: nothing happens
+        if not remove_entry(self._dir.fd, self.path, name):
+            self._telemetry.count("withdrawn")  # its requester withdrew it first: nothing happens
             return
         if verdict.request is None:
             self._record(parsed.sender, verdict)
             if verdict.request_id is not None:  # the envelope is authentic: tell the requester why
                 self._later(lambda: self._answer(parsed.sender, answer_error(
-                    node.name, parsed.sender, verdict.request_id, verdict.reason, verdict.detail)))
+                    self._name, parsed.sender, verdict.request_id, verdict.reason, verdict.detail)))
             return
         self._apply(parsed.sender, verdict.request)
 
     def _reject(self, name: str, peer: str, verdict: ControlVerdict) -> None:
-        if remove_entry(self._fd, self.path, name):
+        if remove_entry(self._dir.fd, self.path, name):
             self._record(peer, verdict)
 
     def _record(self, peer: str, verdict: ControlVerdict) -> None:
-        telemetry = self.node.telemetry
+        telemetry = self._telemetry
         telemetry.count("controlRejected")
         telemetry.rejected(verdict.reason)
-        telemetry.emit(ControlTrace(time.time(), self.node.name, peer, verdict.operator, verdict.request_id, None,
+        telemetry.emit(ControlTrace(time.time(), self._name, peer, verdict.operator, verdict.request_id, None,
                                     None, "rejected", verdict.reason, verdict.detail))
 
     # ------------------------------------------------------------------ applying
     def _apply(self, requester: str, request: ControlRequest) -> None:
         """On the protocol thread: a grant change takes effect before the next inbox file is judged."""
-        access, peer = self.node.access, request.arguments.get("peer")
+        host, peer = self.host, request.arguments.get("peer")
         if request.command == "lift":  # the quota extension's quarantine; a node without it keeps no scores
-            quota = self.node.extensions.get("quota")
+            quota = host.extension("quota")
             changed = quota.lift(request.arguments["sender"]) if quota is not None else False
         else:
-            changed = (access.allow(peer) if request.command == "allow"
-                       else access.revoke(peer) if request.command == "revoke" else False)
+            changed = (host.allow(peer) if request.command == "allow"
+                       else host.revoke(peer) if request.command == "revoke" else False)
         self._later(lambda: self._finish(requester, request, changed))
 
     def _later(self, task: Callable[[], None]) -> None:
         try:
-            self.node.receiver.lanes.submit(_LANE, task)
+            self.host.run_later(task)
         except RuntimeError:  # the worker pool stopped with the node: nobody is left to answer
             pass
 
     def _finish(self, requester: str, request: ControlRequest, changed: bool) -> None:
         """On the control lane: publish, journal, answer (then stop, for `stop`)."""
-        node = self.node
-        published = node.keeper.publish() if changed else True
-        node.telemetry.count("controlApplied")
-        node.telemetry.emit(ControlTrace(time.time(), node.name, requester, request.operator, request.request_id,
+        published = self.host.publish() if changed else True
+        self._telemetry.count("controlApplied")
+        self._telemetry.emit(ControlTrace(time.time(), self._name, requester, request.operator, request.request_id,
                                          request.command, request.arguments, "applied"))
         result = self._result(request, changed, published)
-        self._answer(requester, answer_result(node.name, requester, request.request_id, result))
+        self._answer(requester, answer_result(self._name, requester, request.request_id, result))
         if request.command == "stop":
             self._stop()
 
     def _result(self, request: ControlRequest, changed: bool, published: bool) -> dict[str, Any]:
-        node = self.node
         if request.command in ("allow", "revoke"):
             return {"command": request.command, "peer": request.arguments["peer"], "changed": changed,
-                    "published": published, "allow": node.allowed}
+                    "published": published, "allow": self.host.status()["allow"]}
         if request.command == "stop":
             return {"command": "stop", "stopping": True}
         if request.command == "lift":
             return {"command": "lift", "sender": request.arguments["sender"], "lifted": changed,
-                    "scores": "quota" in node.extensions}
-        return {"command": "status", "name": node.name, "id": node.id,
-                "status": "leaving" if node.state == "closing" else "online", "allow": node.allowed,
-                "services": node.services.names(), "groups": list(node.groups), "operators": self.operators,
-                "features": list(node.extensions), "pid": os.getpid(), "counters": node.counters()}
+                    "scores": self.host.extension("quota") is not None}
+        status = self.host.status()
+        return {"command": "status", **{k: status[k] for k in ("name", "id", "status", "allow", "services", "groups")},
+                "operators": self.operators, **{k: status[k] for k in ("features", "pid", "counters")}}
 
     def _answer(self, requester: str, payload: dict[str, Any]) -> None:
-        self.node.reply(requester, EnvelopeType.SPC_RESPONSE, payload,
+        self.host.reply(requester, EnvelopeType.SPC_RESPONSE, payload,
                         trace_extra={"request_id": payload["requestId"], "status": payload["status"],
                                      "error_code": payload.get("errorCode")})
 
@@ -247,12 +235,12 @@ class ControlExtension(Extension):
             return
         self._stop_requested = True
         if not self._stop_handlers:
-            threading.Thread(target=self.node.close, name=f"speed-{self.node.name}-control-stop", daemon=True).start()
+            threading.Thread(target=self.host.close, name=f"speed-{self._name}-control-stop", daemon=True).start()
         for handler in list(self._stop_handlers):
             try:
                 handler()
             except Exception:
-                self.node.telemetry.count("handlerErrors")
+                self._telemetry.count("handlerErrors")
 
 
 EXTENSION = ControlExtension

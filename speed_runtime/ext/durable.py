@@ -25,23 +25,22 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ..core import payloads
-from ..core.durable import (FLAG_DURABLE, MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
+from ..core.durable import (MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
                             durable_flag, is_stream, judge_carried, ledger_line, parse_fields, receipt_from_json,
                             receipt_key, replay_ledger, stream_of)
-from ..core.envelope import EnvelopeType
+from ..core.envelope import FLAG_DURABLE, EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
 from ..core.liveness import judge
+from ..core.message import message_of
 from ..core.receiving import Verdict
 from ..core.records import DurableTrace
 from ..fsutil import close_quietly, local_facts
-from ..node.dispatch import message_of
-from ..transport import remove_entry
-from . import Extension, FLAG_DURABLE as _ALLOCATED, speaks
+from ..node.context import ExtensionHost
+from ..node.hooks import Extension, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
 from .durable_store import AppendLog, Lineage, StoreError, Syncs, check_persistent, private_dir
 
-assert FLAG_DURABLE == _ALLOCATED
 log = logging.getLogger("speed_runtime")
 _MESSAGE, _ACK = int(EnvelopeType.MESSAGE), int(EnvelopeType.ACK)
 COMPACT_BYTES = 4 << 20      # a ledger log is compacted beyond this size
@@ -142,22 +141,24 @@ class Ledgers:
 class DurableExtension(Extension):
     name = "durable"
 
-    def __init__(self, node: Any):
-        super().__init__(node)
-        cfg = node.config
-        self.warning = check_persistent(node.root, cfg.durable_on_tmpfs)
-        self.syncs = Syncs(lambda n: node.telemetry.count("fsyncs", n))
-        home_fd = os.open(os.path.join(node.root), os.O_RDONLY | os.O_DIRECTORY)
+    def __init__(self, host: ExtensionHost):
+        super().__init__(host)
+        cfg = self._config = host.config
+        self._name, self._id_bytes, self._key = host.name, host.id_bytes, host.key
+        self._telemetry, self._monitor = host.telemetry, host.monitor
+        self.warning = check_persistent(host.root, cfg.durable_on_tmpfs)
+        self.syncs = Syncs(lambda n: host.telemetry.count("fsyncs", n))
+        home_fd = os.open(os.path.join(host.root), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            node_fd, node_home = private_dir(home_fd, node.root, node.name, self.syncs)
+            node_fd, node_home = private_dir(home_fd, host.root, host.name, self.syncs)
             self.home_fd, self.home = private_dir(node_fd, node_home, "durable", self.syncs)
             os.close(node_fd)
         finally:
             os.close(home_fd)
-        self.rkey = receipt_key(node.key.raw)
-        self.outbox = Outbox(self.home_fd, self.home, node.key, self.syncs, cfg.outbox_limit, cfg.outbox_max_bytes)
-        self.ledgers = Ledgers(self.home_fd, self.home, node.name, self.rkey, self.syncs, cfg.durable_open_ledgers)
-        self.lineage = Lineage(node.root, cfg.uids, MAX_INSTANCES)
+        self.rkey = receipt_key(host.key.raw)
+        self.outbox = Outbox(self.home_fd, self.home, host.key, self.syncs, cfg.outbox_limit, cfg.outbox_max_bytes)
+        self.ledgers = Ledgers(self.home_fd, self.home, host.name, self.rkey, self.syncs, cfg.durable_open_ledgers)
+        self.lineage = Lineage(host.root, cfg.uids, MAX_INSTANCES)
         self.instances: frozenset[bytes] = frozenset()
         self.started_ms = 0  # when this instance recorded itself: carried copies arrived before
         self._receipts: deque[tuple[str, Receipt]] = deque(maxlen=65_536)  # a dropped one comes again
@@ -170,11 +171,11 @@ class DurableExtension(Extension):
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         if self.warning:
-            log.warning("node %s: %s", self.node.name, self.warning)
+            log.warning("node %s: %s", self._name, self.warning)
         for what in self.outbox.skipped:
-            self.node.telemetry.problem("durable_store_failed", f"durable outbox: {what}; left alone")
+            self._telemetry.problem("durable_store_failed", f"durable outbox: {what}; left alone")
         self._record_instance()
-        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-durable", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self._name}-durable", daemon=True)
         self.thread.start()
 
     def _record_instance(self) -> None:
@@ -189,12 +190,12 @@ class DurableExtension(Extension):
                 if len(log_.lines) >= MAX_INSTANCES:
                     log_.replace(b"".join(k.hex().encode() + b"\n" for k in known[-MAX_INSTANCES // 2:]))
                     known = known[-MAX_INSTANCES // 2:]
-                log_.append(self.node.id_bytes.hex().encode() + b"\n", sync=True)
+                log_.append(self._id_bytes.hex().encode() + b"\n", sync=True)
             finally:
                 log_.close()
         except StoreError as exc:
             raise ConfigError(f"durable delivery cannot start: {exc}") from None
-        self.instances = frozenset(known) | {self.node.id_bytes}
+        self.instances = frozenset(known) | {self._id_bytes}
         self.started_ms = int(time.time() * 1000)
 
     def stop(self) -> None:
@@ -205,7 +206,7 @@ class DurableExtension(Extension):
             self.thread.join()
         self._store_receipts()
         for waiter in self._take_waiters():
-            waiter.set_exception(DeliveryTimeoutError(f"node {self.node.name} closed before the receipt came; "
+            waiter.set_exception(DeliveryTimeoutError(f"node {self._name} closed before the receipt came; "
                                                       "the message stays in its outbox"))
         self.outbox.close()
         self.ledgers.close()
@@ -220,19 +221,19 @@ class DurableExtension(Extension):
              timeout: float = 10.0) -> int:
         """Store a MESSAGE durably for `target` and return its id (stream position). With confirm,
         wait for the receipt (handled: return; failed or expired: DeliveryError)."""
-        node = self.node
-        entry = node.monitor.current(target)
+        host = self.host
+        entry = self._monitor.current(target)
         if entry is not None and not judge(entry, time.time(), local_facts()).stale:
             if not speaks(entry, "durable"):
                 raise NotDurableError(f"node {target} does not speak the durable extension (its entry does not "
                                       "advertise it); nothing was stored: send without durable=True, or start "
                                       f"{target} with --durable")
-            node.sender.check_grant(target, entry)
-        body = payloads.encode_payload(payloads.message(node.name, target, data))
-        if len(body) + FIELDS_ROOM > node.config.max_payload:
+            host.check_grant(target, entry)
+        body = payloads.encode_payload(payloads.message(self._name, target, data))
+        if len(body) + FIELDS_ROOM > self._config.max_payload:
             raise PayloadTooLargeError(f"a payload of {len(body)} bytes (with the durable fields) exceeds this "
-                                       f"node's limit of {node.config.max_payload} bytes; nothing was stored")
-        ttl = node.config.durable_ttl if ttl is None else ttl
+                                       f"node's limit of {self._config.max_payload} bytes; nothing was stored")
+        ttl = self._config.durable_ttl if ttl is None else ttl
         if not 0 < ttl <= 30 * 86_400:
             raise ConfigError(f"ttl must be above 0 and at most 30 days, not {ttl!r}")
         now = time.time()
@@ -244,8 +245,8 @@ class DurableExtension(Extension):
             raise DeliveryError(f"{exc}; nothing was stored") from None
         if waiter is not None:
             self._waiters[(target, msg_id)] = waiter
-        node.telemetry.count("durableStored")
-        node.telemetry.emit(DurableTrace(now, node.name, target, "stored", stream, msg_id))
+        self._telemetry.count("durableStored")
+        self._telemetry.emit(DurableTrace(now, self._name, target, "stored", stream, msg_id))
         self._wake.set()
         if waiter is not None:
             try:
@@ -269,15 +270,15 @@ class DurableExtension(Extension):
                 self._store_failed(f"durable outbox: {exc}")
                 self._stopping.wait(0.5)
             except Exception as exc:  # the thread outlives any one failure
-                self.node.telemetry.count("protocolErrors")
-                self.node.telemetry.problem("receiving_failed", f"durable outbox: {type(exc).__name__}: {exc}")
+                self._telemetry.count("protocolErrors")
+                self._telemetry.problem("receiving_failed", f"durable outbox: {type(exc).__name__}: {exc}")
                 self._stopping.wait(0.5)
 
     def _store_failed(self, detail: str) -> None:
         """A durable store could not be written: counted, and a line on stderr and in the journal
         (at most once a minute for the same failure)."""
-        self.node.telemetry.count("durableStoreErrors")
-        self.node.telemetry.problem("durable_store_failed", detail)
+        self._telemetry.count("durableStoreErrors")
+        self._telemetry.problem("durable_store_failed", detail)
 
     def _store_receipts(self) -> None:
         items = []
@@ -292,8 +293,8 @@ class DurableExtension(Extension):
                                "in the outbox and their receipts come again with the next copies")
         for box, p, record in done:
             r = record["receipt"]
-            self.node.telemetry.count("durableReceipts")
-            self.node.telemetry.emit(DurableTrace(time.time(), self.node.name, box.target, "receipt", box.stream, p.id,
+            self._telemetry.count("durableReceipts")
+            self._telemetry.emit(DurableTrace(time.time(), self._name, box.target, "receipt", box.stream, p.id,
                                                   r["status"], r["index"]))
             self._settle(box.target, p.id, r["status"], "")
 
@@ -313,7 +314,7 @@ class DurableExtension(Extension):
         for target, box in list(self.outbox.targets.items()):
             if not box.pending:
                 continue
-            entry = self.node.monitor.current(target)
+            entry = self._monitor.current(target)
             live = entry is not None and judge(entry, now, local_facts()).state == "online"
             if live and not speaks(entry, "durable"):
                 reason = f"node {target} does not speak the durable extension"
@@ -340,8 +341,8 @@ class DurableExtension(Extension):
                                "in the outbox until it can")
         for box, p, record in done:
             why = record["expired"]["reason"]
-            self.node.telemetry.count("durableSendErrors")
-            self.node.telemetry.emit(DurableTrace(now, self.node.name, box.target, "send_error", box.stream, p.id,
+            self._telemetry.count("durableSendErrors")
+            self._telemetry.emit(DurableTrace(now, self._name, box.target, "send_error", box.stream, p.id,
                                                   "expired", None, why))
             self._settle(box.target, p.id, "expired", why)
 
@@ -350,21 +351,21 @@ class DurableExtension(Extension):
         try:
             body, fields = self.outbox.payload(box, p.id)
         except (OSError, ValueError) as exc:
-            self.node.telemetry.problem("durable_store_failed", f"durable outbox entry {box.target}/{p.id}: {exc}",
+            self._telemetry.problem("durable_store_failed", f"durable outbox entry {box.target}/{p.id}: {exc}",
                                         key=f"entry:{box.target}")
             p.next_try = mono + MAX_RETRY_SECONDS
             return True
         try:
             # wait=0: a copy keeps within the target's published limits (quota), or is tried later
-            self.node.sender.send(box.target, _MESSAGE, add_fields(body, fields), flags=FLAG_DURABLE, entry=entry,
+            self.host.send(box.target, _MESSAGE, add_fields(body, fields), flags=FLAG_DURABLE, entry=entry,
                                   wait=0.0)
         except (NodeUnavailableError, AccessDeniedError, DeliveryError):
             return False
         first = p.delivered_to != entry.id
         p.delivered_to, p.copies = entry.id, p.copies + 1
-        p.next_try = mono + next_retry(self.node.config.durable_retry_seconds, p.copies)
-        self.node.telemetry.count("durableDelivered")
-        self.node.telemetry.emit(DurableTrace(time.time(), self.node.name, box.target, "delivered", box.stream, p.id,
+        p.next_try = mono + next_retry(self._config.durable_retry_seconds, p.copies)
+        self._telemetry.count("durableDelivered")
+        self._telemetry.emit(DurableTrace(time.time(), self._name, box.target, "delivered", box.stream, p.id,
                                               detail="" if first and p.copies == 1 else f"copy {p.copies}"))
         return True
 
@@ -372,16 +373,16 @@ class DurableExtension(Extension):
     def rejudge(self, verdict: Verdict, sender: str, data: bytes, arrived_ms: int) -> Verdict:
         if verdict.reason not in ("wrong_target", "unknown_sender") or not durable_flag(data):
             return verdict
-        node = self.node
-        again = judge_carried(sender, data, node.key, node.name, node.id_bytes, self.instances, self.started_ms,
+        host = self.host
+        again = judge_carried(sender, data, self._key, self._name, self._id_bytes, self.instances, self.started_ms,
                               lambda source: self._sender_instance(sender, source, data, arrived_ms),
-                              node.receiver.replay, arrived_ms, node.config.max_payload)
+                              host.replay, arrived_ms, self._config.max_payload)
         return again if again.accepted else verdict
 
     def _sender_instance(self, sender: str, source_id: bytes, data: bytes, arrived_ms: int) -> bool:
         """Whether `source_id` is an instance of `sender`: its registered one (also one that was
         registered when the file arrived, reading 22), or one its own lineage file records."""
-        monitor = self.node.monitor
+        monitor = self._monitor
         entry = monitor.current(sender)
         if entry is not None and entry.id_bytes == source_id:
             return True
@@ -393,26 +394,26 @@ class DurableExtension(Extension):
         header = verdict.header
         if not header.flags & FLAG_DURABLE or header.type not in (_MESSAGE, _ACK):
             return False
-        receiver = self.node.receiver
+        host = self.host
         if header.type == _ACK:
             try:
-                receipt = receipt_from_json(verdict.payload.get("receipt"), sender, self.node.name)
+                receipt = receipt_from_json(verdict.payload.get("receipt"), sender, self._name)
             except ValueError:
                 receipt = None
             if receipt is None or not receipt.valid(self.rkey):
-                receiver.reject(name, sender, header.sequence, "durable_bad_receipt", len(data), verdict.type, data)
+                host.reject(name, sender, header.sequence, "durable_bad_receipt", len(data), verdict.type, data)
                 return True
-            if remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
-                receiver.accepted(verdict, sender, data, name)
+            if host.remove(name):
+                host.accepted(verdict, sender, data, name)
                 self._receipts.append((sender, receipt))
                 self._wake.set()
             return True
         try:
             fields = parse_fields(verdict.payload)
         except EnvelopeError:
-            receiver.reject(name, sender, header.sequence, "bad_payload", len(data), verdict.type, data)
+            host.reject(name, sender, header.sequence, "bad_payload", len(data), verdict.type, data)
             return True
-        receiver.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name),
+        host.run_on_lane(sender, name, lambda: self._handle(verdict, fields, sender, data, name),
                              verdict.cost + len(data))  # the task holds the envelope's bytes too
         return True
 
@@ -431,28 +432,28 @@ class DurableExtension(Extension):
             self._store_failed(f"cannot store durable receipts for {sender}: {str(exc) or 'out of memory'}; its "
                                "messages are not acknowledged (they stay in its outbox) until the ledger can be "
                                "written")
-            self.node.receiver.take(name)  # unacknowledged: the sender's outbox delivers it again
+            self.host.take(name)  # unacknowledged: the sender's outbox delivers it again
         except Exception as exc:  # never left to be judged again (a replayed nonce, counted against the sender)
-            self.node.telemetry.count("protocolErrors")
-            self.node.telemetry.problem("receiving_failed", f"durable message from {sender}: "
+            self._telemetry.count("protocolErrors")
+            self._telemetry.problem("receiving_failed", f"durable message from {sender}: "
                                         f"{type(exc).__name__}: {exc}", key=f"durable:{type(exc).__name__}")
-            self.node.receiver.take(name)
+            self.host.take(name)
 
     def _handle_in(self, book: SenderLedger, verdict: Verdict, fields, sender: str, data: bytes, name: str) -> None:
-        node, receiver = self.node, self.node.receiver
+        host = self.host
         seq = verdict.header.sequence
         ledger = stream_of(book.streams, fields.stream)
         if ledger is None:  # a sender's streams are bounded (a new stream means its durable state is new)
-            receiver.reject(name, sender, seq, "durable_streams_full", len(data), verdict.type, data)
-            node.telemetry.problem("durable_store_failed", f"{sender} already has {MAX_STREAMS} durable streams in "
-                                   f"the ledger of {node.name}: a copy of a new stream was refused", key=sender)
+            host.reject(name, sender, seq, "durable_streams_full", len(data), verdict.type, data)
+            self._telemetry.problem("durable_store_failed", f"{sender} already has {MAX_STREAMS} durable streams in "
+                                   f"the ledger of {self._name}: a copy of a new stream was refused", key=sender)
             return
         ledger.advance(fields.base)
         seen = ledger.seen(fields.id)
         if seen:  # a copy of what was handled (or finished for the sender): removed, its receipt sent again
-            receiver.reject(name, sender, seq, "durable_duplicate", len(data), verdict.type, data)
-            node.telemetry.count("durableDuplicates")
-            node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "duplicate", fields.stream, fields.id,
+            host.reject(name, sender, seq, "durable_duplicate", len(data), verdict.type, data)
+            self._telemetry.count("durableDuplicates")
+            self._telemetry.emit(DurableTrace(time.time(), self._name, sender, "duplicate", fields.stream, fields.id,
                                              seen.status if isinstance(seen, Receipt) else None,
                                              seen.index if isinstance(seen, Receipt) else None))
             if isinstance(seen, Receipt):
@@ -462,7 +463,7 @@ class DurableExtension(Extension):
         status = book.unstored.get(key)
         if status is None and book.unstored:
             raise StoreError(0, "an earlier receipt of this sender is not stored yet")
-        receiver.accepted(verdict, sender, data, name)
+        host.accepted(verdict, sender, data, name)
         if status is not None:
             pass  # its handler returned before: only the receipt is missing
         elif time.time() * 1000 > fields.expires_at_ms:
@@ -472,13 +473,13 @@ class DurableExtension(Extension):
             self.ledgers.claim(book, fields.stream, fields.id)
             message = dataclasses.replace(message_of(verdict, sender, len(data)), durable_id=fields.id,
                                           redelivered=redelivered)
-            error = node.application.handle(message)
+            error = host.handle(message)
             status = "handled" if error is None else "failed"
             if error is not None:
-                node.telemetry.problem("handler_failed", f"the message handler raised {type(error).__name__}"
+                self._telemetry.problem("handler_failed", f"the message handler raised {type(error).__name__}"
                                        f"({str(error)!r}) on durable message {fields.id} from {sender}: it is "
                                        "receipted as failed", key=f"{sender}:{type(error).__name__}")
-        receipt = ledger.issue(self.rkey, node.name, sender, fields.id, status, int(time.time() * 1000))
+        receipt = ledger.issue(self.rkey, self._name, sender, fields.id, status, int(time.time() * 1000))
         try:
             compaction = self.ledgers.commit(book, receipt, fields.base)
         except StoreError:
@@ -487,23 +488,23 @@ class DurableExtension(Extension):
         book.unstored.pop(key, None)
         if compaction is not None:
             self._store_failed(f"cannot compact the durable ledger of {sender}: {compaction}")
-        receiver.take(name)  # after the receipt is on disk: the ledger and the inbox never disagree
-        node.telemetry.count("durableHandled")
-        node.telemetry.emit(DurableTrace(time.time(), node.name, sender, "handled", fields.stream, fields.id, status,
+        host.take(name)  # after the receipt is on disk: the ledger and the inbox never disagree
+        self._telemetry.count("durableHandled")
+        self._telemetry.emit(DurableTrace(time.time(), self._name, sender, "handled", fields.stream, fields.id, status,
                                          receipt.index))
         self._send_receipt(sender, receipt, seq)
 
     def _send_receipt(self, sender: str, receipt: Receipt, seq: int) -> None:
         """Back to the sender, if its current entry still speaks durable (a v1 node never gets one)."""
-        node = self.node
-        entry = node.monitor.current(sender)
+        host = self.host
+        entry = self._monitor.current(sender)
         if entry is None or not speaks(entry, "durable"):
             return
-        body = payloads.encode_payload({"from": node.name, "to": sender, "ackSeq": seq, "receipt": receipt.to_json()})
+        body = payloads.encode_payload({"from": self._name, "to": sender, "ackSeq": seq, "receipt": receipt.to_json()})
         try:
-            node.sender.send(sender, _ACK, body, flags=FLAG_DURABLE, entry=entry)
+            host.send(sender, _ACK, body, flags=FLAG_DURABLE, entry=entry)
         except Exception:  # the sender will deliver another copy and get it again
-            node.telemetry.count("undeliverable")
+            self._telemetry.count("undeliverable")
 
     # ------------------------------------------------------------------ state (CLI, console)
     def outbox_items(self) -> list[dict[str, Any]]:

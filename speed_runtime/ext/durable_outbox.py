@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import threading
-import time
 import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -261,6 +260,3 @@ def expiry_record(stream: str, msg_id: int, reason: str, now: float) -> dict:
 def next_retry(retry_seconds: float, copies: int) -> float:
     return min(MAX_RETRY_SECONDS, retry_seconds * 2 ** max(0, copies - 1))
 
-
-def now_mono() -> float:
-    return time.monotonic()

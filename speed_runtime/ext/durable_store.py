@@ -28,7 +28,7 @@ from ..core.durable import (ChainReport, Receipt, durable_flag, is_stream, linea
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
 from ..core.names import is_valid_name
-from ..fsutil import close_quietly, ensure_private_dir
+from ..fsutil import FileRefused, close_quietly, ensure_private_dir, read_regular
 
 TMPFS_MAGIC, RAMFS_MAGIC = 0x01021994, 0x858458F6
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -135,27 +135,19 @@ def _why(exc: OSError) -> str:
 
 
 def read_small(dir_fd: int, name: str, limit: int = 64 << 20, close_dir: bool = False) -> bytes:
-    """A regular file's bytes (opened without following a link or blocking on a FIFO; at most
-    `limit` bytes, else OSError). With `close_dir`, `dir_fd` is closed too."""
+    """A regular file's bytes (fsutil.read_regular: opened without following a link or blocking on
+    a FIFO; at most `limit` bytes, else OSError). With `close_dir`, `dir_fd` is closed too."""
     try:
-        fd = os.open(name, _READ, dir_fd=dir_fd)
+        return read_regular(name, limit, dir_fd=dir_fd)[0]
+    except FileRefused as exc:
+        if exc.reason == "link":  # (as the open itself says it)
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        if exc.reason == "unreadable":
+            raise
+        raise OSError(f"{name} is not a regular file of at most {limit} bytes") from None
     finally:
         if close_dir:
             os.close(dir_fd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            raise OSError(f"{name} is not a regular file of at most {limit} bytes")
-        chunks, left = [], st.st_size + 1
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 class AppendLog:

@@ -30,7 +30,8 @@ from ..core.quota import (FEATURE, PENDING, PENDING_BYTES, RATE, Ledger, Limits,
                           QuotaSettings, TokenBucket, entry_limits)
 from ..core.records import ThreatTrace
 from ..core.threat import LATE_RESPONSE, QUARANTINED, ThreatPolicy, ThreatState, ThreatTable
-from . import Extension
+from ..node.context import ExtensionHost
+from ..node.hooks import Extension
 
 log = logging.getLogger("speed_runtime")
 
@@ -44,13 +45,13 @@ _FULL_PRUNE_SECONDS = 0.05    # while waiting, every ledger name is looked up at
 class Quota(Extension):
     name = FEATURE
 
-    def __init__(self, node: Any):
-        super().__init__(node)
-        self.settings = QuotaSettings.from_options(node.config.quota)
-        self.gate = SendGate(node, self.settings)
-        self.guard = Quarantine(node, ThreatPolicy.from_options(node.config.threat))
+    def __init__(self, host: ExtensionHost):
+        super().__init__(host)
+        self.settings = QuotaSettings.from_options(host.config.quota)
+        self.gate = SendGate(host, self.settings)
+        self.guard = Quarantine(host, ThreatPolicy.from_options(host.config.threat))
         # in the counters from the node's first entry on (extensions start after it registered)
-        node.telemetry.sections["threat"] = self.guard.published
+        host.telemetry.sections["threat"] = self.guard.published
 
     # -------------------------------------------------------------- hooks
 
@@ -91,8 +92,9 @@ class SendGate:
     rate and of our own pacing. Called with the target's link lock held, so one thread at a time
     works on one target's state."""
 
-    def __init__(self, node: Any, settings: QuotaSettings):
-        self.node, self.settings = node, settings
+    def __init__(self, host: ExtensionHost, settings: QuotaSettings):
+        self.settings = settings
+        self._host, self._name, self._root, self._telemetry = host, host.name, host.root, host.telemetry
         self._lock = threading.Lock()
         self._ledgers: dict[str, Ledger] = {}
         self._buckets: dict[tuple[str, str], TokenBucket] = {}   # (target, "published" | "own")
@@ -103,7 +105,7 @@ class SendGate:
         cached = self._limits.get(target)
         if cached is not None and cached[0] is entry:
             return cached[1]
-        limits = entry_limits(entry.features, entry.extra, self.node.name)
+        limits = entry_limits(entry.features, entry.extra, self._name)
         self._limits[target] = (entry, limits)
         return limits
 
@@ -115,7 +117,7 @@ class SendGate:
         return ledger
 
     def _present(self, target: str):
-        inbox = os.path.join(self.node.root, target, "inbox")
+        inbox = os.path.join(self._root, target, "inbox")
 
         def present(name: str) -> bool:
             try:
@@ -136,10 +138,10 @@ class SendGate:
             blocked, delay = self._room(target, limits, size, now)
             if blocked is None:
                 if waited:
-                    self.node.telemetry.count("quotaWaits")
+                    self._telemetry.count("quotaWaits")
                 return entry
             if now >= deadline:
-                self.node.telemetry.count("quotaRefusals")
+                self._telemetry.count("quotaRefusals")
                 raise QuotaExceededError(self._refusal(target, limits, blocked, size, wait), target=target,
                                          limit=blocked)
             waited = True
@@ -149,11 +151,11 @@ class SendGate:
             finally:
                 lock.acquire()
             pause = min(2 * pause, _LONGEST_PAUSE)
-            current = self.node.sender.live_entry(target)   # refuses a target that left or died meanwhile
+            current = self._host.live_entry(target)   # refuses a target that left or died meanwhile
             if current.id != entry.id:
                 raise NodeUnavailableError(target, "it restarted while this send waited for room in its inbox; "
                                                    "nothing was sent")
-            self.node.sender.check_grant(target, current)
+            self._host.check_grant(target, current)
             entry = current
 
     def _room(self, target: str, limits: Limits | None, size: int, now: float) -> tuple[str | None, float]:
@@ -212,7 +214,7 @@ class SendGate:
         return (0, 0) if ledger is None else (len(ledger), ledger.bytes)
 
     def _refusal(self, target: str, limits: Limits | None, limit: str, size: int, wait: float) -> str:
-        me = self.node.name
+        me = self._name
         how = f"waited {wait:.3g} s" if wait > 0 else "non-blocking send"
         if limit == PENDING:
             why = (f"{limits.pending} envelopes from {me} are still in its inbox, the most {target} allows "
@@ -234,8 +236,8 @@ class SendGate:
 class Quarantine:
     """The receiver's threat table, its reports (journal, observers, log) and its release timer."""
 
-    def __init__(self, node: Any, policy: ThreatPolicy):
-        self.node = node
+    def __init__(self, host: ExtensionHost, policy: ThreatPolicy):
+        self._host, self._name, self._telemetry = host, host.name, host.telemetry
         self.table = ThreatTable(policy)
         self._lock = threading.Lock()
         self._release_at: float | None = None
@@ -278,20 +280,20 @@ class Quarantine:
         return {state.name: state.to_json() for state in states}
 
     def _report(self, changes: list) -> None:
-        telemetry, policy = self.node.telemetry, self.table.policy
+        telemetry, policy = self._telemetry, self.table.policy
         for change in changes:
             if change.event == QUARANTINED:
                 telemetry.count("quarantines")
                 log.warning("node %s: quarantined sender %s (threat score %.0f after %s, threshold %g): its files "
-                            "are removed unread until the score decays below %g", self.node.name, change.name,
+                            "are removed unread until the score decays below %g", self._name, change.name,
                             change.score, change.reason, policy.threshold, policy.release)
                 self._schedule_release()
             elif change.event in ("released", "lifted"):
-                log.warning("node %s: sender %s is no longer quarantined (%s)", self.node.name, change.name,
+                log.warning("node %s: sender %s is no longer quarantined (%s)", self._name, change.name,
                             "the operator lifted it" if change.event == "lifted" else "its score decayed")
             if telemetry.observers:  # stamped with when it happened (the table's clock is time.monotonic)
                 ts = time.time() - max(0.0, time.monotonic() - change.at)
-                telemetry.emit(ThreatTrace(ts, self.node.name, change.name, change.event, change.score,
+                telemetry.emit(ThreatTrace(ts, self._name, change.name, change.event, change.score,
                                            change.instance, change.reason))
 
     def _schedule_release(self) -> None:
@@ -302,9 +304,7 @@ class Quarantine:
             if at is None or (self._release_at is not None and self._release_at <= at):
                 return
             self._release_at = at
-        deadlines = getattr(self.node, "deadlines", None)
-        if deadlines is not None:
-            deadlines.at(at, self._release_due)
+        self._host.at(at, self._release_due)
 
     def _release_due(self) -> None:
         with self._lock:

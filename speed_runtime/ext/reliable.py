@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import reliable
-from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
+from ..core.envelope import FLAG_ACK_REQUESTED, FLAG_RELIABLE, EnvelopeType
 from ..core.errors import AccessDeniedError, DeliveryError, DeliveryTimeoutError, EnvelopeError, NodeClosedError
 from ..core.chunks import value_size
 from ..core.reassembly import Assembled
 from ..core.records import MessageTrace
-from ..core.reliable import DONE, FLAG_RELIABLE, NEW, Delivered
+from ..core.reliable import DONE, NEW, Delivered
 from ..node.threads import Deadlines, settle
-from ..transport import remove_entry
-from . import Extension, Outbound, speaks
+from ..node.context import ExtensionHost
+from ..node.hooks import Extension, Outbound, speaks
 from .reliable_acks import Acknowledger
 
 _OVERHEAD = 1024  # bytes a pending message costs besides its value
@@ -75,9 +75,10 @@ class Pending:
 class ReliableExtension(Extension):
     name = "reliable"
 
-    def __init__(self, node: Any):
-        super().__init__(node)
-        cfg = node.config
+    def __init__(self, host: ExtensionHost):
+        super().__init__(host)
+        cfg = host.config
+        self._name, self._root, self._telemetry = host.name, host.root, host.telemetry
         self.waits = reliable.waits(cfg.ack_timeout, cfg.max_retransmissions, cfg.retransmission_backoff,
                                     cfg.max_retransmission_interval)
         self.deliveries = reliable.Deliveries(cfg.reliable_remember)
@@ -87,10 +88,10 @@ class ReliableExtension(Extension):
         self._pending: dict[str, Pending] = {}
         self._pending_bytes = 0
         self._timers: Deadlines | None = None
-        self._acks = Acknowledger(node)
+        self._acks = Acknowledger(host.name, host.reply)
 
     def start(self) -> None:
-        self._timers = Deadlines(f"speed-{self.node.name}-reliable")
+        self._timers = Deadlines(f"speed-{self._name}-reliable").start()
         self._acks.start()
 
     def stop(self) -> None:
@@ -102,7 +103,7 @@ class ReliableExtension(Extension):
             self._room.notify_all()
         for p in left:  # what is still queued is withdrawn: a failed send is not delivered later
             fate = "it was withdrawn" if self._withdraw(p) else "the receiver had taken it"
-            self._give_up(p, "closed", f"node {self.node.name} closed before {p.target} acknowledged message "
+            self._give_up(p, "closed", f"node {self._name} closed before {p.target} acknowledged message "
                                        f"{p.message_id}; {fate}", NodeClosedError)
 
     def pending(self) -> list[dict[str, Any]]:
@@ -115,12 +116,12 @@ class ReliableExtension(Extension):
         """Send `data` reliably; the Future resolves to core.reliable.Delivered, or raises
         DeliveryError (send-error). Refusals that need no retransmission to know (the target
         missing, a grant missing, too large) raise at once, nothing written."""
-        node = self.node
-        entry = node.sender.live_entry(target)
-        node.sender.check_grant(target, entry)
-        if target not in node.access:
-            raise AccessDeniedError(f"{node.name} does not allow {target}, so its acknowledgements could not come "
-                                    f"back; grant it on {node.name} (allow {target}) first", missing=(node.name, target))
+        host, me = self.host, self._name
+        entry = host.live_entry(target)
+        host.check_grant(target, entry)
+        if not host.allows(target):
+            raise AccessDeniedError(f"{me} does not allow {target}, so its acknowledgements could not come "
+                                    f"back; grant it on {me} (allow {target}) first", missing=(me, target))
         size = value_size(data)
         p = Pending(uuid.uuid4().hex, target, data, size, Future(), time.monotonic())
         p.future.message_id = p.message_id  # type: ignore[attr-defined]  # the handle names its message
@@ -131,7 +132,7 @@ class ReliableExtension(Extension):
         except BaseException:
             self._drop(p.message_id)
             raise
-        node.telemetry.count("reliableSent")
+        self._telemetry.count("reliableSent")
         return p.future
 
     def _reserve(self, p: Pending, timeout: float) -> None:
@@ -160,30 +161,30 @@ class ReliableExtension(Extension):
         """One transmission, sealed for the target's instance of now (`entry` when the caller has
         just judged it), waiting at most `wait` for room in its inbox (quota); raises when nothing
         was written."""
-        node = self.node
-        node._check_running()  # a node that closed or lost its lease sends nothing more
-        entry = entry or node.sender.live_entry(p.target)
+        host = self.host
+        host.check_running()  # a node that closed or lost its lease sends nothing more
+        entry = entry or host.live_entry(p.target)
         with self._lock:
             p.sealed_for.add(entry.id_bytes)
             p.transmissions += 1
-        payload, files = {"from": node.name, "to": p.target, "data": p.data}, []
+        payload, files = {"from": self._name, "to": p.target, "data": p.data}, []
         try:
             if speaks(entry, "reliable"):
-                seq = node.deliver_payload(Outbound(p.target, EnvelopeType.MESSAGE, {**payload, "messageId": p.message_id},
+                seq = host.deliver_payload(Outbound(p.target, EnvelopeType.MESSAGE, {**payload, "messageId": p.message_id},
                                                     FLAG_RELIABLE, entry, {"message_id": p.message_id}, files=files,
                                                     wait=wait))
             else:
                 p.v1 = True
                 waiter: Future = Future()
-                seq = node.deliver_payload(Outbound(
+                seq = host.deliver_payload(Outbound(
                     p.target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, files=files, wait=wait,
-                    before_deliver=lambda s: node.sender.expect_ack(p.target, s, entry.id_bytes, waiter)))
+                    before_deliver=lambda s: host.expect_ack(p.target, s, entry.id_bytes, waiter)))
                 waiter.add_done_callback(lambda w: self._v1_answered(p, w))
         except BaseException:
             with self._lock:
                 p.transmissions -= 1
             raise
-        chunks = node.extensions.get("chunks")
+        chunks = host.extension("chunks")
         p.chunks, p.seq, p.files, p.sealed_id = (chunks.last_envelopes() if chunks is not None else 1), seq, files, \
             entry.id_bytes
         self._trace(p, "sent" if p.transmissions == 1 else "retransmitted", seq)
@@ -203,7 +204,7 @@ class ReliableExtension(Extension):
         if last:
             withdrawn = self._withdraw(p)
             if p.v1:
-                self.node.sender.forget_ack(p.target, p.seq)
+                self.host.forget_ack(p.target, p.seq)
             if self._drop(message_id) is not None:
                 why = (f"{p.target} did not acknowledge message {message_id} after {p.transmissions} transmissions "
                        f"in {time.monotonic() - p.started:.1f} s: ")
@@ -220,14 +221,14 @@ class ReliableExtension(Extension):
             return
         try:
             self._transmit(p)
-            self.node.telemetry.count("retransmissions")
+            self._telemetry.count("retransmissions")
         except Exception as exc:  # nothing written this time (unavailable, leaving, a full disk…): the schedule goes on
             p.last_error = str(exc)
             round_ = p.wait
             self._timers.at(time.monotonic() + self.waits[round_], lambda: self._due(message_id, round_))
 
     def _inbox(self, target: str) -> int:
-        return os.open(os.path.join(self.node.root, target, "inbox"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        return os.open(os.path.join(self._root, target, "inbox"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
 
     def _queued(self, p: Pending) -> bool:
         """Whether the last transmission still waits in the inbox of the live instance it was sealed
@@ -235,7 +236,7 @@ class ReliableExtension(Extension):
         if not p.files:
             return False
         try:
-            if self.node.sender.live_entry(p.target).id_bytes != p.sealed_id:
+            if self.host.live_entry(p.target).id_bytes != p.sealed_id:
                 return False
             fd = self._inbox(p.target)
         except Exception:  # unavailable, leaving, restarted, no inbox: not queued there
@@ -266,7 +267,7 @@ class ReliableExtension(Extension):
         finally:
             os.close(fd)
         if withdrawn:
-            self.node.telemetry.count("retracted", len(withdrawn))
+            self._telemetry.count("retracted", len(withdrawn))
         return bool(p.files) and p.files[-1] in withdrawn
 
     def _v1_answered(self, p: Pending, waiter: Future) -> None:
@@ -281,7 +282,7 @@ class ReliableExtension(Extension):
             self._give_up(p, "closed", str(error), type(error))
 
     def _acknowledged(self, p: Pending, status: str, error: str | None, seq: int) -> None:
-        self.node.telemetry.count("acknowledged")
+        self._telemetry.count("acknowledged")
         self._trace(p, "received", seq, reason=None if status == "handled" else "handler_failed", detail=error or "")
         if status == "handled":
             settle(p.future, Delivered(p.message_id, p.transmissions, seq))
@@ -290,7 +291,7 @@ class ReliableExtension(Extension):
                                                  f"failed: {error}"))
 
     def _give_up(self, p: Pending, reason: str, detail: str, error: type[Exception]) -> None:
-        self.node.telemetry.count("sendErrors")
+        self._telemetry.count("sendErrors")
         self._trace(p, "send-error", 0, reason=reason, detail=detail)
         settle(p.future, error=error(detail))
 
@@ -299,14 +300,14 @@ class ReliableExtension(Extension):
         header = verdict.header
         if not header.flags & FLAG_RELIABLE or header.type not in (EnvelopeType.MESSAGE, EnvelopeType.ACK):
             return False
-        receiver = self.node.receiver
+        host = self.host
         try:
             if header.type == EnvelopeType.ACK:
                 acks = reliable.read_acks(verdict.payload)
             else:
                 mid = reliable.message_id(verdict.payload)
         except EnvelopeError as exc:
-            receiver.reject(name, sender, header.sequence, exc.reason, len(data), verdict.type, data)
+            host.reject(name, sender, header.sequence, exc.reason, len(data), verdict.type, data)
             if verdict.finished is not None:
                 verdict.finished(False, None)
             return True
@@ -319,7 +320,7 @@ class ReliableExtension(Extension):
     def _on_ack(self, verdict, sender: str, data: bytes, name: str, acks: list) -> None:
         """Settle each acknowledged message that is pending and went to this instance (§5.5 step 6:
         an ACK none of whose acknowledgements matches is unexpected_response)."""
-        receiver, settled = self.node.receiver, []
+        host, settled = self.host, []
         for mid, status, error, seq in acks:
             with self._lock:
                 p = self._pending.get(mid)
@@ -327,31 +328,31 @@ class ReliableExtension(Extension):
             if ours and self._drop(mid) is not None:
                 settled.append((p, status, error, seq))
         if not settled:
-            receiver.reject(name, sender, verdict.header.sequence, "unexpected_response", len(data), verdict.type, data)
+            host.reject(name, sender, verdict.header.sequence, "unexpected_response", len(data), verdict.type, data)
             return
-        if remove_entry(receiver.inbox.fd, receiver.inbox.path, name):
-            receiver.accepted(verdict, sender, data, name, {"message_id": acks[0][0]})
+        if host.remove(name):
+            host.accepted(verdict, sender, data, name, {"message_id": acks[0][0]})
         for p, status, error, seq in settled:
             self._acknowledged(p, status, error, seq)
 
     def _on_message(self, verdict, sender: str, data: bytes, name: str, mid: str) -> None:
-        receiver, seq = self.node.receiver, verdict.header.sequence
+        host, seq = self.host, verdict.header.sequence
         assembled = verdict.body if isinstance(verdict.body, Assembled) else None
         with self._lock:
             state, status, error = self.deliveries.begin(sender, mid)
         if state == NEW:
-            receiver.deliver(verdict._replace(finished=self._after_handler(verdict, sender, mid, assembled)),
+            host.dispatch_by_type(verdict._replace(finished=self._after_handler(verdict, sender, mid, assembled)),
                              sender, data, name)
             return
         # a copy of a message this instance has delivered (or is delivering): not again
-        taken = remove_entry(receiver.inbox.fd, receiver.inbox.path, name)
+        taken = host.remove(name)
         if taken and assembled is None:
-            receiver.accepted(verdict, sender, data, name, {"message_id": mid})
+            host.accepted(verdict, sender, data, name, {"message_id": mid})
         if verdict.finished is not None:
             verdict.finished(False, None)
         if not taken:
             return
-        self.node.telemetry.count("duplicates")
+        self._telemetry.count("duplicates")
         self._trace_in(sender, mid, "duplicate", verdict, assembled)
         if state == DONE:  # its ACK may have been lost: say it again
             self._acks.add(sender, seq, mid, status, error)
@@ -375,14 +376,14 @@ class ReliableExtension(Extension):
 
     # ================================================================== records
     def _trace(self, p: Pending, event: str, seq: int, reason: str | None = None, detail: str = "") -> None:
-        self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, "out", p.target, p.message_id, event,
+        self._telemetry.emit(MessageTrace(time.time(), self._name, "out", p.target, p.message_id, event,
                                               "MESSAGE", p.size, p.chunks, p.transmissions, not p.v1, seq, reason,
                                               detail))
 
     def _trace_in(self, sender: str, mid: str, event: str, verdict, assembled: Assembled | None,
                   reason: str | None = None) -> None:
         size = assembled.message_size if assembled else value_size(verdict.payload.get("data"))
-        self.node.telemetry.emit(MessageTrace(time.time(), self.node.name, "in", sender, mid, event, "MESSAGE",
+        self._telemetry.emit(MessageTrace(time.time(), self._name, "in", sender, mid, event, "MESSAGE",
                                               size, assembled.chunks if assembled else 1, 0, True,
                                               verdict.header.sequence, reason))
 

@@ -5,23 +5,22 @@ handler's lane waits for an ACK to be written; idle, an ACK leaves at once."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Callable
 
 from ..core import reliable
-from ..core.envelope import EnvelopeType
-from ..core.reliable import FLAG_RELIABLE
+from ..core.envelope import FLAG_RELIABLE, EnvelopeType
 
 
 class Acknowledger:
-    def __init__(self, node: Any):
-        self._node = node
+    def __init__(self, name: str, reply: Callable[..., str | None]):
+        self._name, self._reply = name, reply  # the node's name, and its way to send an answer
         self._ready: dict[str, list[tuple[int, str, str, str | None]]] = {}  # per sender
         self._changed = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"speed-{self._node.name}-acks", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"speed-{self._name}-acks", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -38,7 +37,7 @@ class Acknowledger:
             self._changed.notify()
 
     def _run(self) -> None:
-        node = self._node
+        me = self._name
         while True:
             with self._changed:
                 while not self._ready and not self._stopping:
@@ -49,5 +48,5 @@ class Acknowledger:
             for target, entries in ready.items():
                 for i in range(0, len(entries), reliable.MAX_ACKS):
                     part = entries[i:i + reliable.MAX_ACKS]
-                    node.reply(target, EnvelopeType.ACK, reliable.ack_batch(node.name, target, part),
+                    self._reply(target, EnvelopeType.ACK, reliable.ack_batch(me, target, part),
                                {"message_id": part[0][1]}, flags=FLAG_RELIABLE)

@@ -26,7 +26,7 @@ from ..core.envelope import EnvelopeType
 from ..core.errors import AccessDeniedError, ConfigError, SpcError
 from ..core.records import SpcTrace
 from ..core.services import RegisteredService, precheck
-from ..ext import Outbound
+from .hooks import Outbound
 from .sender import Sender
 from .telemetry import Telemetry
 from .threads import Deadlines, WorkerPool, settle

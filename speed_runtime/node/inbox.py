@@ -20,18 +20,17 @@ from typing import Callable, Container
 
 from ..core.envelope import parse_filename
 from ..core.receiving import judge_name
-from ..fsutil import close_quietly, in_memory
+from ..fsutil import close_quietly
 from ..inotify import INBOX_EVENTS, Watch
 from ..transport import prepare_home
+from .watched_dir import WatchedDir
 
 MAX_NAMES_PER_SENDER = 16_384  # names remembered per sender while it waits for room (~5 MB)
 MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again when there is room
 FAIR_SHARE = 1_024             # … except that a sender holding fewer names than this is always remembered
 MAX_JUNK = 4_096               # names of files refused on the name alone, waiting to be removed
-LISTING_CLOCK_EVERY = 64       # a listing's slice looks at the clock after this many names
 OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
 _NEVER = float("inf")
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _SortedKeys:
@@ -277,66 +276,24 @@ class JunkNames:
         return len(self._names)
 
 
-class InboxListing:
-    """One listing of the inbox, taken in slices of at most `seconds` each (streaming: memory stays
-    within the bounds of the names remembered)."""
-
-    def __init__(self, fd: int):
-        self._it = os.scandir(fd)
-        self.work = 0.0  # seconds spent in its slices
-
-    def slice(self, into: Callable[[str], None], seconds: float) -> bool:
-        """Hand the next names to `into` for about `seconds`; True when the listing is complete."""
-        started = time.monotonic()
-        it = self._it
-        try:
-            while True:
-                for _ in range(LISTING_CLOCK_EVERY):
-                    item = next(it, None)
-                    if item is None:
-                        self.close()
-                        return True
-                    into(item.name)
-                if time.monotonic() - started >= seconds:
-                    return False
-        finally:
-            self.work += time.monotonic() - started
-
-    def close(self) -> None:
-        self._it.close()
-
-
-class InboxDirectory:
-    """The inbox, opened once, watched, and adopted anew when the path names another directory."""
+class InboxDirectory(WatchedDir):
+    """The inbox (node/watched_dir.py), and the replaced inboxes still drained into it."""
 
     def __init__(self, root: str, name: str, watch: Watch):
-        self.root, self.name, self.watch = root, name, watch
-        self.path, self.tmp_path = prepare_home(root, name)
-        self.fd = os.open(self.path, _DIR)
-        self.in_memory = in_memory(self.fd)  # tmpfs: a handler lane may remove files keeping the GIL (fsutil)
+        self.root, self.name = root, name
+        super().__init__(self._prepare, lambda path: watch.add(path, INBOX_EVENTS, "inbox"))
         self._old: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
 
-    def watch_events(self) -> None:
-        self.watch.add(self.path, INBOX_EVENTS, "inbox")
-
-    def list(self) -> InboxListing:
-        """A listing of the inbox, to be taken in slices."""
-        return InboxListing(self.fd)
+    def _prepare(self) -> str:
+        self.path, self.tmp_path = prepare_home(self.root, self.name)
+        return self.path
 
     def replaced(self) -> bool:
-        """Adopt a replaced or removed inbox; True when that happened."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-            if (st.st_dev, st.st_ino) == _fd_id(self.fd):
-                return False
-        except FileNotFoundError:
-            pass
-        self.path, self.tmp_path = prepare_home(self.root, self.name)
-        fresh = os.open(self.path, _DIR)
-        self._old.append((self.fd, time.monotonic()))
-        self.fd = fresh
-        self.in_memory = in_memory(fresh)
-        self.watch_events()
+        """Adopt a replaced or removed inbox; True when that happened (the old one is drained)."""
+        old = self.adopt_replaced()
+        if old is None:
+            return False
+        self._old.append((old, time.monotonic()))
         return True
 
     def next_old_check(self) -> float:
@@ -379,10 +336,6 @@ class InboxDirectory:
 
     def close(self) -> None:
         """Close once (a second call must not close descriptor numbers reused meanwhile)."""
-        fds, self.fd, self._old = [self.fd, *(fd for fd, _ in self._old)], -1, []
+        fds, self._old = [fd for fd, _ in self._old], []
+        super().close()
         close_quietly(*fds)
-
-
-def _fd_id(fd: int) -> tuple[int, int]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino

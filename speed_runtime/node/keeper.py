@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from ..core.entry import RegistryEntry
 from ..core.errors import LeaseLostError, RegistryLockError
 from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts
-from ..monitor import RegistryMonitor
-from ..registry import SUFFIX, Registry
+from ..registry import SUFFIX
 from ..transport import sweep_orphans, sweep_temporary_homes
+from .context import Lifecycle, NodeContext
 
 
 # implementation and language (contract §4); its version is `speed --version`, read from the package
@@ -28,13 +28,23 @@ from ..transport import sweep_orphans, sweep_temporary_homes
 RUNTIME = "speed_runtime-python"
 
 
+class ReceiverProgress(Protocol):
+    """What the keeper watches of the protocol thread (node/receiver.py)."""
+
+    last_progress: float
+
+    def alive(self) -> bool: ...
+
+
 class LeaseKeeper:
-    def __init__(self, node: Any):
-        self.node = node
-        cfg = node.config
-        self.config = cfg
-        self.registry = Registry(node.root, lock_timeout=cfg.lock_timeout)
-        self.monitor = RegistryMonitor(self.registry, node.name, self._observed, local_facts)
+    def __init__(self, ctx: NodeContext, lifecycle: Lifecycle):
+        cfg = ctx.config
+        self.config, self.registry, self.monitor = cfg, ctx.registry, ctx.monitor
+        self._ctx, self._lifecycle, self._telemetry = ctx, lifecycle, ctx.telemetry
+        self._extensions: tuple = ()       # entry_fields, and their names as `features` (attach)
+        self._receiver: ReceiverProgress | None = None
+        self._journal: Callable[[], None] | None = None  # flushed by the registry thread
+        self._tmp_path = os.path.join(ctx.root, ctx.name, "tmp")
         self._started_at = 0.0
         self._last_renew_bt = 0.0
         self._wake = threading.Event()
@@ -45,19 +55,23 @@ class LeaseKeeper:
         # generous: a loaded machine must not make a busy node look deaf (the lease itself is the slow signal)
         self.deaf_after = max(3 * cfg.rescan_seconds, 2 * cfg.heartbeat_seconds, cfg.lease_seconds / 2)
 
+    def attach(self, extensions: tuple) -> None:
+        """The node's extensions (§9), once loaded: their fields and names go into the entry."""
+        self._extensions = extensions
+
     # ------------------------------------------------------------------ the entry
     def entry(self, now: float, status: str) -> RegistryEntry:
         """The node's entry as it is now: its grants, services, counters and extensions' fields."""
-        node, cfg = self.node, self.config
-        fields: dict[str, Any] = {"counters": node.counters()}
-        for extension in node.extensions.values():
+        ctx, cfg = self._ctx, self.config
+        fields: dict[str, Any] = {"counters": self._telemetry.snapshot()}
+        for extension in self._extensions:
             fields.update(extension.entry_fields())
         return RegistryEntry(
-            name=node.name, id=node.id, last_heartbeat=now, pid=os.getpid(), host=HOSTNAME, status=status,
+            name=ctx.name, id=ctx.id, last_heartbeat=now, pid=os.getpid(), host=HOSTNAME, status=status,
             startup_timestamp=self._started_at, lease_seconds=cfg.lease_seconds,
-            heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(node.access.names()),
-            services=tuple(node.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
-            boot_time_heartbeat=boottime(), features=tuple(node.extensions), extra=fields)
+            heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(ctx.access.names()),
+            services=tuple(ctx.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
+            boot_time_heartbeat=boottime(), features=tuple(e.name for e in self._extensions), extra=fields)
 
     def register(self, now: float) -> bool:
         self._started_at = now
@@ -67,25 +81,25 @@ class LeaseKeeper:
     def publish(self, status: str | None = None) -> bool:
         """Write our entry now (a heartbeat, or a change of grants, services or status)."""
         if status is None:
-            status = "leaving" if self.deaf or self.node.state == "closing" else "online"
+            status = "leaving" if self.deaf or self._lifecycle.state == "closing" else "online"
         bt = boottime()
         late = bt - self._last_renew_bt > self.config.lease_seconds
         try:
             self.registry.renew(self.entry(time.time(), status))
         except LeaseLostError as exc:
-            self.node.lose_lease(exc)
+            self._lifecycle.lose_lease(exc)
             return False
         except RegistryLockError as exc:
-            self.node.telemetry.count("registryWriteErrors")
-            self.node.telemetry.problem("registry_lock_held", str(exc))
+            self._telemetry.count("registryWriteErrors")
+            self._telemetry.problem("registry_lock_held", str(exc))
             return False
         except OSError as exc:  # full or failing disk: keep running, the next heartbeat tries again
-            self.node.telemetry.count("registryWriteErrors")
-            self.node.telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}")
+            self._telemetry.count("registryWriteErrors")
+            self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}")
             return False
         self._last_renew_bt = bt
         if late:
-            self.node.telemetry.lease_event("renewed_late", self.node.name)
+            self._telemetry.lease_event("renewed_late", self._ctx.name)
         return True
 
     def lease_valid(self) -> bool:
@@ -93,14 +107,16 @@ class LeaseKeeper:
 
     def deregister(self) -> bool:
         try:
-            return self.registry.deregister(self.node.name, self.node.id)
+            return self.registry.deregister(self._ctx.name, self._ctx.id)
         except (RegistryLockError, OSError) as exc:
-            self.node.telemetry.problem("renewal_failed", f"cannot remove its registry entry: {exc}")
+            self._telemetry.problem("renewal_failed", f"cannot remove its registry entry: {exc}")
             return False
 
     # ------------------------------------------------------------------ the thread
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-registry", daemon=True)
+    def start(self, receiver: ReceiverProgress, journal: Callable[[], None] | None) -> None:
+        """The registry thread, watching `receiver`'s progress and flushing `journal` (if any)."""
+        self._receiver, self._journal = receiver, journal
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self._ctx.name}-registry", daemon=True)
         self.thread.start()
 
     def wake(self, rescan: bool = False) -> None:
@@ -131,9 +147,10 @@ class LeaseKeeper:
                 break
             try:
                 now = time.monotonic()
-                if self.node.state == "running":
+                state = self._lifecycle.state
+                if state == "running":
                     self._watch_receiving(now)
-                if self.node.state in ("running", "closing"):
+                if state in ("running", "closing"):
                     if not self.deaf and (now >= next_beat or not self.lease_valid()):
                         self.publish()
                         next_beat = now + cfg.heartbeat_seconds
@@ -149,25 +166,25 @@ class LeaseKeeper:
                 if now >= next_sweep:
                     self._sweep()
                     next_sweep = now + max(1.0, cfg.orphan_seconds / 2)
-                if self.node.journal is not None:
-                    self.node.journal.flush()
+                if self._journal is not None:
+                    self._journal()
             except Exception as exc:  # the keeper must outlive any one failure
-                self.node.telemetry.count("protocolErrors")
-                self.node.telemetry.problem("renewal_failed", f"registry thread: {type(exc).__name__}: {exc}")
+                self._telemetry.count("protocolErrors")
+                self._telemetry.problem("renewal_failed", f"registry thread: {type(exc).__name__}: {exc}")
 
     def _watch_receiving(self, now: float) -> None:
-        receiver = self.node.receiver
+        receiver = self._receiver
         stalled = not receiver.alive() or now - receiver.last_progress > self.deaf_after
         if stalled and not self.deaf:
             self.deaf = True
-            self.node.telemetry.problem(
+            self._telemetry.problem(
                 "stopped_renewing", "its protocol thread has made no progress for "
                 f"{now - receiver.last_progress:.0f} s: published `leaving` and stopped renewing its lease")
             self.publish("leaving")
         elif not stalled and self.deaf:
             self.deaf = False
             if self.publish():
-                self.node.telemetry.recovered("receiving_recovered", "its protocol thread makes progress again: "
+                self._telemetry.recovered("receiving_recovered", "its protocol thread makes progress again: "
                                                                      "online, renewing its lease")
 
     def _reap(self, now: float) -> None:
@@ -179,22 +196,14 @@ class LeaseKeeper:
                 except (RegistryLockError, OSError):
                     return
                 if reaped:
-                    self.node.telemetry.lease_event("reaped", name)
+                    self._telemetry.lease_event("reaped", name)
                 self.monitor.refresh(name)
 
     def _sweep(self) -> None:
         cfg = self.config
-        sweep_orphans(self.node.receiver.tmp_path, cfg.orphan_seconds)
+        sweep_orphans(self._tmp_path, cfg.orphan_seconds)
         try:
             self.registry.sweep_temporaries(cfg.orphan_seconds)
         except RegistryLockError:
             pass
-        sweep_temporary_homes(self.node.root, self.registry, time.time())
-
-    # ------------------------------------------------------------------ observations
-    def _observed(self, event: str, subject: str) -> None:
-        self.node.telemetry.lease_event(event, subject)
-
-
-def home_of(root: str, name: str) -> str:
-    return os.path.join(root, name)
+        sweep_temporary_homes(self._ctx.root, self.registry, time.time())

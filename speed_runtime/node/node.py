@@ -1,15 +1,20 @@
 """Node: one SPEED node, composed of its parts, and the public API.
 
-    receiver  node/receiver.py  the protocol thread: inbox and registry wake-ups, checks, dispatch
+    context   node/context.py   what the parts share (NodeContext), the node's state as they ask
+                                about it (Lifecycle), all an extension may ask (ExtensionHost)
+    receiver  node/receiver.py  the protocol thread: inbox and registry wake-ups, the inbound path
+                                (core/inbound.py), dispatch by type
     sender    node/sender.py    links, sealing, delivery, retraction, acknowledgements
     caller    node/calls.py     SPC requests and their responses
     callee    node/calls.py     SPC services: checks, per-service concurrency, deadlines
-    keeper    node/keeper.py    the registry entry, the lease, the registry monitor and its thread
+    keeper    node/keeper.py    the registry entry, the lease and the registry thread
     telemetry node/telemetry.py counters, observers, health reports
     application node/application.py  the application's handlers and receive() queue
+    host      node/host.py      the extensions' side of the node (node/hooks.py: the hooks)
 
-Threads: the protocol thread, the registry thread, a deadline thread, message handlers (lanes on
-a daemon pool) and service workers (a daemon pool).
+Each part is given the context and the parts it uses; none holds the node. Threads: the protocol
+thread, the registry thread, a deadline thread, message handlers (lanes on a daemon pool) and
+service workers (a daemon pool).
 """
 from __future__ import annotations
 
@@ -20,11 +25,11 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
-from .. import ext as extensions
-from ..ext import Outbound
+from . import hooks as extensions
+from .hooks import Outbound
 from ..core import payloads
 from ..core.entry import RegistryEntry
-from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType, Header
+from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
 from ..core.errors import ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError, PayloadTooLargeError
 from ..core.keys import Key
 from ..core.message import Message
@@ -33,11 +38,15 @@ from ..core.services import Service, ServicePolicy, as_registered
 from ..fsutil import local_facts, prepare_root
 from ..journal import JournalWriter
 from ..keyfile import load_key
-from ..transport import remove_home
+from ..monitor import RegistryMonitor
+from ..registry import Registry
+from ..transport import TargetDirs, remove_home
 from .application import Application
 from .calls import Callee, Caller, ServiceTable
 from .config import NodeConfig
+from .context import NodeContext
 from .grants import AccessRegistry
+from .host import NodeHost
 from .keeper import LeaseKeeper
 from .receiver import Receiver
 from .sender import Sender
@@ -57,25 +66,40 @@ class Node:
         self.key = key if isinstance(key, Key) else load_key(key)
         if config is not None and options:
             raise ConfigError("pass either config= or keyword options, not both")
-        self.config = config if config is not None else NodeConfig.from_options(options)
+        self.config = cfg = config if config is not None else NodeConfig.from_options(options)
         self.root = prepare_root(os.fspath(root))
         self.id = str(uuid.uuid4())
         self.id_bytes = uuid.UUID(self.id).bytes
-        self.groups = self.config.groups
-        self.access = AccessRegistry(self.config.allow)
+        self.groups = cfg.groups
+        self.access = AccessRegistry(cfg.allow)
         self.telemetry = Telemetry(self.name)
         self.journal: JournalWriter | None = None
         self._state = "new"
         self._state_lock = threading.Lock()
         self.application = Application(self.telemetry)
         self.services = ServiceTable()
-        self.keeper = LeaseKeeper(self)
-        self.monitor = self.keeper.monitor
-        self.sender = Sender(self.root, self.name, self.id_bytes, self.key, self.config.max_payload, self.monitor,
+        self._registry = registry = Registry(self.root, lock_timeout=cfg.lock_timeout)
+        self.monitor = RegistryMonitor(registry, self.name, self.telemetry.lease_event, local_facts)
+        self.context = ctx = NodeContext(self.name, self.id, self.id_bytes, self.root, self.key, cfg, self.access,
+                                         self.telemetry, registry, self.monitor, self.application, self.services)
+        # the parts, each given what it uses; their threads start with the node
+        self.lane_pool = WorkerPool(cfg.lane_workers, f"speed-{self.name}-lane", self.handler_failed)
+        self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
+        self.keeper = LeaseKeeper(ctx, self)
+        self.sender = Sender(self.root, self.name, self.id_bytes, self.key, cfg.max_payload, self.monitor,
                              local_facts, self.telemetry)
-        self.receiver = Receiver(self)
-        self.extensions = extensions.load(self.config.features, self)
-        self.sender.extensions = tuple(self.extensions.values())
+        self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry,
+                             self.deliver_payload)
+        self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
+                             self.telemetry, cfg.spc_workers, cfg.service_concurrency, cfg.spc_waiting_bytes)
+        self.receiver = Receiver(ctx, self, self.keeper, self.sender, self.caller, self.callee, self.lane_pool,
+                                 self.reply)
+        host = NodeHost(ctx, self, self.sender, self.caller, self.receiver, self.keeper, self.deadlines,
+                        self.deliver_payload, self.reply, self.close)
+        self.extensions = host.extensions = extensions.load(cfg.features, host)
+        self._extensions = tuple(self.extensions.values())
+        for part in (self.sender, self.receiver, self.keeper):
+            part.attach(self._extensions)
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> "Node":
@@ -97,30 +121,25 @@ class Node:
                 raise ConfigError(f"node {self.name} was already started; create a new Node instead")
             self._state = "starting"
         cfg = self.config
-        self.lane_pool = WorkerPool(cfg.lane_workers, f"speed-{self.name}-lane", self.handler_failed)
         try:
-            self.receiver.open(self.keeper.registry.dir if cfg.observe_registry else None)
+            self.receiver.open(self._registry.dir if cfg.observe_registry else None)
             if cfg.trace:
                 self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes)
-                self.telemetry.observers.append(self.journal)
+                self.telemetry.add_observer(self.journal)
             reclaimed = self.keeper.register(time.time())
         except BaseException:
             self._release()
             self._state = "closed"
             raise
         self.telemetry.lease_event("reclaimed" if reclaimed else "registered", self.name)
-        for extension in self.extensions.values():
+        for extension in self._extensions:
             extension.start()
-        self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
-        self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry,
-                             self.deliver_payload)
-        self.callee = Callee(self.name, self.services, self.access.__contains__, self.reply, self.deadlines,
-                             self.telemetry, cfg.spc_workers, cfg.service_concurrency, cfg.spc_waiting_bytes)
+        self.deadlines.start()
         if cfg.observe_registry:
             self.monitor.rescan(time.time())
         self._state = "running"
         self.receiver.start()
-        self.keeper.start()
+        self.keeper.start(self.receiver, self.journal.flush if self.journal is not None else None)
         return self
 
     def close(self) -> None:
@@ -145,7 +164,7 @@ class Node:
         if not (handlers_done and services_done):
             self.telemetry.problem("services_abandoned", "handlers or services still running after "
                                    f"{cfg.stop_grace_seconds:g} s were left behind; their results are dropped")
-        for extension in self.extensions.values():
+        for extension in self._extensions:
             extension.stop()
         if not was_lost:
             self.sender.linger(time.monotonic() + cfg.linger_seconds)
@@ -240,12 +259,11 @@ class Node:
 
     def threads(self) -> list[threading.Thread]:
         """The node's long-lived threads (protocol, registry, deadlines); worker threads come and go."""
-        deadlines = getattr(self, "deadlines", None)
-        return [t for t in (self.receiver.thread, self.keeper.thread, deadlines and deadlines.thread)
-                if t is not None]
+        return [t for t in (self.receiver.thread, self.keeper.thread, self.deadlines.thread)
+                if t is not None and t.ident is not None]
 
     # ----------------------------------------------------------------- sending
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         if self._state == "lost":
             raise LeaseLostError(f"node {self.name} lost its lease and can no longer send")
         if self._state not in ("running", "closing"):
@@ -261,7 +279,7 @@ class Node:
         online, until `ttl` seconds have passed. Towards a node that publishes limits (extension
         `quota`) the send waits for room at most `timeout` seconds, or not at all with block=False;
         then it raises QuotaExceededError."""
-        self._check_running()
+        self.check_running()
         if reliable + durable > 1 or (reliable and confirm):
             raise ConfigError("choose one of confirm=True, reliable=True and durable=True "
                               "(durable may be combined with confirm)")
@@ -293,8 +311,33 @@ class Node:
         return self.call_async(target, service, arguments, timeout=timeout).result()
 
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
-        self._check_running()
+        self.check_running()
         return self.caller.call_async(target, service, arguments, timeout)
+
+    def live_entry(self, target: str) -> RegistryEntry:
+        """`target`'s entry as its file holds it now, if it may receive (§5.4 step 1); else
+        NodeUnavailableError or NodeLeavingError."""
+        return self.sender.live_entry(target)
+
+    def current_entry(self, name: str) -> RegistryEntry | None:
+        """`name`'s entry as its file holds it now (one stat; read only when it changed), or None."""
+        return self.monitor.current(name)
+
+    def expect_response(self, request_id: str, target: str, target_id: bytes, what: str, timeout: float,
+                        send: Callable[[], Any]) -> Future:
+        """Wait for the SPC_RESPONSE `request_id` from instance `target_id` of `target` after
+        `send()` wrote the request (a request of an extension such as `control`, written by
+        `deliver_into`); the Future fails with SpcError TIMEOUT after `timeout` seconds."""
+        self.check_running()
+        return self.caller.expect(request_id, target, target_id, what, timeout, send)
+
+    def deliver_into(self, dirs: TargetDirs, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
+                     body: bytes) -> str:
+        """Seal `body` for `entry`'s instance and deliver it into `dirs` (a directory of an
+        extension's, e.g. the target's `control/`), as every send is delivered: resealed on a name
+        clash, withdrawn if the target stopped being that live instance meanwhile. Its file name."""
+        return self.sender.deliver_into(dirs, target, entry, etype, seq, flags, body, "the request",
+                                        "the request was withdrawn, nothing was applied")
 
     def lift_quarantine(self, sender: str) -> bool:
         """End the quarantine of `sender` (extension `quota`) now; False if it was not quarantined.
@@ -310,7 +353,7 @@ class Node:
         raised. Returns why the payload cannot be sent at all (a value that is not JSON, or too
         large), None otherwise."""
         try:
-            self._check_running()
+            self.check_running()
             self.deliver_payload(Outbound(target, etype, payload, flags, trace_extra=trace_extra))
         except (TypeError, ValueError) as exc:
             return f"it is not JSON ({exc})"[:300]
@@ -322,7 +365,7 @@ class Node:
 
     def deliver_payload(self, out: Outbound) -> int:
         """Deliver one payload: in an extension's layout when one takes it (§9), else as v1."""
-        for extension in self.extensions.values():
+        for extension in self._extensions:
             seq = extension.outbound(out)
             if seq is not None:
                 return seq
@@ -342,35 +385,10 @@ class Node:
         self.keeper.wake()  # renew (or learn of the loss) before touching the inbox
         return False
 
-    def deliver_message(self, message: Message, header: Header) -> Exception | None:
-        """Run the handlers, then answer an ACK or ERROR when the sender asked; what a handler raised."""
-        exc = self.application.handle(message)
-        if exc is not None:
-            if header.ack_requested:
-                self.reply(message.sender, EnvelopeType.ERROR,
-                           {"from": self.name, "to": message.sender, "errorCode": "EXECUTION_FAILED",
-                            "errorMessage": f"message handler failed: {type(exc).__name__}",
-                            "refSeq": header.sequence})
-            return exc
-        if header.ack_requested:
-            self.reply(message.sender, EnvelopeType.ACK, payloads.ack(self.name, message.sender, header.sequence))
-        return None
-
-    def answer_probe(self, sender: str) -> None:
-        entry = self.monitor.get(sender) or self.monitor.refresh(sender)
-        if entry is not None and self.name in entry.allow:
-            self.reply(sender, EnvelopeType.HEARTBEAT, payloads.heartbeat(self.name, sender, True))
-
-    def registry_hint(self, file_name: str) -> None:
-        self.keeper.hint(file_name)
-
-    def monitor_overflowed(self) -> None:
-        self.keeper.wake(rescan=True)
-
     def name_taken(self) -> bool:
         """Whether another instance now holds our name (then we have lost our lease)."""
         try:
-            current = self.keeper.registry.read(self.name)
+            current = self._registry.read(self.name)
         except Exception:
             return False
         if current is not None and current.id != self.id:

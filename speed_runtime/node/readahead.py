@@ -1,12 +1,10 @@
 """The receiver's read-ahead: accepted envelopes that wait for their handler or are in it.
 
-Per sender at most `per_sender` of them, from all senders at most `total`: what is beyond stays
-in the inbox, unread (the inbox is the queue). Each held envelope also weighs what its decoded
-payload costs in memory (`Verdict.cost`, payloads.decoded_cost): no file is taken while the
-sender's held cost is `bytes_per_sender` or more, or all senders' `bytes_total` or more, so what is
-held never exceeds `bytes_total` plus the cost of one envelope (docs/PROTOCOL.md reading 24). An
-accepted file stays in the inbox until its handler starts and `take` removes it (§5.5 step 6:
-remove, then dispatch); while it is held its name is never judged again (`taken`).
+Its bounds — files and what their payloads cost decoded, per sender and in all — are the inbound
+path's step 0 (core/inbound.py: Holding, which this extends with a lock, the names held and the
+hand-over to the sender's lane). An accepted file stays in the inbox until its handler starts and
+`take` removes it (§5.5 step 6: remove, then dispatch); while it is held its name is never judged
+again (`taken`).
 
 The protocol thread, which waits while a sender (or all) is at its bound, is woken when that
 sender's held envelopes are down to half (a low-water mark), not at the first release: it then
@@ -19,6 +17,7 @@ import os
 import threading
 from typing import Callable
 
+from ..core.inbound import Holding
 from ..fsutil import unlink_keeping_gil
 from .threads import SerialLanes
 
@@ -27,57 +26,33 @@ def _unlink(dir_fd: int, name: str) -> None:
     os.unlink(name, dir_fd=dir_fd)
 
 
-class ReadAhead:
+class ReadAhead(Holding):
     def __init__(self, per_sender: int, total: int, wake: Callable[[], None], bytes_per_sender: int = 1 << 62,
                  bytes_total: int = 1 << 62):
-        self.per_sender, self.total = per_sender, total
-        self.bytes_per_sender, self.bytes_total = bytes_per_sender, bytes_total
+        super().__init__(per_sender, total, bytes_per_sender, bytes_total)
         self._wake = wake  # the protocol thread, which waits while the read-ahead is full
         self._lock = threading.Lock()
-        self._in_hand: dict[str, int] = {}  # per sender
-        self._in_hand_total = 0
-        self._cost: dict[str, int] = {}     # per sender: what its held envelopes cost decoded
-        self.cost_total = 0
-        self._at_bound: set[str] = set()  # senders that reached their bound since the last wake-up
-        self._total_at_bound = False
         self.taken: dict[str, int] = {}    # file name -> directory fd of accepted files not yet removed
 
     def idle(self) -> bool:
         with self._lock:
-            return self._in_hand_total == 0
+            return self.empty()
 
-    # full() and has_room() read without the lock (single reads of an int and a dict are atomic in
-    # CPython). They are asked by the protocol thread before it holds a file, and it adds to the
-    # counts itself; a count another thread lowers at the same moment only means a file is taken at
-    # the next pass, and one an extension raises from another thread (durable, chunks) may let one
-    # file more in for a moment: the bounds are memory bounds, not exact. The lock cost two
+    # full() and has_room() (Holding's) read without the lock (single reads of an int and a dict are
+    # atomic in CPython). They are asked by the protocol thread before it holds a file, and it adds
+    # to the counts itself; a count another thread lowers at the same moment only means a file is
+    # taken at the next pass, and one an extension raises from another thread (durable, chunks) may
+    # let one file more in for a moment: the bounds are memory bounds, not exact. The lock cost two
     # acquisitions per received file.
-    def full(self) -> bool:
-        return self._in_hand_total >= self.total or self.cost_total >= self.bytes_total
-
-    def has_room(self, sender: str) -> bool:
-        return self._in_hand_total < self.total and self.cost_total < self.bytes_total \
-            and self._in_hand.get(sender, 0) < self.per_sender and self._cost.get(sender, 0) < self.bytes_per_sender
-
     def has_room_for_any(self, senders: list[str]) -> bool:
         with self._lock:
-            if self.full():
-                return False
-            return any(self._in_hand.get(s, 0) < self.per_sender and self._cost.get(s, 0) < self.bytes_per_sender
-                       for s in senders)
+            return self.room_for_any(senders)
 
     def hold(self, sender: str, name: str, dir_fd: int, cost: int = 0) -> None:
         """Hold an accepted file of `sender` whose decoded payload costs `cost` bytes."""
         with self._lock:
-            count = self._in_hand[sender] = self._in_hand.get(sender, 0) + 1
-            self._in_hand_total += 1
-            held = self._cost[sender] = self._cost.get(sender, 0) + cost
-            self.cost_total += cost
+            self.add(sender, cost)
             self.taken[name] = dir_fd
-            if count >= self.per_sender or held >= self.bytes_per_sender:
-                self._at_bound.add(sender)
-            if self.full():
-                self._total_at_bound = True
 
     def take(self, name: str, dir_fd: int, keep_gil: bool) -> bool:
         """Remove an accepted file just before its handler runs: the moment it is taken. The name
@@ -98,26 +73,7 @@ class ReadAhead:
         with self._lock:
             if name is not None:
                 self.taken.pop(name, None)
-            count = self._in_hand.get(sender, 0) - 1
-            if count > 0:
-                self._in_hand[sender] = count
-            else:
-                self._in_hand.pop(sender, None)
-            self._in_hand_total -= 1
-            held = self._cost.get(sender, 0) - cost
-            if held > 0 and count > 0:
-                self._cost[sender] = held
-            else:
-                self._cost.pop(sender, None)
-            self.cost_total = max(0, self.cost_total - cost)
-            wake = False
-            if sender in self._at_bound and count <= self.per_sender // 2 and held <= self.bytes_per_sender // 2:
-                self._at_bound.discard(sender)
-                wake = True
-            if self._total_at_bound and self._in_hand_total <= self.total // 2 \
-                    and self.cost_total <= self.bytes_total // 2:
-                self._total_at_bound = False
-                wake = True
+            wake = self.remove(sender, cost)
         if wake:
             self._wake()
 

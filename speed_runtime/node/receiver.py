@@ -2,9 +2,9 @@
 
 It waits on the node's one inotify instance (inbox and registry directory), lists the inbox on
 overflow and every `rescan_seconds` (in slices between its passes, so a huge inbox holds nobody
-up), judges each file with the pure core (`core.receiving`) and hands what passed to the
-dispatcher (node/dispatch.py): MESSAGEs to the sender's lane, SPC requests to the callee,
-responses and acknowledgements to whoever waits for them. A file refused on its name alone (junk:
+up), feeds each file's name, facts and bytes to the inbound state machine (`core.inbound`) and
+carries out its actions: MESSAGEs to the sender's lane, SPC requests to the callee, responses and
+acknowledgements to whoever waits for them. A file refused on its name alone (junk:
 no envelope name, or a sender not allowed) is removed after the senders' files, a slice per pass.
 
 Memory is bounded whatever senders do: the inbox is the queue. Per sender at most `read_ahead`
@@ -28,42 +28,60 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import ext as extensions
-from ..core.receiving import Identity, Verdict, judge_envelope, stale_source
+from ..core import payloads
+from ..core.envelope import EnvelopeType, Header
+from ..core.errors import DeliveryError
+from ..core.message import Message, message_of
+from ..core.reassembly import Assembled
+from ..core.entry import RegistryEntry
+from ..core.inbound import (CLOCK_EVERY, SLICE_SECONDS, AnswerProbe, Inbound, Judge, RegistryHint, Reject,
+                            ResolveCall, RunHandler, SettleAck, SubmitRequest)
+from ..core.receiving import Identity, Verdict
 from ..core.records import EnvelopeTrace
 from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
-from .dispatch import Dispatcher
-from .inbox import InboxDirectory, InboxListing, JunkNames, PendingNames
+from . import hooks
+from .calls import Callee, Caller, Request
+from .context import Lifecycle, NodeContext
+from .inbox import InboxDirectory, JunkNames, PendingNames
+from .keeper import LeaseKeeper
 from .readahead import ReadAhead
-from .threads import SerialLanes
+from .sender import Sender
+from .threads import SerialLanes, WorkerPool, settle
+from .watched_dir import DirListing
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
 LISTING_SPACING_MAX = 30.0  # the periodic listing of a huge inbox comes at least this often
-# the most of one kind of work a step does before it looks for events again: a slice of a listing,
-# a pass of taking files in turns, removing junk. Another sender's file waits for about three.
-SLICE_SECONDS = 0.002
-CLOCK_EVERY = 16  # files between two looks at the clock
 
 
 class Receiver:
-    def __init__(self, node: Any):
-        # `node` gives the collaborators: identity, key, config, access, replay, telemetry, the
-        # handlers, the sender (ACKs, replies), the caller (responses), the callee (requests),
-        # the monitor (source IDs, registry hints), the keeper (lease validity).
-        self.node = node
-        cfg = node.config
-        self.me = Identity(node.name, node.id_bytes)
+    def __init__(self, ctx: NodeContext, lifecycle: Lifecycle, keeper: LeaseKeeper, sender: Sender, caller: Caller,
+                 callee: Callee, lane_pool: WorkerPool, reply: Callable[..., str | None]):
+        # what it uses: the context (identity, key, settings, grants, telemetry, the registry's
+        # cache, the application), the node's state (may it receive; is its name taken), the keeper
+        # (registry hints), the sender (awaited acknowledgements), the caller (responses), the callee
+        # (requests), the lanes of the handlers' pool, and `reply` for acknowledgements and probes
+        self._ctx, self._lifecycle, self._keeper = ctx, lifecycle, keeper
+        self._sender, self._caller, self._callee, self._reply = sender, caller, callee, reply
+        self._telemetry, self._monitor, self._access = ctx.telemetry, ctx.monitor, ctx.access
+        self._application = ctx.application
+        cfg = self._config = ctx.config
+        self.me = Identity(ctx.name, ctx.id_bytes)
         self.replay = ReplayGuard(int(cfg.replay_window * 1000), cfg.max_gap)
+        self.inbound = Inbound(self.me, ctx.key, self.replay, cfg.max_payload)  # steps 1–6 (core/inbound.py)
         self._max_size = 92 + cfg.max_payload  # header + nonce + tag + payload
+        self._uids = cfg.uids
         self._lock = threading.Lock()
-        self.dispatcher = Dispatcher(self)
+        self._lane_pool = lane_pool
+        self.lanes = SerialLanes(lane_pool, lambda exc: ctx.telemetry.count("handlerErrors"))
         self.read_ahead = ReadAhead(cfg.read_ahead, cfg.read_ahead_total, lambda: self.watch.wake(),
                                     cfg.read_ahead_bytes_per_sender, cfg.read_ahead_bytes)
+        self._extensions: tuple = ()   # the node's extensions (§9), in order (attach)
+        self._by_name: dict = {}
         self._names = PendingNames()
         self._junk = JunkNames()  # refused on the name alone, to be removed
-        self._listing: InboxListing | None = None  # a listing under way, taken in slices
+        self._listing: DirListing | None = None  # a listing under way, taken in slices
         self._listing_drains = False  # the listing under way began while draining
         self._drain_listed = False  # while draining: a listing begun since the drain began has ended
         self._resume = ""  # a pass begins with the first sender after this name (the first sender rotates)
@@ -79,27 +97,32 @@ class Receiver:
         self.thread: threading.Thread | None = None
         self._protocol_ident: int | None = None  # the thread's ident (Thread.ident is a property: asked per file)
 
+    def attach(self, extensions: tuple) -> None:
+        """The node's extensions (§9), once loaded: their hooks, payload layouts and directories."""
+        self._extensions = extensions
+        self._by_name = {e.name: e for e in extensions}
+        self.inbound.use(hooks.decoder(self._by_name), hooks.overriding(extensions, "admit"),
+                         hooks.overriding(extensions, "rejudge"))
+
     # ------------------------------------------------------------------ lifecycle
     def open(self, registry_dir: str | None) -> None:
         """Before registering: create the home, open the inbox and the watch, so nothing sent to
         us is missed."""
         self.watch = Watch()
         try:
-            self.inbox = InboxDirectory(self.node.root, self.node.name, self.watch)
-            self.inbox.watch_events()
+            self.inbox = InboxDirectory(self._ctx.root, self._ctx.name, self.watch)
+            self.inbox.watch()
             if registry_dir is not None:
                 self.watch.add(registry_dir, REGISTRY_EVENTS, "registry")
-            for extension in self.node.extensions.values():  # §9: an extension's own directory
+            for extension in self._extensions:  # §9: an extension's own directory
                 if (watched := extension.watch()) is not None:
                     self.watch.add(*watched, extension.name)
         except BaseException:
             self.close()
             raise
-        self.lanes = SerialLanes(self.node.lane_pool, self.node.handler_failed)
-        self._decode = extensions.decoder(self.node.extensions)  # §9: payload layouts of the enabled extensions
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._loop, name=f"speed-{self.node.name}-protocol", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=f"speed-{self._ctx.name}-protocol", daemon=True)
         self.thread.start()
 
     def alive(self) -> bool:
@@ -154,8 +177,8 @@ class Receiver:
                     backoff = 0.0
                     self.last_progress = time.monotonic()
                 except Exception as exc:  # nothing ends this thread: count, report, retry soon
-                    self.node.telemetry.count("protocolErrors")
-                    self.node.telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
+                    self._telemetry.count("protocolErrors")
+                    self._telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
                     backoff = min(1.0, backoff * 2 or 0.05)
                     self._abandon_listing()  # (it may be what failed) and events read may be lost
                     self._names.events_lost()
@@ -174,8 +197,8 @@ class Receiver:
             wait = max(0.0, min(next_listing, self.inbox.next_old_check()) - now)
         events, overflow = self.watch.wait(wait)
         if overflow:
-            self.node.telemetry.count("inotifyOverflows")
-            self.node.monitor_overflowed()
+            self._telemetry.count("inotifyOverflows")
+            self._keeper.wake(rescan=True)
             self._names.events_lost()
         if self._hints:
             with self._lock:
@@ -185,9 +208,9 @@ class Receiver:
             done = None
         for key, name in events:
             if key == "registry":
-                self.node.registry_hint(name)
+                self._keeper.hint(name)
             elif key != "inbox":
-                self.node.extensions[key].hint(name)
+                self._by_name[key].hint(name)
             elif not name:
                 self._names.events_lost()  # the inbox itself was moved or removed: look at it again
             else:
@@ -196,8 +219,8 @@ class Receiver:
         began = self._listing is None and (draining or self._names.need_listing or time.monotonic() >= next_listing)
         if began:
             if self.inbox.replaced():
-                self.node.telemetry.count("inboxRecoveries")
-                self.node.telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
+                self._telemetry.count("inboxRecoveries")
+                self._telemetry.recovered("inbox_replaced", f"its inbox {self.inbox.path} was replaced or "
                                                                 "removed; receiving from the new one")
                 self._names.events_lost()
             self._names.begin_listing()
@@ -209,17 +232,17 @@ class Receiver:
             self._drain_listed = self._listing_drains and draining
             # the periodic listing is a backstop (overflows ask for one at once): over a huge backlog
             # it is spaced out so that it takes at most about 1% of this thread's time
-            spacing = max(self.node.config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
+            spacing = max(self._config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
             next_listing = time.monotonic() + spacing
         if self.inbox.draining_old:
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
-        self.node.lane_pool.start_waiting()  # handlers and services that could get no thread (out of
-        self.node.callee.start_waiting()     # memory) get one now
-        if self.node.may_receive():
+        self._lane_pool.start_waiting()  # handlers and services that could get no thread (out of
+        self._callee.start_waiting()     # memory) get one now
+        if self._lifecycle.may_receive():
             # an extension's files first: a grant revoked by a control request that this wake-up
             # found is in force before the inbox files it found are judged
-            if self.node.extensions:
-                self._extensions_busy = any([ext.step(began) for ext in self.node.extensions.values()])
+            if self._extensions:
+                self._extensions_busy = any([ext.step(began) for ext in self._extensions])
             self._receive()
             self._remove_junk()
             if draining and self._drain_listed and self._listing is None and not self._names and not self._junk \
@@ -243,7 +266,7 @@ class Receiver:
     def _remember(self, name: str) -> None:
         if name in self.read_ahead.taken or name in self._junk:
             return  # accepted and waiting for its handler, or refused already: not to be judged again
-        if not self._names.remember(name, self.node.access.current):
+        if not self._names.remember(name, self._access.current):
             self._junk.add(name)
 
     def _has_work(self) -> bool:
@@ -256,7 +279,7 @@ class Receiver:
         started, removed = time.monotonic(), 0
         while junk:
             name, sender, seq = junk.pop()
-            self.reject(name, sender, seq, "unauthorized", attributable=False)
+            self._reject(self.inbound.junk(name, sender, seq))
             removed += 1
             if removed % CLOCK_EVERY == 0 and time.monotonic() - started >= SLICE_SECONDS:
                 self._cut = True
@@ -293,7 +316,7 @@ class Receiver:
                     return
                 if not self.read_ahead.has_room(sender):
                     continue
-                if self.node.state == "lost":
+                if self._lifecycle.state == "lost":
                     return
                 item = self._names.pop(sender)
                 if not self._receive_one(item[2], sender, item[1]):
@@ -309,115 +332,193 @@ class Receiver:
             senders = again
 
     def _receive_one(self, name: str, sender: str, file_seq: int) -> bool:
-        """Judge one file and dispatch it; False if it must be looked at again later."""
+        """Carry one file through the inbound path (core/inbound.py, steps 1–6); False if it must be
+        looked at again later."""
         self.last_progress = time.monotonic()  # a step through a large backlog is progress all along
+        inbound = self.inbound
         # step 1 again, as grants stand now (PendingNames holds names of senders allowed when first
-        # seen: a revoke since then refuses them unread)
-        refused = None if sender in self.node.access.current else "unauthorized"
-        if not refused:
-            for extension in self.node.extensions.values():  # e.g. quota: a quarantined sender
-                refused = extension.admit(sender, name)
-                if refused:
-                    break
-        if refused:
-            self.reject(name, sender, file_seq, refused, attributable=False)
+        # seen: a revoke since then refuses them unread), and the extensions' admission
+        refused = inbound.admit(name, sender, file_seq, self._access.current)
+        if refused is not None:
+            self._reject(refused)
             return True
-        try:
-            data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self.node.config.uids)
+        try:  # step 2: the opened descriptor's facts, then its bytes
+            data, arrived = read_inbox_file(self.inbox.fd, name, self._max_size, self._uids)
         except FileNotFoundError:
             return True
         except NotReady:
             return False
         except FileRejected as exc:
-            self.reject(name, sender, file_seq, exc.reason, exc.size, exc.type, attributable=False)
+            self._reject(inbound.refused_file(name, sender, file_seq, exc.reason, exc.size, exc.type))
             return True
-        verdict = self.judge_as_delivered(sender, data, arrived)
-        if verdict.reason == "wrong_target" and self.node.name_taken():
-            return True  # the file belongs to the new owner of our name: leave it alone
+        verdict = self.judge_as_delivered(sender, data, arrived)  # steps 3–5
         if verdict.reason is not None:
-            self.reject(name, sender, file_seq, verdict.reason, len(data), verdict.type, data,
-                        attributable=verdict.attributable)
+            if verdict.reason == "wrong_target" and self._lifecycle.name_taken():
+                return True  # the file belongs to the new owner of our name: leave it alone
+            self._reject(inbound.rejected(name, sender, file_seq, verdict, data))
             return True
-        self.dispatcher.dispatch(verdict, sender, data, name)
+        self.dispatch(verdict, sender, data, name)
         return True
 
-    def judge_as_delivered(self, sender: str, data: bytes, arrived: float,
-                           judge: Callable[[Any, int, str, bytes], Verdict] | None = None) -> Verdict:
+    def judge_as_delivered(self, sender: str, data: bytes, arrived: float, judge: Judge | None = None) -> Verdict:
         """Judge at the file's arrival: an envelope that waited in the inbox (the queue) is judged
         against the clock and the sender's entry as they were when it was delivered, so a backlog
         does not turn into stale_timestamp or unknown_sender rejections (docs/PROTOCOL.md reading 22).
-        `judge(sender_entry, arrived_ms, sender, data)` is the judgement (default: §5.5 steps 3–5)."""
-        monitor = self.node.monitor
+        `judge(sender_entry, arrived_ms, sender, data)` replaces steps 3–5 (an extension's directory)."""
         # how long the file waited, on the kernel's clock that stamped its change time, as a time
         # on this runtime's clock
         waited = max(0.0, time.clock_gettime(time.CLOCK_REALTIME) - arrived)
         arrived = time.time() - waited
-        arrived_ms = int(arrived * 1000)
-        judge = judge or self._judge_v1  # (a method, not a closure made for every envelope)
-        verdict = judge(self._sender_entry(sender), arrived_ms, sender, data)
-        if verdict.reason is None:
-            return verdict
-        if stale_source(verdict):  # a sender that has gone since it delivered this file
-            departed = monitor.departed(sender, data, arrived)
-            if departed is not None:
-                verdict = judge(departed, arrived_ms, sender, data)
-        if not verdict.accepted:  # §9: an extension may accept what it defines differently (durable)
-            for extension in self.node.extensions.values():
-                verdict = extension.rejudge(verdict, sender, data, arrived_ms)
-        return verdict
+        return self.inbound.judge(sender, data, int(arrived * 1000), self._sender_entry(sender),
+                                   lambda: self._monitor.departed(sender, data, arrived), judge)
 
-    def _judge_v1(self, sender_entry: Any, arrived_ms: int, sender: str, data: bytes) -> Verdict:
-        return judge_envelope(sender, data, self.node.key, self.me, sender_entry, self.replay, arrived_ms,
-                              self.node.config.max_payload, self._decode)
-
-    def _sender_entry(self, sender: str):
+    def _sender_entry(self, sender: str) -> RegistryEntry | None:
         """The sender's entry as its file is now (one stat), never a cached one the registry watch
         has not yet replaced: an instance that lost its name is not believed a moment longer. One
         look per sender and pass is enough: every file judged in a pass was delivered before the
         pass began, and an instance still registered after that was registered when they came."""
         entries = self._pass_entries
         if entries is None or threading.get_ident() != self._protocol_ident:
-            return self.node.monitor.current(sender)
+            return self._monitor.current(sender)
         if sender not in entries:
-            entries[sender] = self.node.monitor.current(sender)
+            entries[sender] = self._monitor.current(sender)
         return entries[sender]
 
     def reject(self, name: str, sender: str, seq: int, reason: str, size: int = 0, etype: str = "UNKNOWN",
                data: bytes | None = None, remove: bool = True, extra: dict | None = None, detail: str = "",
                attributable: bool = True) -> None:
-        """Remove and record a rejected file. `attributable`: the file authenticated as `sender`
-        (the default, for the dispatcher and the extensions, which reject envelopes that passed
-        steps 1–5); only then do the extensions hear of it (`on_rejected`: threat scores), so that
-        nothing a name in a file name merely claims, nor the receiver's own grants, counts against
-        a sender (docs/PROTOCOL.md "Order of checks")."""
-        if remove and not remove_entry(self.inbox.fd, self.inbox.path, name):
+        """An extension's rejection of an envelope that passed steps 1–5 (so, by default, it
+        counts against its sender: it authenticated). `remove=False` keeps the file (a chunk the
+        handler will remove)."""
+        self._reject(Reject(name, sender, seq, reason, size, etype, data, attributable, detail), remove, extra)
+
+    def _reject(self, r: Reject, remove: bool = True, extra: dict | None = None) -> None:
+        """Remove and record a rejected file; only a rejection that counts against its sender
+        reaches the extensions (`on_rejected`: threat scores), so that nothing a name in a file name
+        merely claims, nor the receiver's own grants, counts against a sender (principle a)."""
+        if remove and not self.remove(r.name):
             return  # gone: an earlier look (a rescan before this late event) already judged it
-        self.node.telemetry.rejected(reason)
-        self.node.telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, etype, seq, size,
-                                               "rejected", reason=reason, envelope=data, file=name, **(extra or {})))
-        if attributable:
-            for extension in self.node.extensions.values():
-                extension.on_rejected(sender, name, reason, detail)
+        self._telemetry.rejected(r.reason)
+        self._telemetry.emit(EnvelopeTrace(time.time(), self._ctx.name, "in", r.sender, r.type, r.seq, r.size,
+                                           "rejected", reason=r.reason, envelope=r.data, file=r.name,
+                                           **(extra or {})))
+        if r.counts_against_sender:
+            for extension in self._extensions:
+                extension.on_rejected(r.sender, r.name, r.reason, r.detail)
 
     # ------------------------------------------------------------------ dispatching
     def accepted(self, verdict: Verdict, sender: str, data: bytes, name: str, extra: dict | None = None) -> None:
-        telemetry = self.node.telemetry
+        telemetry = self._telemetry
         telemetry.count("received")
         if verdict.gap:
             telemetry.count("gaps")
         if telemetry.observers:
-            telemetry.emit(EnvelopeTrace(time.time(), self.node.name, "in", sender, verdict.type,
+            telemetry.emit(EnvelopeTrace(time.time(), self._ctx.name, "in", sender, verdict.type,
                                          verdict.header.sequence, len(data), "accepted", envelope=data, file=name,
                                          **(extra or {})))
 
     def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
         """An accepted envelope, or a message an extension assembled from several: every extension
-        sees it first (§9), then `deliver`."""
-        self.dispatcher.dispatch(verdict, sender, data, name)
+        sees it first (§9), then `dispatch_by_type`."""
+        for extension in self._extensions:
+            if extension.on_envelope(verdict, sender, data, name):
+                return
+        self.dispatch_by_type(verdict, sender, data, name)
 
-    def deliver(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
-        """Dispatch by type (§5.5 step 6; node/dispatch.py)."""
-        self.dispatcher.deliver(verdict, sender, data, name)
+    def dispatch_by_type(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
+        """Carry out step 6 (core/inbound.py: Inbound.route). `name` is the inbox file that stays
+        until the handler starts. A message assembled from chunks (`verdict.body` is an
+        `Assembled`) has its size and its envelopes' records from them. `verdict.finished(handled,
+        error)` is called once its handling ended."""
+        payload = verdict.payload
+        assembled = isinstance(verdict.body, Assembled)
+        size = verdict.body.size if assembled else len(data)
+        action = self.inbound.route(verdict, size, assembled)
+        kind = type(action)
+        if kind is RunHandler:
+            if not assembled:
+                mid = payload.get("messageId")
+                self.accepted(verdict, sender, data, name, {"message_id": mid} if isinstance(mid, str) else None)
+            if not self.run_on_lane(sender, name, lambda: self._run_message(verdict, sender, size, name), action.cost):
+                if verdict.finished is not None:
+                    verdict.finished(False, None)
+            return
+        if kind is SubmitRequest:
+            self._submit(action, verdict, sender, data, name, assembled)
+            return
+        # everything else is settled here and now
+        finished = verdict.finished or _nothing
+        source_id = verdict.header.source_id
+        if kind is ResolveCall or kind is SettleAck:
+            if not self._awaited(action, sender, source_id, payload):
+                self._reject(self.inbound.unexpected(name, sender, verdict, data, late=not self._asked(action, sender)))
+                finished(False, None)
+                return
+        if not self.remove(name):
+            self._telemetry.count("withdrawn")
+            finished(False, None)
+            return
+        extra = self._caller.resolve(payload) if kind is ResolveCall else None
+        if not assembled:
+            self.accepted(verdict, sender, data, name, extra)
+        finished(True, None)
+        if kind is SettleAck:
+            waiter = self._sender.take_ack(sender, source_id, action.seq)
+            if waiter is not None:
+                settle(waiter, action.seq, None if action.error is None else DeliveryError(
+                    f"{sender} failed to handle message {action.seq}: {action.error}"))
+        elif kind is AnswerProbe:
+            self._answer_probe(sender)
+        elif kind is RegistryHint:
+            self._keeper.hint(action.file_name)
+
+    def _submit(self, action: SubmitRequest, verdict: Verdict, sender: str, data: bytes, name: str,
+                assembled: bool) -> None:
+        """An SPC request to the callee (§5.6), its file held until a worker takes it."""
+        payload, held = verdict.payload, action.cost
+        finished = verdict.finished or _nothing
+        self.read_ahead.hold(sender, name, self.inbox.fd, held)
+        if not assembled:
+            self.accepted(verdict, sender, data, name, {"request_id": payload["requestId"], "service": payload["service"]})
+        deadline_ms = action.deadline_ms
+        deadline = None if deadline_ms is None else time.monotonic() + (deadline_ms - time.time() * 1000) / 1000
+
+        def done() -> None:
+            self.read_ahead.release(sender, cost=held)
+            finished(True, None)
+        # a request that waits for a worker gives its read-ahead slot and reservation back, and its
+        # cost moves to the callee's waiting budget until it finished
+        self._callee.submit(Request(sender, payload["requestId"], payload["service"], payload["arguments"],
+                                    deadline, lambda: self.take(name), done, verdict.cost))
+
+    def _awaited(self, action: ResolveCall | SettleAck, sender: str, source_id: bytes, payload: dict) -> bool:
+        """Whether the answer is awaited from exactly that instance of `sender`, in time."""
+        if type(action) is ResolveCall:
+            if self._caller.expects(sender, source_id, payload):
+                return True
+            if not self._caller.pending(action.request_id):
+                self._telemetry.count("lateResponses")  # the caller gave up (timeout, cancel) first
+            return False
+        return self._sender.awaits_ack(sender, source_id, action.seq)
+
+    def _asked(self, action: ResolveCall | SettleAck, sender: str) -> bool:
+        """Whether the answer's request (or message) still waits for an answer from `sender` at all:
+        if not, the answer is late (or answers something never asked); if so, another instance sent it."""
+        if type(action) is ResolveCall:
+            return self._caller.pending(action.request_id)
+        return self._sender.ack_awaited(sender, action.seq)
+
+    def _run_message(self, verdict: Verdict, sender: str, size: int, name: str) -> None:
+        handled, error = False, None
+        try:
+            if not self.take(name):
+                self._telemetry.count("withdrawn")
+                return
+            handled = True
+            error = self._deliver_message(message_of(verdict, sender, size), verdict.header)
+        finally:
+            if verdict.finished is not None:
+                verdict.finished(handled, error)
 
     def run_on_lane(self, sender: str, name: str, task: Callable[[], None], cost: int = 0) -> bool:
         """Hold an accepted file (it counts against the read-ahead, with `cost`: what its decoded
@@ -433,9 +534,43 @@ class Receiver:
             return True
         return self.read_ahead.run_on_lane(self.lanes, sender, name, self.inbox.fd, task, cost)
 
+    def remove(self, name: str) -> bool:
+        """Remove an inbox file an extension took over (a chunk whose piece is kept, an ACK, a
+        duplicate): False if it was gone (its sender withdrew it)."""
+        return remove_entry(self.inbox.fd, self.inbox.path, name)
+
+    def run_later(self, lane: tuple, task: Callable[[], None]) -> None:
+        """Run `task` on `lane` of the handlers' pool, after the lane's earlier tasks (RuntimeError
+        once the pool stopped with the node)."""
+        self.lanes.submit(lane, task)
+
+    def watch_directory(self, path: str, mask: int, key: str) -> None:
+        """Watch a directory on the node's one inotify instance; its events go to extension `key`."""
+        self.watch.add(path, mask, key)
+
     def take(self, name: str) -> bool:
         """Remove a held file: True if this unlink removed it, False if its sender withdrew it."""
         return self.read_ahead.take(name, self.inbox.fd, self.inbox.in_memory)
+
+    def _deliver_message(self, message: Message, header: Header) -> Exception | None:
+        """Run the handlers, then answer an ACK or ERROR when the sender asked; what a handler raised."""
+        exc = self._application.handle(message)
+        me = self._ctx.name
+        if exc is not None:
+            if header.ack_requested:
+                self._reply(message.sender, EnvelopeType.ERROR,
+                            {"from": me, "to": message.sender, "errorCode": "EXECUTION_FAILED",
+                             "errorMessage": f"message handler failed: {type(exc).__name__}",
+                             "refSeq": header.sequence})
+            return exc
+        if header.ack_requested:
+            self._reply(message.sender, EnvelopeType.ACK, payloads.ack(me, message.sender, header.sequence))
+        return None
+
+    def _answer_probe(self, sender: str) -> None:
+        entry = self._monitor.get(sender) or self._monitor.refresh(sender)
+        if entry is not None and self._ctx.name in entry.allow:
+            self._reply(sender, EnvelopeType.HEARTBEAT, payloads.heartbeat(self._ctx.name, sender, True))
 
 
 def _describe(exc: BaseException) -> str:
@@ -443,3 +578,6 @@ def _describe(exc: BaseException) -> str:
         return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
     return f"{type(exc).__name__}: {exc}"
 
+
+def _nothing(handled: bool, error: BaseException | None) -> None:
+    pass

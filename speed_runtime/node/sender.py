@@ -75,7 +75,11 @@ class Sender:
         self._max_open = open_targets_budget()
         self._acks: dict[tuple[str, int], tuple[bytes, Future]] = {}
         self._acks_lock = threading.Lock()
-        self.extensions: tuple = ()  # the node's extensions (§9), set by the node: admit_send, delivered
+        self._extensions: tuple = ()  # the node's extensions (§9): admit_send, delivered (attach)
+
+    def attach(self, extensions: tuple) -> None:
+        """The node's extensions (§9), once loaded: each may hold a send back and hears of deliveries."""
+        self._extensions = extensions
 
     # ------------------------------------------------------------------ the target
     def live_entry(self, target: str) -> RegistryEntry:
@@ -114,7 +118,7 @@ class Sender:
             with self._links_lock:
                 link = self._links.setdefault(target, _Link())
         with link.lock:
-            for extension in self.extensions:  # e.g. quota: wait for room in the target's inbox
+            for extension in self._extensions:  # e.g. quota: wait for room in the target's inbox
                 entry = extension.admit_send(target, entry, etype, OVERHEAD + len(body), wait, link.lock)
             if link.seq_for != entry.id:  # a new receiver instance has no state for us: number from 1
                 link.next_seq, link.seq_for = 1, entry.id
@@ -124,9 +128,9 @@ class Sender:
             stamp = self._monitor.stamp_of(target)
             data, filename = self._seal_and_deliver(link, target, entry, etype, seq, flags, body)
             link.next_seq, link.last_file = seq + 1, filename
-            for extension in self.extensions:
+            for extension in self._extensions:
                 extension.delivered(target, entry, filename, len(data))
-            self._confirm_delivery(link, target, entry, stamp, filename)
+            self._confirm_delivery(link.dirs, target, entry, stamp, filename)
         if files is not None:
             files.append(filename)
         if sealed is not None:
@@ -137,7 +141,21 @@ class Sender:
                                                len(data), "sent", envelope=data, file=filename, **(trace_extra or {})))
         return seq
 
-    def _confirm_delivery(self, link: _Link, target: str, entry: RegistryEntry, stamp, filename: str) -> None:
+    def deliver_into(self, dirs: TargetDirs, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
+                     body: bytes, during: str = "the send",
+                     withdrawn: str = "the envelope was withdrawn, nothing was delivered") -> str:
+        """Seal `body` for `entry`'s instance and deliver it into `dirs` — the target's inbox, or a
+        directory of an extension's (`control/`) — resealing with a new nonce on a name clash; then,
+        as after every delivery, withdraw it if the target stopped being that live instance (the
+        error names `during` and says `withdrawn`). Returns the file's name."""
+        stamp = self._monitor.stamp_of(target)
+        _, filename = self._seal_into(dirs, target, entry, etype, seq, flags, body)
+        self._confirm_delivery(dirs, target, entry, stamp, filename, during, withdrawn)
+        return filename
+
+    def _confirm_delivery(self, dirs: TargetDirs, target: str, entry: RegistryEntry, stamp, filename: str,
+                          during: str = "the send",
+                          withdrawn: str = "the envelope was withdrawn, nothing was delivered") -> None:
         """After delivery: if the target stopped being the live instance we sealed for, withdraw
         the file, unless its receiver already took it."""
         if self._monitor.stamp_matches(target, stamp):
@@ -146,38 +164,42 @@ class Sender:
         verdict = None if now_entry is None else judge(now_entry, time.time(), self._facts())
         if now_entry is not None and now_entry.id == entry.id and verdict.state == "online":
             return
-        if not retract(link.dirs, filename):
+        if not retract(dirs, filename):
             return  # taken by the receiver in time: delivered
         self._telemetry.count("retracted")
-        withdrawn = "the envelope was withdrawn, nothing was delivered"
         if verdict is not None and verdict.state == LEAVING:
-            raise NodeLeavingError(target, f"it began to leave during the send: {withdrawn}")
+            raise NodeLeavingError(target, f"it began to leave during {during}: {withdrawn}")
         detail = (_stale_detail(now_entry, verdict.reason) if verdict is not None and verdict.stale
-                  else "it stopped or restarted during the send")
+                  else f"it stopped or restarted during {during}")
         raise NodeUnavailableError(target, f"{detail}; {withdrawn}")
 
     def _seal_and_deliver(self, link: _Link, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
                           body: bytes) -> tuple[bytes, str]:
-        """Seal and deliver under the link's lock; reseal on a name clash, reopen a removed directory once."""
-        reopened = False
-        for _ in range(_RESEAL_ATTEMPTS):
+        """Seal and deliver under the link's lock; reopen a removed directory once."""
+        self._ensure_dirs(link, target, entry.id)
+        try:
+            return self._seal_into(link.dirs, target, entry, etype, seq, flags, body)
+        except DirectoryGone:
+            self._close_dirs(link)
             self._ensure_dirs(link, target, entry.id)
+            return self._seal_into(link.dirs, target, entry, etype, seq, flags, body)
+
+    def _seal_into(self, dirs: TargetDirs, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,
+                   body: bytes) -> tuple[bytes, str]:
+        """Seal and deliver into `dirs`, resealing with a new nonce on a name clash (§5.4 step 4)."""
+        for _ in range(_RESEAL_ATTEMPTS):
             nonce = os.urandom(12)
             data = seal(Header(etype, seq, int(time.time() * 1000), len(body), self.id_bytes, entry.id_bytes, flags),
                         body, self.key, nonce)
             self._telemetry.count("sealed")
             filename = f"{self._file_prefix}{seq:020d}.{nonce[:4].hex()}.env"
             try:
-                deliver(link.dirs, filename, data)
+                deliver(dirs, filename, data)
                 return data, filename
             except NameTaken:
                 continue
-            except DirectoryGone:
-                if reopened:
-                    raise
-                reopened = True
-                self._close_dirs(link)
-        raise DeliveryError(f"could not find a free file name in {target}'s inbox")
+        where = "inbox" if dirs.box == "inbox" else f"{dirs.box} directory"
+        raise DeliveryError(f"could not find a free file name in {target}'s {where}")
 
     def _ensure_dirs(self, link: _Link, target: str, instance: str) -> None:
         now = time.monotonic()
@@ -222,10 +244,6 @@ class Sender:
         if link.dirs is not None:
             link.dirs.close()
             link.dirs = link.dirs_for = None
-
-    def open_descriptors(self) -> int:
-        with self._links_lock:
-            return 2 * sum(1 for link in self._open.values() if link.dirs is not None)
 
     # ------------------------------------------------------------------ acknowledgements
     def expect_ack(self, target: str, seq: int, source_id: bytes, waiter: Future) -> None:

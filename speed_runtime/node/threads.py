@@ -161,7 +161,8 @@ class SerialLanes:
 
 class Deadlines:
     """One thread runs callbacks at deadlines (time.monotonic seconds), at most `resolution`
-    seconds late. A call that completes early costs no wake-up: its entry is skipped when due."""
+    seconds late, from `start()` on (callbacks set before wait for it). A call that completes
+    early costs no wake-up: its entry is skipped when due."""
 
     def __init__(self, name: str, resolution: float = 0.05):
         self._cond = threading.Condition()
@@ -170,7 +171,10 @@ class Deadlines:
         self._stopped = False
         self._resolution = resolution
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> "Deadlines":
         self.thread.start()
+        return self
 
     def at(self, when: float, callback: Callable[[], None]) -> None:
         with self._cond:
@@ -202,7 +206,8 @@ class Deadlines:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self.thread.join()
+        if self.thread.ident is not None:
+            self.thread.join()
 
 
 def settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:

@@ -1,6 +1,6 @@
 """The journals as history, for time travel: every ``NAME.jsonl`` and its rotated backups
-(``NAME.jsonl.1`` …), read with the runtime's reader (``journal.open_regular``, ``iter_lines``:
-regular files only, lines bounded at 4 MiB; ``core.records.parse_line``).
+(``NAME.jsonl.1`` …), read with the runtime's reader (``journal.open_regular``, ``JournalTail``,
+``iter_lines``: regular files only, lines bounded at 4 MiB; ``core.records.parse_line``).
 
 - Lease and health records of every journal are collected once, then only new bytes are read
   (files are followed by inode, so a rotation neither loses nor repeats them); the newest
@@ -21,7 +21,7 @@ from pathlib import Path
 from speed_runtime.core.errors import SpeedError
 from speed_runtime.core.records import parse_line
 from speed_runtime.fsutil import TRACES_DIR
-from speed_runtime.journal import LONG, SKIPPED, iter_lines, open_regular
+from speed_runtime.journal import LONG, JournalTail, iter_lines, open_regular
 
 from ..models.traces import TraceRecord, record_of
 
@@ -37,7 +37,7 @@ class JournalHistory:
         self.lifecycle: deque[TraceRecord] = deque(maxlen=max_lifecycle)
         self.max_window = max_window  # envelope records kept per window query, nearest the moment first
         self.problems: dict[str, str] = {}  # file name → why it is skipped
-        self._read_to: dict[tuple[int, int], tuple[int, bool]] = {}  # (dev, inode) → (offset, inside a long line)
+        self._tails: dict[tuple[int, int], JournalTail] = {}  # (dev, inode) → where reading it stands
         self._spans: dict[tuple[int, int, int], tuple[float, float] | None] = {}  # (dev, inode, size) → first, last ts
         self._lock = threading.Lock()  # a step taken while the previous one still reads waits for it
 
@@ -74,21 +74,19 @@ class JournalHistory:
                 st = os.fstat(fd)
                 ident = (st.st_dev, st.st_ino)
                 alive.add(ident)
-                offset, skipping = self._read_to.get(ident, (0, False))
-                if st.st_size < offset:  # truncated
-                    offset, skipping = 0, False
-                for end, line in iter_lines(fd, offset, final=False, skipping=skipping):
-                    offset, skipping = end, line is SKIPPED
-                    if line is SKIPPED or line is LONG or line.startswith(ENVELOPE_PREFIX):
+                tail = self._tails.get(ident)
+                if tail is None:
+                    tail = self._tails[ident] = JournalTail(str(self.dir / name))
+                for line in tail.lines(fd):
+                    if line is LONG or line.startswith(ENVELOPE_PREFIX):
                         continue
                     rec = record_of(parse_line(line))
                     if rec is not None and rec.kind in ("lease", "health"):  # what time travel reconstructs
                         self.lifecycle.append(rec)
-                self._read_to[ident] = (offset, skipping)
             finally:
                 os.close(fd)
-        for gone in set(self._read_to) - alive:
-            del self._read_to[gone]
+        for gone in set(self._tails) - alive:
+            del self._tails[gone]
         return sorted(self.lifecycle, key=lambda r: r.ts)
 
     # ------------------------------------------------------------------ envelope records around a moment

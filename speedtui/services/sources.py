@@ -11,9 +11,8 @@ import os
 import threading
 from pathlib import Path
 
-from speed_runtime.core.errors import SpeedError
 from speed_runtime.fsutil import REGISTRY_DIR, TRACES_DIR
-from speed_runtime.journal import JournalTail, open_regular
+from speed_runtime.journal import JournalTail
 
 from ..models.traces import TraceRecord, record_of
 from .bridge import Bridge
@@ -149,7 +148,7 @@ class JournalTailer(_Loop):
         tail = self.tails.get(name)
         if tail is None:
             tail = self.tails[name] = JournalTail(str(self.watch_dir / name))
-            start_near_end(tail, self.start_at_end_bytes)
+            tail.start_near_end(self.start_at_end_bytes)
         return tail
 
     def step(self) -> None:
@@ -189,31 +188,3 @@ class JournalTailer(_Loop):
         else:
             self.problems[name] = error
         self.bridge.push_problem(f"journal {name}", error)
-
-
-def start_near_end(tail: JournalTail, keep_bytes: int) -> None:
-    """Point a new tail at the first line that starts in the journal's last ``keep_bytes`` (the
-    console shows recent history at start, not a 256 MB backlog). ``JournalTail`` always starts
-    at the beginning, so this positions it as its own reads would have left it."""
-    try:
-        fd = open_regular(tail.path, os.O_RDONLY)
-    except (SpeedError, OSError):
-        return  # the tail's own read reports it
-    try:
-        st = os.fstat(fd)
-        if st.st_size <= keep_bytes:
-            return
-        pos = st.st_size - keep_bytes
-        while pos < st.st_size:
-            chunk = os.pread(fd, 64 * 1024, pos)
-            if not chunk:
-                break
-            nl = chunk.find(b"\n")
-            if nl >= 0:
-                tail.inode, tail.offset = (st.st_dev, st.st_ino), pos + nl + 1
-                return
-            pos += len(chunk)
-        # no line starts there: the tail is inside one over-long line, which ends as one bad line
-        tail.inode, tail.offset, tail.skipping = (st.st_dev, st.st_ino), st.st_size, True
-    finally:
-        os.close(fd)

@@ -39,7 +39,7 @@ def forge(requester, target: str, target_id: str, operator: control.OperatorKey,
           arguments: dict | None = None, request_id: str | None = None, sign_target: str | None = None,
           sign_instance: str | None = None, sign_requester: str | None = None, issued_ms: int | None = None,
           lifetime_ms: int = 60_000, unsigned: bool = False, flip_signature: bool = False,
-          flags: int = control.FLAG, timestamp_ms: int | None = None, text: bytes | None = None,
+          flags: int = control.FLAG_CONTROL, timestamp_ms: int | None = None, text: bytes | None = None,
           **payload_overrides) -> tuple[str, bytes, str]:
     """(file name, sealed bytes, request id) of one control request from `requester` (a Node)."""
     request_id = request_id or uuid.uuid4().hex

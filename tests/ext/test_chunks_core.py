@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from speed_runtime import ext
+from speed_runtime.core import envelope
 from speed_runtime.core import chunks
 from speed_runtime.core.chunks import FLAG_BINARY, FLAG_CHUNK
 from speed_runtime.core.envelope import EnvelopeType
@@ -25,8 +25,9 @@ MiB = 1 << 20
 
 def test_the_flag_bits_are_the_ones_allocated_to_the_extensions():
     assert (chunks.FLAG_BINARY, chunks.FLAG_CHUNK, reliable.FLAG_RELIABLE) == \
-        (ext.FLAG_BINARY, ext.FLAG_CHUNK, ext.FLAG_RELIABLE)
-    assert ext.FLAGS[FLAG_BINARY] == ext.FLAGS[FLAG_CHUNK] == "chunks" and ext.FLAGS[reliable.FLAG_RELIABLE] == "reliable"
+        (envelope.FLAG_BINARY, envelope.FLAG_CHUNK, envelope.FLAG_RELIABLE)
+    assert envelope.FLAGS[FLAG_BINARY] == envelope.FLAGS[FLAG_CHUNK] == "chunks" \
+        and envelope.FLAGS[reliable.FLAG_RELIABLE] == "reliable"
 
 
 # ------------------------------------------------------------------------------ layouts

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from speed_runtime import AccessDeniedError, ConfigError, Node, SpcError
-from speed_runtime.control import Operator
+from speed_runtime.operator import Operator
 from speed_runtime.core import control
 from speed_runtime.core.errors import ControlRefusedError, OperatorNotTrustedError
 from speed_runtime.core.records import ControlTrace, EnvelopeTrace

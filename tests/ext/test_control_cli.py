@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from speed_runtime.control import Operator, load_operator_key
+from speed_runtime.operator import Operator, load_operator_key
 from speed_runtime.core import control
 from speed_runtime.journal import read_journal
 from speed_runtime.core.records import ControlTrace, EnvelopeTrace

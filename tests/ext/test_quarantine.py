@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from speed_runtime import ConfigError, EnvelopeTrace, Node, ThreatTrace, generate_key_file
-from speed_runtime.control import Operator
+from speed_runtime.operator import Operator
 from speed_runtime.core import control
 from speed_runtime.core.envelope import envelope_filename
 from speed_runtime.core.threat import NEVER_SCORED

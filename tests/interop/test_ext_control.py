@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from speed_runtime.control import Operator
+from speed_runtime.operator import Operator
 from speed_runtime.core import control
 
 from ..ext.control_forge import forge, forgeries, put, send

@@ -174,14 +174,14 @@ def test_an_envelope_whose_decoding_runs_out_of_memory_stays_and_is_judged_again
             Node(root, key, "s", allow=["r"], linger_seconds=0) as s:
         got = []
         r.on_message(got.append)
-        decode = r.receiver._decode
+        decode = r.receiver.inbound.decode
 
         def once_out_of_memory(plaintext, etype, flags):
             if not failures:
                 failures.append(etype)
                 raise MemoryError
             return decode(plaintext, etype, flags)
-        r.receiver._decode = once_out_of_memory
+        r.receiver.inbound.decode = once_out_of_memory
         s.send("r", {"n": 1})
         wait_until(lambda: got, 30, "the message handled after the failure")
         r.journal.flush()

@@ -39,7 +39,7 @@ KEYED = ("call", "send", "node", "receipts", "allow", "revoke", "stop", "status"
 # print the message (or, for the console's hints about nodes, the command the hint is about).
 PRINTED_BY = {
     ("speed_runtime/keyfile.py", "--force"): ["speed keygen", "speed operator keygen"],  # speedtui keygen rewords it
-    ("speed_runtime/control.py", "--operator"): ["speed node"],
+    ("speed_runtime/operator.py", "--operator"): ["speed node"],
     ("speed_runtime/cli/common.py", "--key"): [f"speed {c}" for c in KEYED],
     ("speed_runtime/cli/common.py", "--feature"): ["speed node", "speed send", "speed call"],
     ("speed_runtime/cli/common.py", "--durable"): ["speed node", "speed send"],

@@ -70,3 +70,61 @@ def test_write_keeping_gil_writes_and_raises_what_os_write_raises():
     with pytest.raises(OSError) as raised:
         fsutil.write_keeping_gil(w, b"x")
     assert raised.value.errno == 9  # EBADF
+
+
+# ---------------------------------------------------------------- the one safe regular-file reader
+def test_read_regular_reads_a_regular_file_and_its_facts(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    data, st = fsutil.read_regular(str(tmp_path / "f"), 3)
+    assert data == b"abc" and st.st_size == 3
+
+
+def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path):
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    os.symlink("big", tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")  # opened without blocking, never read
+    (tmp_path / "dir").mkdir()
+    reasons = {}
+    for name in ("big", "link", "fifo", "dir"):
+        with pytest.raises(fsutil.FileRefused) as caught:
+            fsutil.read_regular(str(tmp_path / name), 10)
+        reasons[name] = caught.value.reason
+    assert reasons == {"big": "too_large", "link": "link", "fifo": "not_regular", "dir": "not_regular"}
+    with pytest.raises(FileNotFoundError):
+        fsutil.read_regular(str(tmp_path / "missing"), 10)
+    assert fsutil.read_regular(str(tmp_path / "link"), 11, follow=True)[0] == b"x" * 11  # a path the user named
+
+
+def test_read_regular_private_refuses_a_file_open_to_others(tmp_path):
+    path = tmp_path / "key"
+    path.write_bytes(b"k")
+    os.chmod(path, 0o640)
+    with pytest.raises(fsutil.FileRefused) as caught:
+        fsutil.read_regular(str(path), 10, private=True)
+    assert (caught.value.reason, caught.value.mode) == ("open_to_others", 0o640)
+    os.chmod(path, 0o600)
+    assert fsutil.read_regular(str(path), 10, private=True)[0] == b"k"
+
+
+def test_read_regular_reads_at_most_limit_plus_one_bytes_of_a_file_that_grows(tmp_path, monkeypatch):
+    # fstat says 1 byte; the file then holds more than the limit: refused, never read whole
+    path = tmp_path / "grows"
+    path.write_bytes(b"x")
+    asked = []
+    real_read, real_fstat = os.read, os.fstat
+
+    def fstat_then_grow(fd):
+        st = real_fstat(fd)
+        path.write_bytes(b"y" * 100_000)
+        return st
+
+    def counting_read(fd, n):
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(fsutil.os, "fstat", fstat_then_grow)
+    monkeypatch.setattr(fsutil.os, "read", counting_read)
+    with pytest.raises(fsutil.FileRefused) as caught:
+        fsutil.read_regular(str(path), 1000)
+    assert caught.value.reason == "too_large"
+    assert sum(asked) <= 1001 and asked[0] == 2  # the first read asks for what fstat promised

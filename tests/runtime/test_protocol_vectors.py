@@ -124,7 +124,7 @@ def _check_envelope(v: dict) -> None:
     assert open_envelope(sealed, key).payload == body
     if v["flags"] & (chunks.FLAG_BINARY | chunks.FLAG_CHUNK):  # decoded as a receiver that enables chunks
         payload, _ = chunks.decode(body, v["type"], v["flags"])
-    elif v["flags"] & control.FLAG:  # a control request has its own payload (its judgement needs a target)
+    elif v["flags"] & control.FLAG_CONTROL:  # a control request has its own payload (its judgement needs a target)
         payload = json.loads(body)
     else:
         payload = decode_payload(body, v["type"])
@@ -135,7 +135,7 @@ def _check_envelope(v: dict) -> None:
             durable.receipt_key(key.raw))
     elif v["flags"] & durable.FLAG_DURABLE:
         durable.parse_fields(payload)
-    if v["flags"] & control.FLAG:
+    if v["flags"] & control.FLAG_CONTROL:
         assert control.verify(control.parse_public_key(payload["operator"]), base64.b64decode(payload["signature"]),
                               control.SIGNING_DOMAIN + payload["request"].encode("utf-8"))
     assert v["filename"] == envelope_filename(payload["from"], header.source_id, header.sequence, v["nonce"])

@@ -1,0 +1,92 @@
+"""journal.JournalTail: one follower of a journal path for every reader (the console's live feed,
+its time travel): each complete record once across appends, torn lines, rotation and truncation,
+and a start near the end that stands where its own reads would have left it."""
+import os
+
+from speed_runtime.core.records import MAX_LINE_BYTES, LeaseTrace, encode_line
+from speed_runtime.journal import JournalTail
+
+
+def line(i: int) -> bytes:
+    return encode_line(LeaseTrace(float(i), "n", f"s{i}", "acquired")).encode()
+
+
+def subjects(events) -> list[str]:
+    return [e.subject for e in events]
+
+
+def test_each_complete_record_once_and_a_torn_line_waits_for_its_newline(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(line(1) + line(2)[:10])
+    tail = JournalTail(str(path))
+    assert subjects(tail.read()) == ["s1"]
+    assert tail.read() == []
+    with open(path, "ab") as f:
+        f.write(line(2)[10:] + b"not json\n")
+    assert subjects(tail.read()) == ["s2"] and tail.bad_lines == 1
+
+
+def test_a_rotated_or_truncated_journal_is_read_from_its_start(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(line(1) + line(2))
+    tail = JournalTail(str(path))
+    assert subjects(tail.read()) == ["s1", "s2"]
+    os.rename(path, tmp_path / "n.jsonl.1")
+    path.write_bytes(line(3) + line(4) + line(5))  # a new inode, longer than the old file
+    assert subjects(tail.read()) == ["s3", "s4", "s5"]
+    path.write_bytes(line(6))  # the same inode, truncated
+    assert subjects(tail.read()) == ["s6"]
+
+
+def test_a_reader_that_stops_early_leaves_the_rest_for_the_next_read(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"".join(line(i) for i in range(5)))
+    tail = JournalTail(str(path))
+    assert subjects(tail.read(max_records=2)) == ["s0", "s1"]
+    assert subjects(tail.read()) == ["s2", "s3", "s4"]
+
+
+def test_lines_follows_an_open_file_whatever_its_name(tmp_path):
+    # (time travel follows each file by inode: a rotation renames it, and nothing is read twice)
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(line(1))
+    tail = JournalTail(str(path))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(tail.lines(fd)) == [line(1)]
+        os.rename(path, tmp_path / "n.jsonl.1")
+        with open(tmp_path / "n.jsonl.1", "ab") as f:
+            f.write(line(2))
+        assert list(tail.lines(fd)) == [line(2)]
+    finally:
+        os.close(fd)
+
+
+def test_start_near_end_stands_at_the_first_line_starting_in_the_last_bytes(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"".join(line(i) for i in range(10)))
+    tail = JournalTail(str(path))
+    tail.start_near_end(len(line(9)) + len(line(8)) + 3)  # starts inside line 7
+    assert subjects(tail.read()) == ["s8", "s9"]
+    small = JournalTail(str(path))
+    small.start_near_end(10 ** 6)  # the whole journal fits
+    assert len(small.read()) == 10
+
+
+def test_start_near_end_inside_one_over_long_line_reads_it_as_one_bad_line(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(line(0) + b"x" * (MAX_LINE_BYTES + 10))
+    tail = JournalTail(str(path))
+    tail.start_near_end(100)
+    assert tail.read() == [] and tail.bad_lines == 0
+    with open(path, "ab") as f:
+        f.write(b"\n" + line(1))
+    assert subjects(tail.read()) == ["s1"] and tail.bad_lines == 1
+
+
+def test_start_near_end_on_a_missing_path_leaves_read_to_report(tmp_path):
+    tail = JournalTail(str(tmp_path / "fifo"))
+    tail.start_near_end(10)
+    os.mkfifo(tmp_path / "fifo")
+    tail.start_near_end(10)
+    assert tail.read() == [] and "not a regular file" in tail.error

@@ -1,0 +1,110 @@
+"""The keeper (node/keeper.py: LeaseKeeper), tested directly: given a NodeContext of real and fake
+collaborators and a fake Lifecycle, it builds the node's entry from the grants, services,
+counters and extensions' fields, registers and renews it in a real registry, and turns a failed
+renewal into what the node shows (a counter and a problem, the runtime keeps running) or, for a
+lost lease, into the node's lease-lost path."""
+from __future__ import annotations
+
+import time
+import uuid
+
+from speed_runtime.core.errors import LeaseLostError
+from speed_runtime.core.keys import Key
+from speed_runtime.node.config import NodeConfig
+from speed_runtime.node.context import NodeContext
+from speed_runtime.node.grants import AccessRegistry
+from speed_runtime.node.keeper import LeaseKeeper
+from speed_runtime.registry import Registry
+
+ID = uuid.UUID(int=1)
+
+
+class FakeTelemetry:
+    def __init__(self):
+        self.counts: dict[str, int] = {}
+        self.problems: list[tuple[str, str]] = []
+
+    def snapshot(self) -> dict[str, int]:
+        return {"received": 3}
+
+    def count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def problem(self, kind: str, text: str) -> None:
+        self.problems.append((kind, text))
+
+    def lease_event(self, event: str, subject: str) -> None:
+        pass
+
+
+class FakeServices:
+    def names(self):
+        return ["echo"]
+
+
+class FakeLifecycle:
+    def __init__(self, state: str = "running"):
+        self.state, self.lost = state, []
+
+    def lose_lease(self, exc: Exception) -> None:
+        self.lost.append(exc)
+
+
+class FakeExtension:
+    name = "quota"
+
+    def entry_fields(self):
+        return {"quota": {"maxFiles": 5}}
+
+
+class FailingRegistry:
+    def __init__(self, exc: Exception):
+        self.exc = exc
+
+    def renew(self, entry) -> None:
+        raise self.exc
+
+
+def make_keeper(tmp_path, registry=None, lifecycle=None) -> tuple[LeaseKeeper, FakeTelemetry, FakeLifecycle]:
+    telemetry, lifecycle = FakeTelemetry(), lifecycle or FakeLifecycle()
+    ctx = NodeContext(name="a", id=str(ID), id_bytes=ID.bytes, root=str(tmp_path), key=Key(bytes(32)),
+                      config=NodeConfig(), access=AccessRegistry(["b", "c"]), telemetry=telemetry,
+                      registry=registry or Registry(str(tmp_path)), monitor=None, application=None,
+                      services=FakeServices())
+    return LeaseKeeper(ctx, lifecycle), telemetry, lifecycle
+
+
+def test_the_entry_holds_the_grants_services_counters_and_extensions_fields(tmp_path):
+    keeper, _, _ = make_keeper(tmp_path)
+    keeper.attach((FakeExtension(),))
+    entry = keeper.entry(1000.0, "online")
+    assert (entry.name, entry.id, entry.status, entry.last_heartbeat) == ("a", str(ID), "online", 1000.0)
+    assert (sorted(entry.allow), entry.services, entry.features) == (["b", "c"], ("echo",), ("quota",))
+    assert entry.extra["counters"] == {"received": 3} and entry.extra["quota"] == {"maxFiles": 5}
+
+
+def test_register_then_publish_write_the_entry_with_the_nodes_status(tmp_path):
+    lifecycle = FakeLifecycle()
+    keeper, _, _ = make_keeper(tmp_path, lifecycle=lifecycle)
+    assert keeper.register(time.time()) is False  # the name was free: nothing reclaimed
+    registry = Registry(str(tmp_path), create=False)
+    assert registry.read("a").status == "online"
+    lifecycle.state = "closing"
+    assert keeper.publish()
+    assert registry.read("a").status == "leaving"  # a closing node tells its peers it leaves
+    assert keeper.deregister() and registry.read("a") is None
+
+
+def test_a_renewal_that_cannot_be_written_is_shown_and_the_node_goes_on(tmp_path):
+    keeper, telemetry, lifecycle = make_keeper(tmp_path, registry=FailingRegistry(OSError(28, "No space left on device")))
+    assert keeper.publish() is False
+    assert telemetry.counts == {"registryWriteErrors": 1}
+    assert telemetry.problems == [("renewal_failed", "cannot renew its lease: No space left on device")]
+    assert lifecycle.lost == []
+
+
+def test_a_lease_taken_over_is_the_nodes_lease_lost_path(tmp_path):
+    lost = LeaseLostError("another instance holds a")
+    keeper, telemetry, lifecycle = make_keeper(tmp_path, registry=FailingRegistry(lost))
+    assert keeper.publish() is False
+    assert lifecycle.lost == [lost] and telemetry.counts == {}
