@@ -30,6 +30,19 @@ class LayoutCounter:
         monkeypatch.setattr(Screen, "_refresh_layout", counted)
 
 
+async def settled(pilot, counter: LayoutCounter, quiet_pauses: int = 3, timeout: float = 60.0) -> None:
+    """Until the start-up's layouts are done: no full layout over a few consecutive pauses (on a
+    busy machine one pause after start was not enough, and a late start-up layout was counted
+    against the test's own actions)."""
+    import time
+
+    deadline, last, quiet = time.monotonic() + timeout, -1, 0
+    while quiet < quiet_pauses and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        quiet = quiet + 1 if counter.full == last else 0
+        last = counter.full
+
+
 def pane_text(pane: RenderedPane) -> list[str]:
     return [strip.text.rstrip() for strip in pane.lines]
 
@@ -75,7 +88,7 @@ async def test_leases_cursor_moves_and_live_updates_do_not_lay_out_the_screen(fi
     counter = LayoutCounter(monkeypatch)
     app = fixture_app(steady=True, pace_gc=False)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await settled(pilot, counter)
         view = app.view_widget("leases")
         body = view.query_one("#leases-detail-body", RenderedPane)
         table = view.query_one("#leases-table")
@@ -104,7 +117,7 @@ async def test_trace_ring_growing_does_not_lay_out_the_screen(fixture_app, monke
     app = fixture_app(steady=True, pace_gc=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("4")
-        await pilot.pause()
+        await settled(pilot, counter)
         view = app.view_widget("traces")
         table = view.query_one("#traces-table")
         store = app.traces

@@ -248,7 +248,10 @@ def test_a_receiver_killed_and_restarted_mid_stream_handles_everything_at_least_
         numbers = [m["data"]["n"] for m in mine]
         assert len(numbers) == len(set(numbers)), "an instance handled a message twice"
     assert {m["messageId"] for m in first + second} == {h.message_id for h in handles}
-    assert s.counters()["retransmissions"] >= 1
+    # (whether a retransmission was needed depends on how far the first instance got before the
+    # kill, which the machine's load decides: under load it had handled and acknowledged the first
+    # hundred, and a count asserted here failed CI; retransmission itself is tested
+    # deterministically by test_a_handler_slower_than_the_timeout_gets_a_retransmission_but_runs_once)
 
 
 def test_a_sender_waits_for_room_in_its_window(root, key):
