@@ -106,10 +106,6 @@ def reap_command(names: Iterable[str], root: Any) -> SpeedCommand:
     return SpeedCommand(("speed", "reap", *names, "--dir", str(root)))
 
 
-def registry_command(root: Any) -> SpeedCommand:
-    return SpeedCommand(("speed", "registry", "--dir", str(root)))
-
-
 def speed_call_command(target: str, service: str, arguments: Any, caller: str, root: Any, key: Any,
                        timeout: float | None = None) -> str:
     """The `speed call` line as text (what the call dialog shows and `y` / ctrl+y copy)."""
