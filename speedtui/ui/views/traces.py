@@ -67,10 +67,27 @@ def message_row(r: TraceRecord, when: str, expanded: bool) -> Row:
                                         fmt_size(r.size), res, Text(f"msg {r.message_id[:8]}", style="magenta")))
 
 
+def control_row(r: TraceRecord, when: str) -> Row:
+    """A control request at the node it was sent to (the `control` extension): who asked (the
+    requester node, and the operator key's fingerprint), what, and whether the node applied it."""
+    if r.outcome == "applied":
+        res = Text(" ".join(x for x in ("applied", r.event, r.detail) if x), style="bold green")
+    else:
+        res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
+        if r.event:
+            res.append(f" {r.event}")
+    who = Text(r.node)
+    who.append(" in", style="dim")
+    return Row(key=(r.ts, r.id), cells=(when, who, Text(f"{r.sender} → {r.receiver}"), r.type, "", "", res,
+                                        Text(f"op {r.subject[:8]}" if r.subject else "", style="magenta")))
+
+
 def trace_row(r: TraceRecord, now: float | None = None, expanded: bool = False) -> Row:
     when = fmt_ts(r.ts) if now is None else fmt_ago(max(0.0, now - r.ts))
     if r.kind == "message":
         return message_row(r, when, expanded)
+    if r.kind == "control":
+        return control_row(r, when)
     res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
     if r.status == "ERROR" or r.error_code:
         res.append(f" {r.error_code or 'ERROR'}", style="red")
