@@ -97,10 +97,11 @@ class SpeedApp(App):
             self.animation_level = "none"
         self.bridge = Bridge()
         # the environment's own audit log and call history: another ROOT never shows (or re-runs) them
-        self.audit = AuditLog(self.paths.audit_log(self.root))
+        self.audit = AuditLog(self.paths.audit_log(self.root), now=self.clock.time)
         self.calls = CallHistory(self.paths.call_history(self.root))
         self.actions = None if key is None else ActionService(self.root, key, self.bridge, self.audit, self.calls,
-                                                               self.clock, readonly, operator=self.operator)
+                                                               self.clock, readonly, operator=self.operator,
+                                                               own_operator_key=self.paths.env_dir(self.root) / "operator.key")
         self.state = ConsoleState.build(self.root, self.dir_label, key, self.actions, self.audit, self.calls,
                                         self.clock.time, trace_capacity or self.config.trace_buffer,
                                         readonly=readonly, steady=steady,
@@ -179,8 +180,8 @@ class SpeedApp(App):
             self.notify(self.operator.problem, title="operator key", severity="warning", timeout=10)
         if self.start_sources:
             self.sources = self.feed.start_readers()
-        if self.demo is not None and hasattr(self.demo, "attach"):
-            self.demo.attach(self)
+        if self.demo is not None and self.actions is not None:
+            self.demo.hand_over(self.actions.own)  # its traffic driver calls and sends for the console
         self.drain()
         self.set_interval(self.refresh_interval, self.drain, name="drain")
         self.set_interval(1.0, self.tick, name="tick")

@@ -26,11 +26,11 @@ class ExtOperations:
         if app.readonly or app.actions is None:
             app.notify("read-only console (or no key): a quarantine cannot be lifted from here", severity="warning")
             return
-        if receiver not in app.actions.own_in_process() and receiver not in app.state.administered():
+        if receiver not in app.actions.own.in_process() and receiver not in app.state.administered():
             app.notify(f"{receiver} is neither this console's node nor one that trusts its operator key: "
                        f"{ext.NO_REMOTE_LIFT}.", title="lift quarantine", severity="warning", timeout=10)
             return
-        app.ops.run_action("lift", partial(ext.lift_quarantine, app.actions, receiver, sender),
+        app.ops.run_action("lift", partial(app.actions.lift, receiver, sender),
                            f"{sender}'s quarantine at {receiver} lifted")
 
     # ------------------------------------------------------------------ Durable: outboxes and receipts

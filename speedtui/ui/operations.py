@@ -94,7 +94,7 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        own = acts.own_names()
+        own = acts.own.stoppable()
         items = [(n, f"{n} ({acts.own[n].kind})") for n in own]
         items += [(n, f"{n} (operator key)") for n in self.state.administered() if n not in own]
         if not items:
@@ -106,7 +106,7 @@ class Operations:
 
     def _stop_chosen(self, name: str | None) -> None:
         if name:
-            how = ("" if name in self.app.actions.own_names() else
+            how = ("" if name in self.app.actions.own.stoppable() else
                    " (a stop request signed with the operator key: it drains its inbox, then deregisters)")
             self.app.push_screen(ConfirmScreen("Stop node", f"Stop {name}{how}? It deregisters and its inbox stops "
                                                "being read; calls to it fail until it is started again.",
@@ -151,7 +151,7 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        own = acts.own_alive()
+        own = acts.own.alive()
         nodes = own + [n for n in self.state.administered() if n not in own]
         note = self.cannot_change(node, peer) if node and node not in nodes else None
         if not nodes:
@@ -174,7 +174,7 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        self.app.push_screen(CallScreen(acts.own_in_process(), self.state.graph(), str(self.app.root),
+        self.app.push_screen(CallScreen(acts.own.in_process(), self.state.graph(), str(self.app.root),
                                         self.state.key_path, caller, target, service, arguments, timeout,
                                         self.state.administered(), self.cannot_change,
                                         self.app.operator.key is not None))
@@ -183,7 +183,7 @@ class Operations:
         acts = self.actions_or_warn()
         if acts is None:
             return
-        if m.caller not in acts.own_in_process():
+        if m.caller not in acts.own.in_process():
             self.app.notify(f"{m.caller} is not running in this console: edit the call (e) to pick a caller",
                             severity="warning")
             return
@@ -216,7 +216,7 @@ class Operations:
         if acts is None:
             return
         graph = self.state.graph()
-        self.app.push_screen(SendScreen(acts.own_in_process(), graph.names, self.app.config.confirm_send, graph,
+        self.app.push_screen(SendScreen(acts.own.in_process(), graph.names, self.app.config.confirm_send, graph,
                                         self.state.administered(), self.cannot_change,
                                         self.app.operator.key is not None), self._send_chosen)
 

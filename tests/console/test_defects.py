@@ -50,7 +50,7 @@ async def test_history_is_kept_per_environment(tmp_path):
 async def test_explainer_grant_is_never_a_self_grant(tmp_path):
     root, paths, app = fixture_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        app.actions.own_alive = app.state.own_nodes = lambda: ["gateway"]  # as if the console had started gateway
+        app.actions.own.alive = app.state.own_nodes = lambda: ["gateway"]  # as if the console had started gateway
         await pilot.press("3")
         app.view_widget("access").set_pair("gateway", "batch", "echo")
         await pilot.pause()
@@ -210,9 +210,9 @@ def test_demo_driver_is_not_stoppable(tmp_path):
     key_path = tmp_path / "k.key"
     rt.generate_key_file(key_path)
     acts = ActionService(tmp_path, rt.load_key(key_path), Bridge(), AuditLog(tmp_path / "a"), CallHistory(tmp_path / "c"))
-    acts.own["ops"] = OwnNode(spec=NodeSpec("ops"), stoppable=False)
-    acts.own["mine"] = OwnNode(spec=NodeSpec("mine"))
-    assert acts.own_names() == ["mine"]
+    acts.own.add(OwnNode(spec=NodeSpec("ops"), stoppable=False))
+    acts.own.add(OwnNode(spec=NodeSpec("mine")))
+    assert acts.own.stoppable() == ["mine"]
 
 
 # error texts: the code once, no class names, the console's words

@@ -243,7 +243,7 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
                     fill=lambda screen: setattr(screen.query_one("#ln-groups"), "value", "[a"))
     # ---------------------------------------------------------------- the console's own node and a hostile service
     app.ops.start_console_node("")
-    await wait_for(pilot, lambda: own in app.actions.own_in_process(), timeout=90, what="the console's node")
+    await wait_for(pilot, lambda: own in app.actions.own.in_process(), timeout=90, what="the console's node")
     await wait_for(pilot, lambda: own in app.registry.by_name(), what="the console's node in the registry")
     await in_dialog(pilot, step, lambda: app.open_grant(own, unreadable), GrantScreen, "the grant dialog")
     await in_dialog(pilot, step, "m", SendScreen, "the send dialog",

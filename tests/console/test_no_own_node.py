@@ -22,7 +22,7 @@ async def test_call_and_message_dialogs_without_a_node_of_its_own(procs, root, k
     app = make_app(Path(root), rt.load_key(key_path), paths=Paths(tmp_path / "config", tmp_path / "data"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: {"gateway", "billing"} <= set(app.registry.by_name()), what="the nodes")
-        assert app.actions.own_alive() == []
+        assert app.actions.own.alive() == []
         for key, dialog_id in (("F", "#call-dialog"), ("m", "#send-dialog")):
             await pilot.press(key)
             await wait_for(pilot, lambda: app.screen.query(dialog_id), what=f"the dialog of {key}")
