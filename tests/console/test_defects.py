@@ -89,7 +89,7 @@ async def test_dialogs_focus_and_submit(tmp_path):
         assert app.screen.query_one("#ln-name").value == "abc"
         await pilot.press("escape")
         chosen = []
-        app.push_screen(GrantScreen(["gateway"], app.graph(), "gateway", ""), chosen.append)
+        app.push_screen(GrantScreen(["gateway"], app.state.graph(), "gateway", ""), chosen.append)
         await pilot.pause()
         app.screen.query_one("#gr-peer").focus()
         await pilot.press(*"ledger", "enter")
@@ -156,7 +156,7 @@ async def test_fabrics_tree_keys(tmp_path):
         await pilot.press("j")
         assert tree.cursor_line == 1
         await pilot.press("k", "enter")
-        await wait_for(pilot, lambda: app.fabric == "analytics", what="fabric filter")
+        await wait_for(pilot, lambda: app.state.fabric == "analytics", what="fabric filter")
         await pilot.pause()
         branch = app.view_widget("fabrics").query_one("#fabrics-tree").root.children[0]
         assert branch.is_expanded and "▶" not in str(branch.label)
@@ -235,7 +235,7 @@ async def test_call_dialog_buttons_on_screen_at_80x24(tmp_path):
 
     root, paths, app = fixture_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        app.push_screen(CallScreen(["gateway"], app.graph(), "/r", "/k", "gateway", "billing", "calculateTax"))
+        app.push_screen(CallScreen(["gateway"], app.state.graph(), "/r", "/k", "gateway", "billing", "calculateTax"))
         await pilot.pause()
         for bid in ("#call-go", "#call-copy", "#call-close"):
             button = app.screen.query_one(bid)

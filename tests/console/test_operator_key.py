@@ -82,7 +82,7 @@ async def test_grant_revoke_and_stop_nodes_the_console_did_not_start(procs, root
         await wait_for(pilot, lambda: allow_of(root, "billing") == [], what="the revoke on disk")
 
         # a node that does not trust the operator: one sentence, never a crash
-        app.open_grant("plain", "gateway")
+        app.controller.grants.open("plain", "gateway")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-note"),
                        what="the grant dialog")
         note = str(app.screen.query_one("#gr-note").render())
@@ -183,7 +183,7 @@ async def test_what_a_node_applied_is_shown_in_traces_and_audit(procs, root, key
     paths, app = operator_app(root, key_path, tmp_path, op_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: {"billing", "gateway"} <= set(app.registry.by_name()), what="the nodes")
-        app.open_grant("billing", "gateway")
+        app.controller.grants.open("billing", "gateway")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
                        what="the grant dialog")
         await pilot.click("#gr-go")
@@ -227,7 +227,7 @@ async def test_without_an_operator_key_every_dialog_says_what_is_missing(procs, 
             text = str(app.screen.query_one(".no-own-node").render())
             assert "no node of its own" in text and "without an operator key" in text
             await pilot.press("escape")
-        app.open_grant("billing", "gateway")  # nothing the console may change: one sentence
+        app.controller.grants.open("billing", "gateway")  # nothing the console may change: one sentence
         await wait_for(pilot, lambda: any("no operator key is loaded" in n.message for n in app._notifications),
                        what="the sentence")
         told = next(n.message for n in app._notifications if "no operator key is loaded" in n.message)

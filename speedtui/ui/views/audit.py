@@ -8,7 +8,6 @@ import json
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Button, Static
 
@@ -19,6 +18,7 @@ from ..messages import CallRequested, CopyText, RunCall
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_datetime
+from .. import keymap
 
 AUDIT_COLS = [Column("ts", "WHEN", 19), Column("action", "ACTION", 10), Column("ok", "OK", 3),
               Column("detail", "WHAT", 34), Column("command", "EQUIVALENT COMMAND", 80, flex=True)]
@@ -42,9 +42,7 @@ def control_text(r: TraceRecord) -> Text:
 
 
 class AuditView(Vertical):
-    BINDINGS = [Binding("r", "rerun", "Re-run call", id="audit.rerun"),
-                Binding("e", "edit", "Edit call", id="audit.edit"),
-                Binding("y", "copy", "Copy command", id="audit.copy")]
+    BINDINGS = keymap.bindings("audit")
 
     def __init__(self, state: ConsoleState, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -73,9 +71,7 @@ class AuditView(Vertical):
         self.query_one("#calls-table", FastTable).empty_text = "no calls in this environment yet (F fires one)"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("rerun", "edit") and self.state.readonly:
-            return None
-        return True
+        return keymap.offered("audit", action, self.state.readonly)
 
     def refresh_view(self, force: bool = False) -> None:
         audit = self.state.audit_entries()
