@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from speedtui.services import runtime as rt
 from speedtui.services.actions import NodeSpec
 from speedtui.ui.app import make_app
 from speedtui.services.history import AuditLog, CallHistory
@@ -305,3 +306,17 @@ def test_failed_process_launch_reports_stderr(live_env):
     last = AuditLog(paths.audit_log(root)).entries()[-1]
     assert last.action == "launch" and not last.ok
     assert acts.own == {}
+
+
+# d asks before stopping, and the demo's traffic driver is not offered
+def test_demo_driver_is_not_stoppable(tmp_path):
+    from speedtui.services.actions import ActionService, OwnNode
+    from speedtui.services.bridge import Bridge
+    from speedtui.models.commands import NodeSpec
+
+    key_path = tmp_path / "k.key"
+    rt.generate_key_file(key_path)
+    acts = ActionService(tmp_path, rt.load_key(key_path), Bridge(), AuditLog(tmp_path / "a"), CallHistory(tmp_path / "c"))
+    acts.own.add(OwnNode(spec=NodeSpec("ops"), stoppable=False))
+    acts.own.add(OwnNode(spec=NodeSpec("mine")))
+    assert acts.own.stoppable() == ["mine"]

@@ -263,3 +263,16 @@ def test_control_records_are_kept_and_shown_as_data():
     store.add([applied, refused])
     assert list(store.controls) == [applied, refused] and list(store.view) == [applied, refused]
     assert store.control_version == 2 and store.replay_state("billing")["rejections"] == []
+
+
+# error texts: the code once, no class names, the console's words
+def test_call_errors_in_the_consoles_words():
+    from speed_runtime import AccessDeniedError, NodeUnavailableError
+
+    from speedtui.models.errors import describe_failure
+
+    text = describe_failure(AccessDeniedError("node billing does not allow ops; grant it on billing (allow ops)"),
+                            frozenset({"billing"}))
+    assert text.count("ACCESS_DENIED") == 1 and "press g" in text and "allow(" not in text
+    text = describe_failure(NodeUnavailableError("billing"))
+    assert "Error" not in text and "billing" in text
