@@ -166,7 +166,7 @@ async def grant_flow(recorder: CallRecorder, work: Path) -> dict:
         app = _console(root, key_path, work, operator=resolve_operator_key(op_path))
         async with app.run_test(size=(120, 36), notifications=True) as pilot:
             await _until(pilot, lambda: {"billing", "gateway"} <= set(app.state.registry.by_name()), "the nodes")
-            app.open_grant("billing", "gateway")
+            app.controller.grants.open("billing", "gateway")
             await _until(pilot, lambda: app.screen.query("#gr-go"), "the grant dialog")
             told = len(app._notifications)
             await recorder.idle_then_start(pilot)

@@ -119,7 +119,7 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
             rows = [table.rows.record(i) for i in range(len(table.rows))]
             table.cursor = next(i for i, r in enumerate(rows) if r.message_id == CHUNKED_ID and r.event == "sent")
             await pilot.press("enter", "down", "down", "down")
-        g = app.graph()
+        g = app.state.graph()
         if extra == "call":
             app.push_screen(CallScreen(["gateway"], g, "/dev/shm/speed", "speed.key", "gateway", "billing",
                                        "calculateTax", {"amount": 250}))

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..services import runtime as rt
 from ..models.commands import NodeSpec, node_command
-from ..services.actions import OwnNode
+from ..services.own_nodes import OwnNode, OwnNodes
 from ..services.processes import _read_line, _terminate, speed_command
 
 LEASE, HEARTBEAT = 8.0, 1.0
@@ -101,13 +101,11 @@ class DemoEnvironment:
             self.procs[name] = proc
         return True
 
-    def attach(self, app: Any) -> None:
-        """Hand the driver node to the console, so calls and grants can be made from it."""
-        acts = getattr(app, "actions", None)
-        if acts is not None and self.driver is not None:
-            with acts._lock:
-                acts.own[DRIVER.name] = OwnNode(spec=NodeSpec(**{**DRIVER.__dict__}), node=self.driver,
-                                                started=time.time())
+    def hand_over(self, own: OwnNodes) -> None:
+        """Hand the driver node to the console (its table of own nodes), so calls and grants can be
+        made from it."""
+        if self.driver is not None:
+            own.add(OwnNode(spec=NodeSpec(**{**DRIVER.__dict__}), node=self.driver, started=time.time()))
 
     def stop(self) -> None:
         self._stop.set()

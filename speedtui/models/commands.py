@@ -25,6 +25,7 @@ class NodeSpec:
     in_process: bool = True
     lease_seconds: float | None = None
     heartbeat_seconds: float | None = None
+    operators: tuple[str, ...] = ()  # operator public keys it trusts (`--operator`: the `control` extension)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ def node_command(root: Any, key: Any, spec: NodeSpec, control_stdin: bool = Fals
         argv += ["--lease", f"{spec.lease_seconds:g}"]
     if spec.heartbeat_seconds:
         argv += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
+    argv += _repeat("--operator", spec.operators)
     if control_stdin:
         argv.append("--control-stdin")  # grants and revokes reach the process on its stdin
     return SpeedCommand(tuple(argv))
@@ -104,10 +106,6 @@ def operator_command(command: str, target: str, peer: str | None, root: Any, key
 
 def reap_command(names: Iterable[str], root: Any) -> SpeedCommand:
     return SpeedCommand(("speed", "reap", *names, "--dir", str(root)))
-
-
-def registry_command(root: Any) -> SpeedCommand:
-    return SpeedCommand(("speed", "registry", "--dir", str(root)))
 
 
 def speed_call_command(target: str, service: str, arguments: Any, caller: str, root: Any, key: Any,

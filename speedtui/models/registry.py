@@ -7,7 +7,7 @@ the files); the entry itself (``raw``) stays as it was, for JSON views (``visibl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from speed_runtime.core.control import trusted_operators
 from speed_runtime.core.entry import RegistryEntry
@@ -15,8 +15,15 @@ from speed_runtime.core.visible import visible, visible_data
 
 from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
 
-if TYPE_CHECKING:  # the I/O module is not imported by a pure model; its records are read by shape
-    from speed_runtime.registry import RegistryRecord
+
+
+class RegistryRecord(Protocol):
+    """A record of the runtime's registry reader (``speed_runtime.registry.RegistryRecord``), read
+    by its shape: the I/O module is not imported by a pure model."""
+
+    name: str
+    entry: RegistryEntry | None
+    error: str | None
 
 EXPIRING = "expiring"
 

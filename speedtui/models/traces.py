@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any, Iterable
 
-from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, DurableTrace, EnvelopeTrace, HealthTrace, LeaseTrace,
-                                        MessageTrace, ThreatTrace)
+from speed_runtime.core.records import (ENVELOPE_FIELD_LIMIT, ControlTrace, DurableTrace, EnvelopeTrace, HealthTrace,
+                                        LeaseTrace, MessageTrace, ThreatTrace)
 from speed_runtime.core.records import parse_record as parse_event
 from speed_runtime.core.visible import visible
 
@@ -23,13 +23,14 @@ _ids = itertools.count(1)
 @dataclass(frozen=True, slots=True)
 class TraceRecord:
     """The console's view of one journal record (the runtime's ``EnvelopeTrace``, ``LeaseTrace``,
-    ``HealthTrace``, ``MessageTrace``, ``ThreatTrace`` or ``DurableTrace``): absent fields are "" so
-    that filters and cells need no None checks, and an id orders records of the same time."""
+    ``HealthTrace``, ``MessageTrace``, ``ThreatTrace``, ``DurableTrace`` or ``ControlTrace``):
+    absent fields are "" so that filters and cells need no None checks, and an id orders records of
+    the same time."""
 
     id: int
     ts: float
     node: str
-    kind: str  # envelope | lease | health | message | threat | durable
+    kind: str  # envelope | lease | health | message | threat | durable | control
     dir: str = ""
     peer: str = ""
     type: str = ""
@@ -43,9 +44,9 @@ class TraceRecord:
     error_code: str = ""
     latency_ms: float | None = None
     envelope: bytes | None = None  # the sealed bytes, when the record carries them
-    subject: str = ""  # lease: the node the event is about; health: the node itself
-    event: str = ""  # lease and health records
-    detail: str = ""  # health records
+    subject: str = ""  # lease: the node the event is about; health: the node itself; control: the operator key
+    event: str = ""  # lease and health records; control: the command
+    detail: str = ""  # health records; control: the command's argument, or why it was refused
     source: str = "journal"  # journal | observer
     message_id: str = ""  # envelope and message records: the logical message (chunks, reliable)
     chunk: int | None = None  # envelope: its index among the message's chunks…
@@ -124,6 +125,14 @@ def _record_of(event: Any, source: str, keep_envelope: bool) -> TraceRecord | No
         return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="durable", peer=event.peer,
                            event=event.event, status=event.status or "", stream=event.stream, number=event.id,
                            detail=event.detail, source=source)
+    if isinstance(event, ControlTrace):
+        # a control request the node applied or refused: asked by `peer` (the requester node)
+        # with the operator key whose fingerprint is `subject`
+        arguments = " ".join(str(v) for v in (event.arguments or {}).values())
+        return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="control", dir="in", peer=event.peer,
+                           type="CONTROL", outcome=event.outcome, reason=event.reason or "",
+                           event=event.command or "", detail=event.detail or arguments,
+                           subject=event.operator or "", source=source)
     if isinstance(event, LeaseTrace):
         return TraceRecord(id=next(_ids), ts=event.ts, node=event.node, kind="lease", subject=event.subject,
                            event=event.event, source=source)
@@ -231,11 +240,12 @@ MAX_REJECTION_PAIRS = 10_000
 
 
 class TraceStore:
-    """Ring buffer of envelope and message records with an incrementally maintained filtered view
-    (the envelopes of a chunked message are folded under its message records until it is
-    expanded); lease and health records (a node's life, and its reports about itself) in their own
-    bounded ring; threat and durable records in theirs, with rejections counted per receiver and
-    sender over the last minutes."""
+    """Ring buffer of envelope, message and control records with an incrementally maintained
+    filtered view (the envelopes of a chunked message are folded under its message records until
+    it is expanded); lease and health records (a node's life, and its reports about itself) in
+    their own bounded ring; threat and durable records in theirs, with rejections counted per
+    receiver and sender over the last minutes; control records also in their own (the Audit view
+    lists what the nodes applied)."""
 
     def __init__(self, capacity: int = 20000, lease_capacity: int = 5000) -> None:
         self.capacity = capacity
@@ -257,6 +267,8 @@ class TraceStore:
         self.by_request: dict[str, TraceRecord | tuple[TraceRecord, ...]] = {}
         self.threats: deque[TraceRecord] = deque(maxlen=lease_capacity)  # threat records (quota)
         self.durable: deque[TraceRecord] = deque(maxlen=lease_capacity)  # durable records
+        self.controls: deque[TraceRecord] = deque(maxlen=lease_capacity)  # control requests, applied or refused
+        self.control_version = 0  # bumped by a control record
         self.rejections: dict[tuple[str, str], dict[int, int]] = {}  # (receiver, sender) → bucket → count
         self.rejection_reasons: dict[tuple[str, str], deque[str]] = {}  # the same pairs → their last reasons
         self.security_version = 0  # bumped by a threat record or a rejection
@@ -314,7 +326,10 @@ class TraceStore:
                 (self.threats if kind == "threat" else self.durable).append(r)
                 self.security_version += 1
                 continue
-            if kind != "envelope" and kind != "message":
+            if kind == "control":
+                self.controls.append(r)
+                self.control_version += 1
+            elif kind != "envelope" and kind != "message":
                 self.leases.append(r)
                 self.lease_log.add(r)
                 self.lease_version += 1
@@ -446,7 +461,7 @@ class TraceStore:
         last: dict[str, int] = {}
         rejected: list[TraceRecord] = []
         for r in self.ring:
-            if r.node != node or r.dir != "in":
+            if r.node != node or r.dir != "in" or r.kind != "envelope":
                 continue
             if r.outcome == "accepted" and r.seq is not None:
                 last[r.peer] = max(last.get(r.peer, 0), r.seq)

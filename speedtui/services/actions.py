@@ -1,11 +1,13 @@
-"""Operator actions (launch/stop nodes, grant/revoke, call, send, replay, reap).
+"""Operator actions: launch and stop nodes, grant and revoke, call, send, replay, reap, lift a
+quarantine.
 
-Grants, revokes and stops on nodes the console did not start go through the operator key (the
-`control` extension: ``speed_runtime.control.Operator``), when those nodes trust it.
+Plain Python, thread-safe, no Textual: the UI runs these in thread workers and gets results back
+as return values; every action is written to the audit log with the equivalent `speed` command.
 
-Plain Python, thread-safe, no Textual: the app runs these in thread workers and gets results
-back as return values; every action is written to the audit log with the equivalent `speed`
-command.  Observer events of the console's own nodes go to the Bridge.
+Grants change through one channel per node: directly at the console's own in-process nodes, and
+by a control request (the `control` extension, ``operator.ControlRequests``) everywhere else —
+signed with the console's own per-environment operator key at the `speed node` processes it
+launched (they trust that key), with the operator's key at nodes someone else started.
 """
 
 from __future__ import annotations
@@ -13,23 +15,26 @@ from __future__ import annotations
 import shlex
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from speed_runtime.core.errors import SpeedError
 from speed_runtime.core.visible import visible
 
+from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
 from ..models.errors import describe_call_error, describe_failure
-from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
-from ..models.history import AuditEntry, CallRecord
+from ..models.history import CallRecord
 from ..models.traces import TraceRecord
 from . import runtime as rt
 from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
-from .operator import OperatorChoice
-from .own_nodes import ActionError, OwnNode, launch_in_process, launch_process, stop_own
+from .operator import ControlRequests, OperatorChoice, console_operator_key
+from .own_nodes import ActionError, OwnNode, OwnNodes, launch_in_process, launch_process, stop_own
 from .processes import console_node_name
+
+__all__ = ["ActionError", "ActionService", "NodeSpec", "OwnNode", "ReplayResult"]
 
 DEMO_SERVICE_NAMES = ("echo", "calculateTax", "sleep", "fail")
 
@@ -45,81 +50,69 @@ class ReplayResult:
 
 class ActionService:
     def __init__(self, root: Path, key: rt.KeyInfo, bridge: Bridge, audit: AuditLog, calls: CallHistory,
-                 clock: Clock | None = None, readonly: bool = False, operator: OperatorChoice | None = None) -> None:
+                 clock: Clock | None = None, readonly: bool = False, operator: OperatorChoice | None = None,
+                 own_operator_key: Path | None = None) -> None:
         self.root = Path(root)
-        self.operator = operator or OperatorChoice()
-        self._operator_client: Any = None  # speed_runtime.control.Operator, made on first use
         self.key = key
         self.bridge = bridge
         self.audit = audit
         self.calls = calls
-        self.clock = clock or SystemClock()
+        self.clock = clock or SystemClock()  # when calls are recorded (the audit log has it too)
         self.readonly = readonly
-        self.own: dict[str, OwnNode] = {}
-        self._lock = threading.RLock()
+        self.own = OwnNodes()
+        # the operator's key, for nodes the console did not start
+        self.control = ControlRequests(self.root, key, operator or OperatorChoice(), audit, self.describe)
+        # the console's own key, for the `speed node` processes it launches (beside the audit log)
+        self._own_key_path = own_operator_key or audit.path.parent / "operator.key"
+        self._own_control: ControlRequests | None = None
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
     def _check_writable(self) -> None:
         if self.readonly:
             raise ActionError("the console runs with --readonly: actions are disabled")
 
-    def _record(self, action: str, detail: str, command: str, ok: bool = True, result: str = "") -> None:
-        self.audit.record(AuditEntry(ts=time.time(), action=action, detail=detail, command=command, ok=ok,
-                                     result=result))
-
-    def own_alive(self) -> list[str]:
-        """Every running node this console started, in-process or process."""
-        with self._lock:
-            return sorted(n for n, o in self.own.items() if o.alive)
-
-    def own_in_process(self) -> list[str]:
-        with self._lock:
-            return sorted(n for n, o in self.own.items() if o.node is not None and o.alive)
-
-    def own_names(self) -> list[str]:
-        """The nodes the operator may stop."""
-        with self._lock:
-            return sorted(n for n, o in self.own.items() if o.stoppable)
-
-    def _own_set(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self.own)
-
     def describe(self, exc: BaseException) -> str:
         """A failure in the console's words (one sentence)."""
-        return describe_failure(exc, self._own_set())
+        return describe_failure(exc, frozenset(self.own))
 
-    def get_node(self, name: str):
+    def no_operator_sentence(self, target: str | None = None) -> str:
+        return self.control.no_key_sentence(target)
+
+    def _own_requests(self) -> ControlRequests:
+        """Control requests signed with the console's own key (made on first use)."""
         with self._lock:
-            o = self.own.get(name)
-        if o is None or o.node is None:
-            raise ActionError(f"{name} is not one of this console's in-process nodes")
-        if not o.alive:
-            raise ActionError(f"{name} is not running")
-        return o.node
+            if self._own_control is None:
+                choice = console_operator_key(self._own_key_path)
+                if choice.key is None:
+                    raise ActionError(choice.problem or "the console's own operator key cannot be used")
+                self._own_control = ControlRequests(self.root, self.key, choice, self.audit, self.describe)
+            return self._own_control
 
     # ------------------------------------------------------------------ launch / stop
     def node_command(self, spec: NodeSpec) -> str:
         """What the audit log records for ``spec``: the line a process node is started with."""
-        return node_command(self.root, self.key.path, spec, control_stdin=not spec.in_process).shell()
+        return node_command(self.root, self.key.path, spec).shell()
 
     def launch(self, spec: NodeSpec, ready_timeout: float = 15.0) -> OwnNode:
         self._check_writable()
-        cmd = self.node_command(spec)
         where = "in-process" if spec.in_process else "process"
+        cmd = self.node_command(spec)
         try:
-            with self._lock:
-                if spec.name in self.own and self.own[spec.name].alive:
-                    raise ActionError(f"this console already runs a node named {spec.name}")
+            if self.own.running(spec.name):
+                raise ActionError(f"this console already runs a node named {spec.name}")
+            if not spec.in_process:  # its grants change through control requests with the console's key
+                own_key = self._own_requests().choice.key
+                spec = replace(spec, operators=(*spec.operators, own_key.public_text))
+                cmd = self.node_command(spec)
             own = (launch_in_process(self.root, self.key, spec, self.bridge) if spec.in_process
                    else launch_process(self.root, self.key, spec, ready_timeout))
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self._record("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
+            self.audit.note("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
             raise ActionError(msg) from None
-        with self._lock:
-            self.own[spec.name] = own
-        self._record("launch", f"{spec.name} ({where})", cmd, result="ready")
+        self.own.add(own)
+        self.audit.note("launch", f"{spec.name} ({where})", cmd, result="ready")
         return own
 
     def start_console_node(self, name: str | None = None) -> OwnNode:
@@ -128,21 +121,20 @@ class ActionService:
 
     def stop(self, name: str) -> None:
         self._check_writable()
-        with self._lock:
-            own = self.own.pop(name, None)
+        own = self.own.pop(name)
         if own is None:
-            self._operator_request("stop", name, None)
+            self.control.request("stop", name, None)
             return
         stop_own(own)
-        self._record("stop", f"{name} ({own.kind})",
-                     f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
+        self.audit.note("stop", f"{name} ({own.kind})",
+                        f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
 
     def stop_all(self) -> None:
+        owns = self.own.pop_all()
         with self._lock:
-            owns, self.own = list(self.own.values()), {}
-            client, self._operator_client = self._operator_client, None
-        if client is not None:
-            client.close()
+            channels = [c for c in (self.control, self._own_control) if c is not None]
+        for channel in channels:
+            channel.close()
         threads = [threading.Thread(target=stop_own, args=(o,)) for o in owns]
         for t in threads:
             t.start()
@@ -151,108 +143,31 @@ class ActionService:
 
     # ------------------------------------------------------------------ grants
     def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:
+        """Have ``name`` allow (or no longer allow) ``peer``: directly at an in-process node of
+        ours, else by a control request (our own key for our processes, the operator's for others)."""
         self._check_writable()
+        own = self.own.get(name)
+        if own is None or own.node is None:
+            channel = self.control if own is None else self._own_requests()
+            allowed = list(channel.request("allow" if grant else "revoke", name, peer).get("allow", []))
+            if own is not None:
+                own.spec.allow = tuple(allowed)  # the line it would be started with now
+            return allowed
         verb = "grant" if grant else "revoke"
-        with self._lock:
-            own = self.own.get(name)
-        if own is None:  # a node someone else started: a control request, if it trusts our operator key
-            result = self._operator_request("allow" if grant else "revoke", name, peer)
-            return list(result.get("allow", []))
         try:
-            if own is not None and own.proc is not None:
-                allowed = self._set_allow_process(own, peer, grant)
-            else:
-                node = self.get_node(name)
-                (node.allow if grant else node.revoke)(peer)
-                allowed = list(node.allowed)
+            node = self.own.node(name)
+            (node.allow if grant else node.revoke)(peer)
+            allowed = list(node.allowed)
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self._record(verb, f"{name} allow {peer}", "", ok=False, result=msg)
+            self.audit.note(verb, f"{name} allow {peer}", "", ok=False, result=msg)
             raise ActionError(msg) from None
-        with self._lock:
-            own = self.own.get(name)
-            if own is not None:
-                own.spec.allow = tuple(allowed)
-                cmd = self.node_command(own.spec)
-            else:
-                cmd = ""
-        self._record(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
-                     f"{cmd}  # equivalent node command line", result="allow=" + ",".join(allowed))
+        own.spec.allow = tuple(allowed)
+        self.audit.note(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
+                        f"{self.node_command(own.spec)}  # equivalent node command line",
+                        result="allow=" + ",".join(allowed))
         return allowed
 
-    def _set_allow_process(self, own: OwnNode, peer: str, grant: bool, timeout: float = 10.0) -> list[str]:
-        """A `speed node` process of ours: its control channel, then its registry entry as the proof."""
-        rt.validate_name(peer)
-        if not own.alive or own.proc.stdin is None:
-            raise ActionError(f"{own.spec.name} is not running")
-        try:
-            own.proc.stdin.write(f"{'allow' if grant else 'revoke'} {peer}\n")
-            own.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            raise ActionError(f"{own.spec.name} no longer reads its control channel") from None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            allowed = rt.read_allow(self.root, own.spec.name)
-            if allowed is not None and (peer in allowed) == grant:
-                return allowed
-            time.sleep(0.02)
-        raise ActionError(f"{own.spec.name} did not publish the change within {timeout:g} s")
-
-    # ------------------------------------------------------------------ the operator key (control requests)
-    def operator_client(self):
-        """The runtime's control client for the console's operator key (one, kept until stop_all)."""
-        if self.operator.key is None:
-            raise ActionError(self.no_operator_sentence())
-        from speed_runtime.control import Operator
-
-        with self._lock:
-            if self._operator_client is None:
-                self._operator_client = Operator(str(self.root), self.key.runtime_key or str(self.key.path),
-                                                 self.operator.key)
-            return self._operator_client
-
-    def no_operator_sentence(self, target: str | None = None) -> str:
-        where = f"{target} was not started by this console and " if target else ""
-        why = f" ({self.operator.problem})" if self.operator.problem else ""
-        return (f"{where}no operator key is loaded{why}: create one with `speed operator keygen`, start nodes "
-                "with `speed node ... --operator PUBLIC-KEY` and run `speedtui --operator-key PATH`")
-
-    def _operator_request(self, command: str, target: str, peer: str | None) -> dict[str, Any]:
-        """``speed allow|revoke|stop`` through the operator key, audited with that command line."""
-        self._check_writable()
-        verb = {"allow": "grant", "revoke": "revoke", "stop": "stop", "lift": "lift"}[command]
-        detail = (f"{peer}'s quarantine at {target}" if command == "lift" else
-                  f"{target} {'allows' if command == 'allow' else 'no longer allows'} {peer}" if peer is not None
-                  else f"{target} (operator)")
-        if self.operator.key is None:
-            msg = self.no_operator_sentence(target)
-            self._record(verb, detail, "", ok=False, result=msg)
-            raise ActionError(msg)
-        cmd = operator_command(command, target, peer, self.root, self.key.path, self.operator.path).shell()
-        try:
-            op = self.operator_client()
-            if command == "stop":
-                result = op.stop(target, wait=True)
-            elif command == "lift":
-                result = op.lift(target, peer)
-            else:
-                result = (op.allow if command == "allow" else op.revoke)(target, peer)
-        except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
-            msg = self.describe(exc)
-            self._record(verb, detail, cmd, ok=False, result=msg)
-            raise ActionError(msg) from None
-        if command == "lift":
-            summary = ("quarantine lifted" if result.get("lifted") else "it was not quarantined"
-                       if result.get("scores") else f"{target} keeps no threat scores")
-            self._record(verb, detail, cmd, ok=bool(result.get("lifted")), result=summary)
-            return result
-        summary = ("stopped" if command == "stop" else
-                   ("allow=" + ",".join(result.get("allow", [])) + ("" if result.get("changed", True)
-                                                                     else " (unchanged)")))
-        self._record(verb, detail, cmd, result=summary)
-        return result
-
-    # ------------------------------------------------------------------ calls and messages
     def grant_for(self, caller: str, target: str, answer: bool) -> list[tuple[str, str]]:
         """Before a call or send: have ``target`` allow ``caller`` (through the operator key) and,
         for an ``answer`` to come back, the console's ``caller`` allow ``target``.  Each step is
@@ -263,7 +178,7 @@ class ActionService:
             self.set_allow(target, caller, True)  # its own node, else a control request
             changed.append((target, caller))
         if answer:
-            node = self.get_node(caller)
+            node = self.own.node(caller)
             if target not in node.allowed:
                 self.set_allow(caller, target, True)
                 changed.append((caller, target))
@@ -277,10 +192,11 @@ class ActionService:
             except ActionError:
                 pass
 
+    # ------------------------------------------------------------------ calls and messages
     def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0,
              grant_first: bool = False, revoke_after: bool = False) -> CallRecord:
         self._check_writable()
-        node = self.get_node(caller)
+        node = self.own.node(caller)
         granted = self.grant_for(caller, target, answer=True) if grant_first else []
         try:
             return self._call(node, caller, target, service, arguments, timeout)
@@ -298,21 +214,21 @@ class ActionService:
             status = "ERROR"
             code = str(getattr(exc, "code", "") or "")
             raw = str(getattr(exc, "message", "") or exc).strip()
-            message = visible(describe_call_error(code, raw.splitlines()[0] if raw else "", self._own_set()) if code
-                              else self.describe(exc))  # the callee's text: shown, stored, never acting
+            message = visible(describe_call_error(code, raw.splitlines()[0] if raw else "", frozenset(self.own))
+                              if code else self.describe(exc))  # the callee's text: shown, stored, never acting
         latency = (time.perf_counter() - started) * 1000.0
-        rec = CallRecord(ts=time.time(), caller=caller, target=target, service=service, arguments=arguments,
+        rec = CallRecord(ts=self.clock.time(), caller=caller, target=target, service=service, arguments=arguments,
                          timeout=timeout, status=status, result=result, error_code=code, error_message=message,
                          latency_ms=round(latency, 3))
         self.calls.record(rec)
-        self._record("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
-                     result=f"{code or status} {latency:.1f}ms")
+        self.audit.note("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
+                        result=f"{code or status} {latency:.1f}ms")
         return rec
 
     def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0,
              grant_first: bool = False, revoke_after: bool = False) -> int:
         self._check_writable()
-        node = self.get_node(sender)
+        node = self.own.node(sender)
         # a revoke right after an unconfirmed send could overtake the message in the target's inbox
         # (it checks the grant when it reads it): with a revoke to follow, wait for its ACK first
         confirm = confirm or (grant_first and revoke_after)
@@ -329,12 +245,12 @@ class ActionService:
             seq = node.send(target, data, confirm=confirm, timeout=timeout)
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self._record("send", f"{sender} → {target}", cmd, ok=False, result=msg)
+            self.audit.note("send", f"{sender} → {target}", cmd, ok=False, result=msg)
             raise ActionError(msg) from None
-        self._record("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
+        self.audit.note("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
         return seq
 
-    # ------------------------------------------------------------------ replay and reap
+    # ------------------------------------------------------------------ replay, reap, lift
     def replay(self, rec: TraceRecord) -> ReplayResult:
         self._check_writable()
         if not rec.envelope:
@@ -351,9 +267,9 @@ class ActionService:
             rt.inject(self.root, receiver, filename, data)
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self._record("replay", detail, cmd, ok=False, result=msg)
+            self.audit.note("replay", detail, cmd, ok=False, result=msg)
             raise ActionError(msg) from None
-        self._record("replay", detail, cmd, result="injected")
+        self.audit.note("replay", detail, cmd, result="injected")
         return ReplayResult(sender, receiver, rec.type, dec.header.seq, filename)
 
     def reap(self, name: str) -> bool:
@@ -362,22 +278,38 @@ class ActionService:
         try:
             from speed_runtime.registry import Registry
 
-            done = Registry(str(self.root), create=False).reap(name, time.time())
+            done = Registry(str(self.root), create=False).reap(name, self.clock.time())
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self._record("reap", name, cmd, ok=False, result=msg)
+            self.audit.note("reap", name, cmd, ok=False, result=msg)
             raise ActionError(msg) from None
-        self._record("reap", name, cmd, ok=done, result="removed" if done else "not stale: left alone")
+        self.audit.note("reap", name, cmd, ok=done, result="removed" if done else "not stale: left alone")
         if not done:
             raise ActionError(f"{name} is not stale (or already gone): the registry entry was left alone")
         return True
 
-    def own_replay_state(self, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            o = self.own.get(name)
-        if o is None or o.node is None or not o.alive:
-            return None
+    def lift(self, receiver: str, sender: str) -> bool:
+        """Lift ``sender``'s quarantine at ``receiver`` (extension `quota`): one of the console's
+        in-process nodes directly, any other node that trusts the console's operator key with a
+        control request (`speed lift`, audited with that command line). Raises ActionError when it
+        was not quarantined."""
+        self._check_writable()
+        if receiver not in self.own.in_process():
+            result = self.control.request("lift", receiver, sender)
+            if not result.get("scores"):
+                raise ActionError(f"{receiver} keeps no threat scores (it runs without --feature quota): "
+                                  "nothing to lift")
+            if not result.get("lifted"):
+                raise ActionError(f"{sender} is not quarantined at {receiver}: nothing to lift")
+            return True
+        node = self.own.node(receiver)
         try:
-            return o.node.replay_state()
-        except Exception:  # noqa: BLE001
-            return None
+            lifted = node.lift_quarantine(sender)
+        except SpeedError as exc:
+            self.audit.note("lift", f"{sender} at {receiver}", "", ok=False, result=str(exc))
+            raise ActionError(str(exc)) from None
+        self.audit.note("lift", f"{sender} at {receiver}", "", ok=lifted,
+                        result="quarantine lifted" if lifted else "it was not quarantined")
+        if not lifted:
+            raise ActionError(f"{sender} is not quarantined at {receiver}: nothing to lift")
+        return lifted

@@ -1,87 +1,82 @@
-"""The audit log and the SPC call history: JSON lines (mode 0600) kept across runs. Both quote what
-members wrote (names, a service's error text): read back, their strings are as ``core.visible``
-shows them (a call's arguments and result stay JSON values, drawn with ``visible_json``)."""
+"""The console's history files: the audit log and the SPC call history, each a JSON-lines file
+(mode 0600) of one record type, kept across runs in the environment's folder. One class keeps
+both (``HistoryLog``); what a line holds, and how members' strings in it are shown, is the record
+type's ``from_json`` (models/history.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-from speed_runtime.core.visible import visible
+from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 
 from ..models.history import AuditEntry, CallRecord
 
 
-def _append(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    line = json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
+class _Record(Protocol):
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Any: ...
 
 
-def _read(path: Path, limit: int) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for ln in lines[-limit:]:
+R = TypeVar("R", bound=_Record)
+
+
+class HistoryLog(Generic[R]):
+    """Records of ``record_type`` appended one line each; ``entries`` reads the last ``limit``."""
+
+    record_type: ClassVar[type]
+    limit: ClassVar[int]
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def record(self, rec: R) -> None:
+        line = json.dumps(asdict(rec), sort_keys=True, separators=(",", ":")) + "\n"  # type: ignore[call-overload]
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)
+
+    def entries(self, limit: int | None = None) -> list[R]:
         try:
-            obj = json.loads(ln)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-class AuditLog:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def record(self, entry: AuditEntry) -> None:
-        with self._lock:
-            _append(self.path, asdict(entry))
-
-    def entries(self, limit: int = 1000) -> list[AuditEntry]:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
         out = []
-        for d in _read(self.path, limit):
+        for ln in lines[-(limit or self.limit):]:
             try:
-                out.append(AuditEntry(ts=float(d["ts"]), action=visible(str(d["action"])),
-                                      detail=visible(str(d.get("detail", ""))),
-                                      command=visible(str(d.get("command", ""))), ok=bool(d.get("ok", True)),
-                                      result=visible(str(d.get("result", "")))))
-            except (KeyError, TypeError, ValueError):
+                obj = json.loads(ln)
+            except ValueError:
                 continue
+            rec = self.record_type.from_json(obj) if isinstance(obj, dict) else None
+            if rec is not None:
+                out.append(rec)
         return out
 
 
-_CALL_TEXTS = ("caller", "target", "service", "status", "error_code", "error_message")
+class AuditLog(HistoryLog[AuditEntry]):
+    """The operator's actions on one environment, each with its equivalent `speed` command."""
+
+    record_type = AuditEntry
+    limit = 1000
+
+    def __init__(self, path: Path, now: Callable[[], float] = time.time) -> None:
+        super().__init__(path)
+        self.now = now  # the console's clock: when an action is noted
+
+    def note(self, action: str, detail: str, command: str = "", ok: bool = True, result: str = "") -> None:
+        self.record(AuditEntry(ts=self.now(), action=action, detail=detail, command=command, ok=ok, result=result))
 
 
-class CallHistory:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
+class CallHistory(HistoryLog[CallRecord]):
+    """The SPC calls fired in one environment (re-run and edited from the Audit view)."""
 
-    def record(self, rec: CallRecord) -> None:
-        with self._lock:
-            _append(self.path, asdict(rec))
-
-    def entries(self, limit: int = 200) -> list[CallRecord]:
-        out = []
-        for d in _read(self.path, limit):
-            try:
-                out.append(CallRecord(**{k: visible(d[k]) if k in _CALL_TEXTS and isinstance(d[k], str) else d[k]
-                                         for k in CallRecord.__dataclass_fields__ if k in d}))
-            except TypeError:
-                continue
-        return out
+    record_type = CallRecord
+    limit = 200

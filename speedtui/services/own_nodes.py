@@ -1,13 +1,14 @@
 """The nodes a console starts: in its own process (speed_runtime.Node, its events pushed to the
 bridge) or as `speed node` processes (ready line, stderr kept for the failure sentence, stdout
-drained by a thread), and how each is stopped. ActionService (actions.py) keeps the table of them
-and audits every start and stop."""
+drained by a thread), the table of them (``OwnNodes``), and how each is stopped. ActionService
+(actions.py) audits every start and stop."""
 from __future__ import annotations
 
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,82 @@ class OwnNode:
         return self.proc is not None and self.proc.poll() is None
 
 
+class OwnNodes(Mapping[str, OwnNode]):
+    """The nodes this console runs, by name (thread-safe: workers start and stop them while the UI
+    reads the lists)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, OwnNode] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> OwnNode:
+        with self._lock:
+            return self._nodes[name]
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            return iter(list(self._nodes))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._nodes)
+
+    def add(self, own: OwnNode) -> None:
+        """Keep ``own`` (a node just started, or one handed over: the demo's traffic driver)."""
+        with self._lock:
+            self._nodes[own.spec.name] = own
+
+    def pop(self, name: str) -> OwnNode | None:
+        with self._lock:
+            return self._nodes.pop(name, None)
+
+    def pop_all(self) -> list[OwnNode]:
+        with self._lock:
+            owns, self._nodes = list(self._nodes.values()), {}
+        return owns
+
+    def running(self, name: str) -> bool:
+        with self._lock:
+            own = self._nodes.get(name)
+        return own is not None and own.alive
+
+    def alive(self) -> list[str]:
+        """Every running node this console started, in-process or process."""
+        with self._lock:
+            return sorted(n for n, o in self._nodes.items() if o.alive)
+
+    def in_process(self) -> list[str]:
+        """The running nodes in the console's process: they call and send for it."""
+        with self._lock:
+            return sorted(n for n, o in self._nodes.items() if o.node is not None and o.alive)
+
+    def stoppable(self) -> list[str]:
+        """The nodes the operator may stop."""
+        with self._lock:
+            return sorted(n for n, o in self._nodes.items() if o.stoppable)
+
+    def node(self, name: str) -> Any:
+        """The running in-process node ``name`` (speed_runtime.Node), else ActionError."""
+        with self._lock:
+            own = self._nodes.get(name)
+        if own is None or own.node is None:
+            raise ActionError(f"{name} is not one of this console's in-process nodes")
+        if not own.alive:
+            raise ActionError(f"{name} is not running")
+        return own.node
+
+    def replay_state(self, name: str) -> dict[str, Any] | None:
+        """The live replay state of an in-process node of ours (None for any other)."""
+        with self._lock:
+            own = self._nodes.get(name)
+        if own is None or own.node is None or not own.alive:
+            return None
+        try:
+            return own.node.replay_state()
+        except Exception:  # noqa: BLE001
+            return None
+
+
 def launch_in_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, bridge: Bridge) -> OwnNode:
     """Start a node in the console's process; its events reach the bridge (without a journal)."""
     import speed_runtime
@@ -55,6 +132,8 @@ def launch_in_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, bridge: Bridg
         kwargs["lease_seconds"] = spec.lease_seconds
     if spec.heartbeat_seconds:
         kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
+    if spec.operators:
+        kwargs["operators"] = list(spec.operators)
     node = speed_runtime.Node(str(root), key.runtime_key or str(key.path), spec.name, **kwargs)
     for s in spec.services:
         if s not in DEMO_SERVICES:
@@ -82,12 +161,12 @@ def _observer(bridge: Bridge):
 
 def launch_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, ready_timeout: float) -> OwnNode:
     """Start a `speed node` process; returns once it printed `ready` (else ActionError, with the
-    last line of its stderr)."""
-    # --control-stdin: grants and revokes reach the process (set_allow)
-    args = node_command(root, key.path, spec, control_stdin=True).exec_argv(speed_command())
+    last line of its stderr). Its grants change through control requests (``spec.operators``
+    names the console's own operator key), so its stdin is not used."""
+    args = node_command(root, key.path, spec).exec_argv(speed_command())
     # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
     err_file = tempfile.TemporaryFile()
-    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
                             start_new_session=True, text=True)
     own = OwnNode(spec=spec, proc=proc, started=time.time())
     line = _read_line(proc, ready_timeout)

@@ -15,7 +15,6 @@ from speed_runtime.core.envelope import (HEADER_SIZE, NONCE_SIZE, OVERHEAD, Head
                                     envelope_filename as _filename, open_envelope, seal, type_name)
 from speed_runtime.core.errors import EnvelopeError, SpeedError
 from speed_runtime.core.errors import BadEntryError
-from speed_runtime.core.names import validate_name  # noqa: F401  (re-exported for the actions)
 from speed_runtime.registry import Registry
 
 

@@ -139,12 +139,6 @@ class ExportRows(Message):
 
 
 @dataclass
-class ExplainPair(Message):
-    caller: str
-    target: str
-
-
-@dataclass
 class TracesPaused(Message):
     paused: bool  # the header says TRACES PAUSED
 

@@ -54,8 +54,8 @@ class ConsoleState:
                    keycheck=KeyCheck(lambda data: key_verifies(data, secret) if secret is not None else None),
                    key_path=str(key.path) if key is not None else "KEY",
                    audit_entries=audit.entries, call_entries=calls.entries,
-                   own_replay_state=actions.own_replay_state if actions else _no_replay_state,
-                   own_nodes=actions.own_alive if actions else list, now=now, history=RegistryHistory(),
+                   own_replay_state=actions.own.replay_state if actions else _no_replay_state,
+                   own_nodes=actions.own.alive if actions else list, now=now, history=RegistryHistory(),
                    **options)
 
     def administered(self) -> list[str]:

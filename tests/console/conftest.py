@@ -23,6 +23,18 @@ def fixture_env(tmp_path):
     return root, rt.load_key(key_path), paths
 
 
+def fixture_app_at(tmp_path, name="root", paths=None, **kw):
+    """(root, Paths, app) of the deterministic environment built under ``tmp_path / name``, with a
+    frozen clock and the label the snapshots show."""
+    from speedtui.ui.app import make_app
+
+    root, key_path = build(tmp_path / name)
+    paths = paths or Paths(tmp_path / "config", tmp_path / "data")
+    kw.setdefault("clock", FrozenClock(FIXED_NOW))
+    return root, paths, make_app(root, rt.load_key(key_path), paths=paths, dir_label="/fixture/speed",
+                                 steady=True, **kw)
+
+
 @pytest.fixture
 def fixture_app(fixture_env):
     from speedtui.ui.app import make_app

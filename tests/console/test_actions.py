@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from speedtui.services import runtime as rt
 from speedtui.services.actions import NodeSpec
 from speedtui.ui.app import make_app
 from speedtui.services.history import AuditLog, CallHistory
@@ -126,7 +127,7 @@ async def test_grant_and_revoke_publish_allow(live_env, in_process):
         await pilot.click("#gr-go")
         await wait_for(pilot, lambda: (entry(root, "ops") or {}).get("allow") == ["reports"], what="grant on disk")
         await wait_for(pilot, lambda: app.registry.by_name()["ops"].allow == ("reports",), what="grant in the view")
-        app.open_grant("ops", "reports")
+        app.controller.grants.open("ops", "reports")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
                        what="grant dialog again")
         app.screen.query_one("#gr-revoke").value = True
@@ -154,10 +155,10 @@ async def test_replay_verdict_from_a_receiver_that_keeps_no_journal(live_env):
                                               for r in app.traces.ring), what="the journaled request")
             assert not (root / "speed_traces" / "billing.jsonl").exists()
             req = next(r for r in app.traces.ring if r.type == "SPC_REQUEST" and r.node == "ops" and r.envelope)
-            app.request_replay(req)
-            await wait_for(pilot, lambda: app.replays and app.replays[-1].outcome != "pending", timeout=20,
+            app.controller.traces.replay(req)
+            await wait_for(pilot, lambda: app.state.replays.replays and app.state.replays.replays[-1].outcome != "pending", timeout=20,
                            what="replay verdict")
-            p = app.replays[-1]
+            p = app.state.replays.replays[-1]
             assert p.outcome == "rejected", p.reason
             assert p.reason.split(" ")[0] in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
             assert "published counters" in p.reason
@@ -171,7 +172,7 @@ async def test_call_history_journal_and_replay(live_env):
         app = app_for(live_env)
         async with app.run_test(size=SIZE) as pilot:
             await launch_ops(pilot, app, root)
-            app.open_call("ops", "billing", "calculateTax", {"amount": 200})
+            app.controller.calls.open("ops", "billing", "calculateTax", {"amount": 200})
             await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.query("#call-go"),
                            what="call dialog")
             await pilot.click("#call-go")
@@ -190,14 +191,14 @@ async def test_call_history_journal_and_replay(live_env):
                            what="request in the traces view")
             # replay the request: billing must reject the exact same bytes
             req = next(r for r in app.traces.ring if r.type == "SPC_REQUEST" and r.node == "ops" and r.envelope)
-            app.request_replay(req)
-            await wait_for(pilot, lambda: app.replays and app.replays[-1].outcome != "pending", timeout=20,
+            app.controller.traces.replay(req)
+            await wait_for(pilot, lambda: app.state.replays.replays and app.state.replays.replays[-1].outcome != "pending", timeout=20,
                            what="replay verdict")
-            assert app.replays[-1].outcome == "rejected"
-            assert app.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
+            assert app.state.replays.replays[-1].outcome == "rejected"
+            assert app.state.replays.replays[-1].reason in ("replayed_nonce", "replayed_sequence", "stale_timestamp")
             assert any(r.get("outcome") == "rejected" and r.get("peer") == "ops" for r in journal(root, "billing"))
             assert AuditLog(paths.audit_log(root)).entries()[-1].action == "replay"
-            st = app.replay_state_for("ops")  # live state of the console's own node, by sender name
+            st = app.state.replay_state_for("ops")  # live state of the console's own node, by sender name
             assert st["source"] == "journals + live node state" and st["last_accepted"].get("billing", 0) >= 1
             # the call history survives and re-runs with one key
             await pilot.press("7")
@@ -216,7 +217,7 @@ async def test_call_error_is_shown(live_env):
         app = app_for(live_env)
         async with app.run_test(size=SIZE) as pilot:
             await launch_ops(pilot, app, root)
-            app.run_call("ops", "billing", "calculateTax", {"amount": "x"}, 5.0)
+            app.controller.calls.call("ops", "billing", "calculateTax", {"amount": "x"}, 5.0)
             await wait_for(pilot, lambda: CallHistory(paths.call_history(root)).entries(), timeout=60, what="call")
             rec = CallHistory(paths.call_history(root)).entries()[-1]
             assert rec.status == "ERROR" and rec.error_code == "INVALID_ARGUMENTS"
@@ -305,3 +306,17 @@ def test_failed_process_launch_reports_stderr(live_env):
     last = AuditLog(paths.audit_log(root)).entries()[-1]
     assert last.action == "launch" and not last.ok
     assert acts.own == {}
+
+
+# d asks before stopping, and the demo's traffic driver is not offered
+def test_demo_driver_is_not_stoppable(tmp_path):
+    from speedtui.services.actions import ActionService, OwnNode
+    from speedtui.services.bridge import Bridge
+    from speedtui.models.commands import NodeSpec
+
+    key_path = tmp_path / "k.key"
+    rt.generate_key_file(key_path)
+    acts = ActionService(tmp_path, rt.load_key(key_path), Bridge(), AuditLog(tmp_path / "a"), CallHistory(tmp_path / "c"))
+    acts.own.add(OwnNode(spec=NodeSpec("ops"), stoppable=False))
+    acts.own.add(OwnNode(spec=NodeSpec("mine")))
+    assert acts.own.stoppable() == ["mine"]

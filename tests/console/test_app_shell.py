@@ -5,7 +5,13 @@ import json
 from speedtui.services.config import Config
 from speedtui.environments.fixture import FIXED_KEY
 
-from .conftest import SIZE, run_async, wait_for
+from speedtui.environments.fixture import FIXED_NOW, build
+from speedtui.paths import Paths
+from speedtui.services import runtime as rt
+from speedtui.services.clock import FrozenClock
+from speedtui.ui.app import make_app
+
+from .conftest import SIZE, fixture_app_at, run_async, wait_for
 
 
 @run_async
@@ -107,3 +113,44 @@ async def test_readonly_has_no_action_bar(fixture_app):
     app = fixture_app(steady=True, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         assert not app.query("#actionbar")
+
+
+# the fingerprint stays at 80 columns
+@run_async
+async def test_header_keeps_the_fingerprint_at_80_columns(tmp_path):
+    root, key_path = build(tmp_path / "root")
+    key = rt.load_key(key_path)
+    app = make_app(root, key, paths=Paths(tmp_path / "c", tmp_path / "d"), clock=FrozenClock(FIXED_NOW),
+                   dir_label="/dev/shm/speed-demo-k2x9w1q/env", steady=True, readonly=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert key.fingerprint in app.export_screenshot()
+
+
+# --readonly offers no action in the footer, and no Reap button
+@run_async
+async def test_readonly_offers_no_action(tmp_path):
+    root, paths, app = fixture_app_at(tmp_path, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        shown = {b.key for (_n, b, enabled, _t) in app.screen.active_bindings.values() if enabled and b.show}
+        assert not shown & {"n", "d", "g", "F", "m", "x"}
+        assert not app.query("#leases-reap")
+
+
+@run_async
+async def test_every_tab_is_whole_at_80_columns(fixture_app):
+    """Nine views: at 80 columns the numbered tabs scrolled the last ones off ("8 Secu"); narrow,
+    they drop their numbers (the keys 1-9 stay), wide they keep them."""
+    from textual.widgets import Tab
+
+    app = fixture_app(steady=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        tabs = list(app.query(Tab))
+        assert len(tabs) == 9 and all(t.region.right <= 80 and t.region.width > 0 for t in tabs)
+        assert [str(t.label) for t in tabs][:2] == ["Leases", "Fabrics"]
+        await pilot.resize_terminal(120, 36)
+        await pilot.pause()
+        assert str(app.query(Tab).first().label) == "1 Leases"

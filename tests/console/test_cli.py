@@ -79,6 +79,14 @@ def test_key_default_prefers_env(tmp_path):
     assert default_key(paths, {}) == tmp_path / "c" / "speed.key"
 
 
+# $SPEED_DIR and $SPEED_KEY are honoured as by `speed`
+def test_speed_dir_and_key_from_the_environment(tmp_path):
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "c"), XDG_DATA_HOME=str(tmp_path / "d"),
+               SPEED_DIR=str(tmp_path / "from-env"), SPEED_KEY=str(tmp_path / "env.key"))
+    p = subprocess.run([sys.executable, "-m", "speedtui"], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and str(tmp_path / "from-env") in p.stderr and "/dev/shm/speed " not in p.stderr
+
+
 def test_pipeline_subcommands_are_wired():
     from speedtui.__main__ import build_parser
 

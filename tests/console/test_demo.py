@@ -48,7 +48,7 @@ async def test_demo_in_the_app(tmp_path):
     root = demo.root
     app = make_app(demo.root, rt.load_key(demo.key_path), paths=Paths(tmp_path / "c", tmp_path / "d"), demo=demo)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for(pilot, lambda: "ops" in app.actions.own_in_process(), what="driver adopted")
+        await wait_for(pilot, lambda: "ops" in app.actions.own.in_process(), what="driver adopted")
         await wait_for(pilot, lambda: len(app.registry.rows) >= 7, what="demo nodes listed")
         await wait_for(pilot, lambda: app.traces.total > 10, what="traffic traced")
     assert not root.exists()

@@ -231,7 +231,7 @@ async def test_a_replaying_sender_is_quarantined_and_lifted_at_the_consoles_node
     mallory.start()
     app = make_app(root, key, paths=paths)
     try:
-        app.actions.own["guard"] = OwnNode(spec=NodeSpec("guard"), node=guard, started=time.time())
+        app.actions.own.add(OwnNode(spec=NodeSpec("guard"), node=guard, started=time.time()))
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("8")
             view = app.view_widget("security")

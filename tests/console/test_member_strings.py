@@ -242,10 +242,10 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
     await in_dialog(pilot, step, "n", LaunchScreen, "the launch dialog",
                     fill=lambda screen: setattr(screen.query_one("#ln-groups"), "value", "[a"))
     # ---------------------------------------------------------------- the console's own node and a hostile service
-    app.ops.start_console_node("")
-    await wait_for(pilot, lambda: own in app.actions.own_in_process(), timeout=90, what="the console's node")
+    app.controller.nodes.start_console_node("")
+    await wait_for(pilot, lambda: own in app.actions.own.in_process(), timeout=90, what="the console's node")
     await wait_for(pilot, lambda: own in app.registry.by_name(), what="the console's node in the registry")
-    await in_dialog(pilot, step, lambda: app.open_grant(own, unreadable), GrantScreen, "the grant dialog")
+    await in_dialog(pilot, step, lambda: app.controller.grants.open(own, unreadable), GrantScreen, "the grant dialog")
     await in_dialog(pilot, step, "m", SendScreen, "the send dialog",
                     fill=lambda screen: setattr(screen.query_one("#snd-to"), "value", "herror"))
     await in_dialog(pilot, step, "d", PickScreen, "the stop dialog")
@@ -253,7 +253,7 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
     history = app.calls
     for service in ("fail", "fail2", "answer"):
         n = len(history.entries())
-        app.open_call(own, "hsvc", service, {})
+        app.controller.calls.open(own, "hsvc", service, {})
         await screen_is(pilot, CallScreen, "the call dialog")
         await pilot.click("#call-go")
         await wait_for(pilot, lambda: len(history.entries()) > n, timeout=60, what=f"the call of {service}")
@@ -261,7 +261,7 @@ async def visit_everything(pilot, app, root: Path, step) -> None:
                        what="the answer in the dialog")
         await step(f"the answer of hsvc.{service} in the call dialog")
         await close(pilot)
-        app.run_call(own, "hsvc", service, {}, 5.0)  # its outcome as a notification
+        app.controller.calls.call(own, "hsvc", service, {}, 5.0)  # its outcome as a notification
         await wait_for(pilot, lambda: len(history.entries()) > n + 1, timeout=60, what=f"the re-call of {service}")
         await pilot.pause()
         await step(f"the answer of hsvc.{service} as a notification")

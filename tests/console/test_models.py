@@ -308,3 +308,37 @@ def test_registry_reader_survives_hostile_entries(tmp_path):
     model = RegistryModel()
     model.update(rows.values(), now=1001.0)
     assert {r.name for r in model.rows} == {"big", "other", "list"}
+
+
+def test_control_records_are_kept_and_shown_as_data():
+    """A target's control record (`kind: control`, the `control` extension) becomes a row of its
+    own: who asked (requester, operator fingerprint), what, the outcome; it never counts as a
+    rejected envelope (replay state), and what a member wrote in it is shown as data."""
+    applied = parse_record({"kind": "control", "ts": FIXED_NOW, "node": "billing", "peer": "speed-cli-1a2b",
+                            "operator": "16ccdefa00112233", "requestId": "r1", "command": "allow",
+                            "arguments": {"peer": "gateway"}, "outcome": "applied"})
+    refused = parse_record({"kind": "control", "ts": FIXED_NOW + 1, "node": "billing", "peer": "x\x1b]2;PWNED\x07",
+                            "operator": None, "outcome": "rejected", "reason": "control_untrusted",
+                            "detail": "key \x9b31m"})
+    assert (applied.kind, applied.type, applied.sender, applied.receiver, applied.event, applied.detail,
+            applied.subject, applied.outcome) == ("control", "CONTROL", "speed-cli-1a2b", "billing", "allow",
+                                                  "gateway", "16ccdefa00112233", "applied")
+    assert refused.peer == "x\\x1b]2;PWNED\\x07" and refused.detail == "key \\x9b31m" and refused.result == \
+        "rejected:control_untrusted"
+    store = TraceStore()
+    store.add([applied, refused])
+    assert list(store.controls) == [applied, refused] and list(store.view) == [applied, refused]
+    assert store.control_version == 2 and store.replay_state("billing")["rejections"] == []
+
+
+# error texts: the code once, no class names, the console's words
+def test_call_errors_in_the_consoles_words():
+    from speed_runtime import AccessDeniedError, NodeUnavailableError
+
+    from speedtui.models.errors import describe_failure
+
+    text = describe_failure(AccessDeniedError("node billing does not allow ops; grant it on billing (allow ops)"),
+                            frozenset({"billing"}))
+    assert text.count("ACCESS_DENIED") == 1 and "press g" in text and "allow(" not in text
+    text = describe_failure(NodeUnavailableError("billing"))
+    assert "Error" not in text and "billing" in text

@@ -22,7 +22,7 @@ async def test_call_and_message_dialogs_without_a_node_of_its_own(procs, root, k
     app = make_app(Path(root), rt.load_key(key_path), paths=Paths(tmp_path / "config", tmp_path / "data"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: {"gateway", "billing"} <= set(app.registry.by_name()), what="the nodes")
-        assert app.actions.own_alive() == []
+        assert app.actions.own.alive() == []
         for key, dialog_id in (("F", "#call-dialog"), ("m", "#send-dialog")):
             await pilot.press(key)
             await wait_for(pilot, lambda: app.screen.query(dialog_id), what=f"the dialog of {key}")
@@ -68,12 +68,12 @@ async def test_start_console_node_then_call_a_speed_node_process(procs, root, ke
         assert "ACCESS_DENIED" in result and "press g" in result and "allow billing" in result
         # as the error says: g on the console's node, allow billing; then the call goes through
         await pilot.press("escape")
-        app.open_grant(me, "billing")
+        app.controller.grants.open(me, "billing")
         await wait_for(pilot, lambda: app.screen.query("#gr-go"), what="the grant dialog")
         await pilot.click("#gr-go")
         await wait_for(pilot, lambda: "billing" in json.loads((Path(root) / "speed_registry" / f"{me}.node")
                                                               .read_text()).get("allow", []), what="the grant")
-        app.open_call(me, "billing", "calculateTax", {"amount": 100})
+        app.controller.calls.open(me, "billing", "calculateTax", {"amount": 100})
         await wait_for(pilot, lambda: app.screen.query("#call-go"), what="the call dialog")
         await pilot.click("#call-go")
         await wait_for(pilot, lambda: "SUCCESS" in str(app.screen.query_one("#call-result").render()),

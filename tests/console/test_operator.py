@@ -80,7 +80,7 @@ async def test_copy_entry_and_call_line(tmp_path):
 async def test_matrix_cells_explain_and_grant(tmp_path):
     root, paths, app = fixture_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        app.actions.own_alive = app.state.own_nodes = lambda: ["billing"]  # as if it had started billing
+        app.actions.own.alive = app.state.own_nodes = lambda: ["billing"]  # as if it had started billing
         await pilot.press("3")
         matrix = app.view_widget("access").query_one("#access-matrix")
         assert matrix.has_focus and matrix.pair() == ("audit", "batch")

@@ -82,7 +82,7 @@ async def test_grant_revoke_and_stop_nodes_the_console_did_not_start(procs, root
         await wait_for(pilot, lambda: allow_of(root, "billing") == [], what="the revoke on disk")
 
         # a node that does not trust the operator: one sentence, never a crash
-        app.open_grant("plain", "gateway")
+        app.controller.grants.open("plain", "gateway")
         await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-note"),
                        what="the grant dialog")
         note = str(app.screen.query_one("#gr-note").render())
@@ -172,6 +172,46 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
 
 
 @run_async
+async def test_what_a_node_applied_is_shown_in_traces_and_audit(procs, root, key_path, tmp_path):
+    """A target journals each control request it applies (`"kind": "control"`): the console shows
+    it in Traces and in Audit, with who asked (the requester node and the operator key's
+    fingerprint), what was applied and at which node."""
+    op_path = tmp_path / "operator.key"
+    op = generate_operator_key(op_path)
+    procs.start("billing", trace=True, extra=["--operator", op.public_text])
+    procs.start("gateway", trace=True)
+    paths, app = operator_app(root, key_path, tmp_path, op_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: {"billing", "gateway"} <= set(app.registry.by_name()), what="the nodes")
+        app.controller.grants.open("billing", "gateway")
+        await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
+                       what="the grant dialog")
+        await pilot.click("#gr-go")
+        await wait_for(pilot, lambda: allow_of(root, "billing") == ["gateway"], what="the grant on disk")
+
+        await pilot.press("4")
+        traces = app.view_widget("traces").query_one("#traces-table")
+
+        def control_rows():
+            rows = [[str(c) for c in traces.rows[i].cells] for i in range(len(traces.rows))]
+            return [r for r in rows if r[3] == "CONTROL"]
+
+        await wait_for(pilot, control_rows, what="the control request in Traces")
+        when, journal, flow, kind, seq, size, outcome, who = control_rows()[0]
+        requester = flow.split(" → ")[0]
+        assert requester.startswith("speed-cli-") and flow == f"{requester} → billing"
+        assert journal == "billing in" and outcome == "applied allow gateway" and who == f"op {op.fingerprint[:8]}"
+
+        await pilot.press("7")
+        table = app.view_widget("audit").query_one("#control-table")
+        await wait_for(pilot, lambda: len(table.rows) == 1 and table.region.height > 0, what="the Audit row")
+        _, node, asked_by, request = [str(c) for c in table.rows[0].cells]
+        assert (node, asked_by, request) == ("billing", f"{requester} (operator {op.fingerprint[:8]})",
+                                             "allow gateway: applied")
+    assert control_records(root, "billing") == [("allow", {"peer": "gateway"}, "applied")]
+
+
+@run_async
 async def test_without_an_operator_key_every_dialog_says_what_is_missing(procs, root, key_path, tmp_path):
     procs.start("billing", services=["echo"], trace=True)
     paths, app = operator_app(root, key_path, tmp_path, tmp_path / "missing.key")
@@ -187,7 +227,7 @@ async def test_without_an_operator_key_every_dialog_says_what_is_missing(procs, 
             text = str(app.screen.query_one(".no-own-node").render())
             assert "no node of its own" in text and "without an operator key" in text
             await pilot.press("escape")
-        app.open_grant("billing", "gateway")  # nothing the console may change: one sentence
+        app.controller.grants.open("billing", "gateway")  # nothing the console may change: one sentence
         await wait_for(pilot, lambda: any("no operator key is loaded" in n.message for n in app._notifications),
                        what="the sentence")
         told = next(n.message for n in app._notifications if "no operator key is loaded" in n.message)

@@ -59,7 +59,7 @@ def test_fabrics(size, snap_compare, fixture_app):
 @sized
 def test_fabric_filter_applies_to_leases(size, snap_compare, fixture_app):
     async def before(pilot):
-        pilot.app.set_fabric("finance")
+        pilot.app.nav.set_fabric("finance")
         pilot.app.action_show("leases")
         await pilot.pause()
 
@@ -139,7 +139,7 @@ def _push(screen_factory):
 
 @sized
 def test_launch_dialog(size, snap_compare, fixture_app):
-    before = _push(lambda app: LaunchScreen("/fixture/speed", "/fixture/speed.key", app.graph().names,
+    before = _push(lambda app: LaunchScreen("/fixture/speed", "/fixture/speed.key", app.state.graph().names,
                                             ["analytics", "edge", "finance"]))
     assert snap_compare(app_for(fixture_app), run_before=before, press=[*"ops", "tab", *"finance"],
                         terminal_size=size)
@@ -147,20 +147,20 @@ def test_launch_dialog(size, snap_compare, fixture_app):
 
 @sized
 def test_grant_dialog(size, snap_compare, fixture_app):
-    before = _push(lambda app: GrantScreen(["gateway"], app.graph(), "gateway", "reports"))
+    before = _push(lambda app: GrantScreen(["gateway"], app.state.graph(), "gateway", "reports"))
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
 @sized
 def test_call_dialog(size, snap_compare, fixture_app):
-    before = _push(lambda app: CallScreen(["gateway"], app.graph(), "/fixture/speed", "/fixture/speed.key",
+    before = _push(lambda app: CallScreen(["gateway"], app.state.graph(), "/fixture/speed", "/fixture/speed.key",
                                           "gateway", "billing", "calculateTax", {"amount": 250}))
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
 @sized
 def test_call_dialog_validation(size, snap_compare, fixture_app):
-    before = _push(lambda app: CallScreen(["gateway"], app.graph(), "/fixture/speed", "/fixture/speed.key",
+    before = _push(lambda app: CallScreen(["gateway"], app.state.graph(), "/fixture/speed", "/fixture/speed.key",
                                           "gateway", "billing", "nope", None))
     assert snap_compare(app_for(fixture_app), run_before=before, press=["tab", "tab", "tab", "backspace"],
                         terminal_size=size)
@@ -168,7 +168,7 @@ def test_call_dialog_validation(size, snap_compare, fixture_app):
 
 @sized
 def test_send_dialog(size, snap_compare, fixture_app):
-    before = _push(lambda app: SendScreen(["gateway"], app.graph().names, True))
+    before = _push(lambda app: SendScreen(["gateway"], app.state.graph().names, True))
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
@@ -191,19 +191,19 @@ def test_high_contrast_theme(size, snap_compare, fixture_app):
 
 @sized
 def test_call_dialog_without_a_node_of_its_own(size, snap_compare, fixture_app):
-    before = _push(lambda app: CallScreen([], app.graph(), "/fixture/speed", "/fixture/speed.key"))
+    before = _push(lambda app: CallScreen([], app.state.graph(), "/fixture/speed", "/fixture/speed.key"))
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
 @sized
 def test_send_dialog_without_a_node_of_its_own(size, snap_compare, fixture_app):
-    before = _push(lambda app: SendScreen([], app.graph().names))
+    before = _push(lambda app: SendScreen([], app.state.graph().names))
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
 @sized
 def test_jump_dialog(size, snap_compare, fixture_app):
-    before = _push(lambda app: JumpScreen(app.jump_targets()))
+    before = _push(lambda app: JumpScreen(app.nav.jump_targets()))
     assert snap_compare(app_for(fixture_app), run_before=before, press=[*"bil"], terminal_size=size)
 
 

@@ -54,15 +54,15 @@ PRINTED_BY = {
     ("speed_runtime/ext/durable_store.py", "--durable-on-tmpfs"): ["speed node", "speed send"],
     ("speed_runtime/ext/control.py", "--operator"): ["speed node"],
     ("speedtui/__main__.py", "--demo"): ["speedtui"],
-    ("speedtui/ui/operations.py", "--readonly"): ["speedtui"],
-    ("speedtui/ui/operations.py", "--allow"): ["speed node"],
+    ("speedtui/ui/controller/runner.py", "--readonly"): ["speedtui"],
+    ("speedtui/ui/controller/grants.py", "--allow"): ["speed node"],
     ("speedtui/ui/views/access.py", "--readonly"): ["speedtui"],
     ("speedtui/ui/views/leases.py", "--trace"): ["speed node"],
     ("speedtui/ui/views/traces.py", "--trace"): ["speed node"],
     ("speedtui/ui/views/security.py", "--trace"): ["speed node"],
     ("speedtui/ui/views/security.py", "--operator"): ["speed node"],
     ("speedtui/ui/screens/forms.py", "--allow"): ["speed node"],
-    ("speedtui/services/extensions.py", "--feature"): ["speed node"],
+    ("speedtui/services/actions.py", "--feature"): ["speed node"],  # why a quarantine cannot be lifted
     ("speedtui/services/actions.py", "--readonly"): ["speedtui"],
     ("speedtui/services/runtime.py", "--force"): [],  # the words replaced, never printed
     ("speedtui/models/errors.py", "--allow"): ["speed node"],
@@ -159,7 +159,7 @@ def test_the_walk_sees_the_messages_it_must():
     found = {(where.split(":")[0], option, tuple(commands or ())) for where, option, commands in _mentions()}
     assert ("speed_runtime/ext/durable_store.py", "--durable-on-tmpfs", ("speed node", "speed send")) in found
     assert ("speed_runtime/core/errors.py", "--operator", ("speed node",)) in found
-    assert ("speedtui/ui/operations.py", "--operator-key", ("speedtui",)) in found
+    assert ("speedtui/ui/controller/nodes.py", "--operator-key", ("speedtui",)) in found
 
 
 @pytest.mark.parametrize("option", sorted(FEATURE_OPTIONS))

@@ -7,7 +7,6 @@ import json
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
@@ -18,6 +17,7 @@ from ..messages import ExportRows, GrantRequested
 from ..state import ConsoleState
 from ..widgets.matrix import AccessMatrix
 from .access_picture import access_picture
+from .. import keymap
 
 
 def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
@@ -29,12 +29,7 @@ def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
 
 
 class AccessView(Vertical):
-    BINDINGS = [
-        Binding("g", "grant", "Grant/revoke", id="access.grant"),
-        Binding("e", "edit_explainer", "Explain a call", id="access.explain"),
-        Binding("E", "export", "Export matrix", id="access.export", show=False),
-        Binding("escape", "leave_inputs", "Leave inputs", show=False),
-    ]
+    BINDINGS = keymap.bindings("access")
 
     def __init__(self, state: ConsoleState, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -59,9 +54,7 @@ class AccessView(Vertical):
                 yield Static(id="access-arrows-body")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "grant" and self.state.readonly:
-            return None
-        return True
+        return keymap.offered("access", action, self.state.readonly)
 
     def on_resize(self) -> None:
         # The picture is laid out for the pane's width, which is only known once the view is shown.

@@ -17,13 +17,13 @@ from rich.table import Table
 from rich.text import Text
 from speed_runtime.core.visible import visible, visible_data
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, ProgressBar, Static
 
 from ..messages import PipelineFinished, PipelineProgress
 from ..widgets.timechart import TimeChart
+from .. import keymap
 
 
 def _pct(v: Any) -> str:
@@ -199,7 +199,7 @@ class AnalysisPlanned(Message):
 
 
 class AnalyticsView(Vertical):
-    BINDINGS = [Binding("a", "run", "Run analysis", id="analytics.run")]
+    BINDINGS = keymap.bindings("analytics")
     #: the analytics child exits after this many idle seconds (SPEED_ANALYTICS_IDLE overrides)
     IDLE_SECONDS = 300.0
 

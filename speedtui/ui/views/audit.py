@@ -1,4 +1,5 @@
-"""Audit view: the operator's own actions on this environment (kept across runs) and the SPC
+"""Audit view: the operator's own actions on this environment (kept across runs), the control
+requests its nodes applied or refused (their journals: who asked, what, at which node) and the SPC
 calls fired in it."""
 
 from __future__ import annotations
@@ -7,19 +8,22 @@ import json
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Button, Static
 
 from ...models.commands import speed_call_command
 from ...models.history import CallRecord
+from ...models.traces import TraceRecord
 from ..messages import CallRequested, CopyText, RunCall
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_datetime
+from .. import keymap
 
 AUDIT_COLS = [Column("ts", "WHEN", 19), Column("action", "ACTION", 10), Column("ok", "OK", 3),
               Column("detail", "WHAT", 34), Column("command", "EQUIVALENT COMMAND", 80, flex=True)]
+CONTROL_COLS = [Column("ts", "WHEN", 19), Column("node", "AT NODE", 16), Column("who", "ASKED BY", 30),
+                Column("what", "REQUEST", 40, flex=True)]
 CALL_COLS = [Column("ts", "WHEN", 19), Column("call", "CALL", 34), Column("args", "ARGUMENTS", 24),
              Column("status", "RESULT", 30, flex=True), Column("lat", "LATENCY", 9)]
 
@@ -30,21 +34,30 @@ def call_result_text(c: CallRecord) -> Text:
     return Text(f"{c.error_code or 'failed'}: {c.error_message}", style="red")
 
 
+def control_text(r: TraceRecord) -> Text:
+    what = " ".join(x for x in (r.event, r.detail if r.outcome == "applied" else "") if x) or "(unreadable)"
+    if r.outcome == "applied":
+        return Text(f"{what}: applied", style="green")
+    return Text(f"{what}: {r.result}" + (f" ({r.detail})" if r.detail else ""), style="red")
+
+
 class AuditView(Vertical):
-    BINDINGS = [Binding("r", "rerun", "Re-run call", id="audit.rerun"),
-                Binding("e", "edit", "Edit call", id="audit.edit"),
-                Binding("y", "copy", "Copy command", id="audit.copy")]
+    BINDINGS = keymap.bindings("audit")
 
     def __init__(self, state: ConsoleState, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state = state
-        self._n = (-1, -1)
+        self._n = (-1, -1, -1)
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble("actions on ", (self.state.root_label, "bold"),
                                    " (this environment's audit log, kept across runs)"),
                      classes="section", id="audit-title")
         yield FastTable(AUDIT_COLS, id="audit-table")
+        with Vertical(id="control-box"):  # shown once a node journals a control request
+            yield Static("control requests at the nodes (their journals): who asked, what was applied",
+                         classes="section")
+            yield FastTable(CONTROL_COLS, id="control-table")
         with Vertical(id="calls-box"):
             yield Static("SPC calls in this environment: [b]r[/b] re-run ▶, [b]e[/b] edit and run, "
                          "[b]y[/b] copy as `speed call`", classes="section")
@@ -53,20 +66,21 @@ class AuditView(Vertical):
                 yield Button("Re-run selected call", id="calls-rerun", compact=True)
 
     def on_mount(self) -> None:
+        self.query_one("#control-box").display = False
         self.query_one("#audit-table", FastTable).empty_text = "no actions recorded in this environment yet"
         self.query_one("#calls-table", FastTable).empty_text = "no calls in this environment yet (F fires one)"
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("rerun", "edit") and self.state.readonly:
-            return None
-        return True
+        return keymap.offered("audit", action, self.state.readonly)
 
     def refresh_view(self, force: bool = False) -> None:
         audit = self.state.audit_entries()
         calls = self.state.call_entries()
-        if (len(audit), len(calls)) == self._n and not force:
+        controls = self.state.traces.control_version
+        if (len(audit), len(calls), controls) == self._n and not force:
             return
-        self._n = (len(audit), len(calls))
+        self._n = (len(audit), len(calls), controls)
+        self._show_controls()
         self.query_one("#audit-table", FastTable).set_rows([
             Row(i, (fmt_datetime(e.ts), e.action, Text("✓", style="green") if e.ok else Text("✗", style="red"),
                     e.detail + (f" → {e.result}" if e.result else ""), e.command))
@@ -81,6 +95,16 @@ class AuditView(Vertical):
         table.set_rows(rows, keep_key=not newest)
         if newest:
             table.cursor = 0
+
+    def _show_controls(self) -> None:
+        records = self.state.traces.controls
+        if not records:
+            return
+        self.query_one("#control-box").display = True
+        self.query_one("#control-table", FastTable).set_rows([
+            Row(r.id, (fmt_datetime(r.ts), r.node,
+                       f"{r.peer} (operator {r.subject[:8]})" if r.subject else r.peer, control_text(r)))
+            for r in reversed(records)])
 
     def _selected_call(self) -> CallRecord | None:
         t = self.query_one("#calls-table", FastTable)

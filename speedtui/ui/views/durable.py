@@ -10,7 +10,6 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Static
 
@@ -19,6 +18,7 @@ from ..messages import ListOutboxes, OutboxesListed, ReceiptsVerified, VerifyRec
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
+from .. import keymap
 
 OUTBOX_COLS = [Column("node", "NODE", 12), Column("target", "TARGET", 12), Column("state", "STATE", 8),
                Column("stream", "STREAM", 8), Column("id", "ID", 6), Column("age", "WAITING", 8),
@@ -30,8 +30,7 @@ RELIST_SECONDS = 3.0  # while the view is shown, the outboxes are read again thi
 
 
 class DurableView(Vertical):
-    BINDINGS = [Binding("r", "relist", "Refresh outboxes", id="durable.refresh"),
-                Binding("v", "verify", "Verify receipts", id="durable.verify")]
+    BINDINGS = keymap.bindings("durable")
 
     def __init__(self, state: ConsoleState, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -13,6 +13,7 @@ from ...models.fabrics import build_fabrics
 from ..messages import ChooseFabric, ShowNode
 from ..state import ConsoleState
 from .common import STATUS_ICON, STATUS_STYLE
+from .. import keymap
 
 HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "down": "bold red", "empty": "dim"}
 FILTER_MARK = "[filter] "  # a word, not a glyph: the tree's own ▶/▼ mark expansion
@@ -29,9 +30,7 @@ class FabricTree(Tree):
 
 
 class FabricsView(Vertical):
-    BINDINGS = [
-        Binding("a", "all_fabrics", "All fabrics", id="fabrics.all"),
-    ]
+    BINDINGS = keymap.bindings("fabrics")
 
     def __init__(self, state: ConsoleState, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -11,7 +11,6 @@ from rich.console import Group
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 
@@ -22,6 +21,7 @@ from ..widgets.fast_table import Column, FastTable, Row
 from ..widgets.rendered_pane import RenderedPane
 from ...models.traces import RECOVERED
 from .common import HEALTH_ICON, fmt_datetime, fmt_ts, pretty_json, status_text
+from .. import keymap
 
 SORT_KEYS = [c[0] for c in COLUMNS]
 DURABLE_MARK = "◈"  # after the name of a node that speaks the durable extension (stores and forwards)
@@ -86,18 +86,7 @@ class LeaseRows(Sequence):
 
 
 class LeasesView(Vertical):
-    BINDINGS = [
-        Binding("slash", "focus_filter", "Filter", id="leases.filter"),
-        Binding("s", "cycle_sort", "Sort", id="leases.sort"),
-        Binding("S", "reverse_sort", "Reverse", id="leases.reverse", show=False),
-        Binding("e", "expiring", "Expiring soon", id="leases.expiring"),
-        Binding("x", "reap", "Reap stale", id="leases.reap"),
-        Binding("y", "copy_entry", "Copy entry", id="leases.copy"),
-        Binding("E", "export_history", "Export history", id="leases.export", show=False),
-        Binding("plus", "detail_size(1)", "Detail bigger", id="leases.detail_bigger", show=False),
-        Binding("minus", "detail_size(-1)", "Detail smaller", id="leases.detail_smaller", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-    ]
+    BINDINGS = keymap.bindings("leases")
 
     detail_delay = 0.05
     min_repaint = 0.4  # registry churn (500 nodes renewing) repaints at most ~2.5 times a second
@@ -130,9 +119,7 @@ class LeasesView(Vertical):
         t.sort_column = self.state.registry.sort_column
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "reap" and self.state.readonly:
-            return None  # not offered at all (footer, help) in a read-only console
-        return True
+        return keymap.offered("leases", action, self.state.readonly)
 
     def refresh_view(self, force: bool = False) -> None:
         now = time.monotonic()

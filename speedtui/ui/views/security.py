@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Static
 
@@ -19,6 +18,7 @@ from ..messages import LiftQuarantine
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
+from .. import keymap
 
 COLUMNS = [Column("receiver", "RECEIVER", 12), Column("sender", "SENDER", 12), Column("score", "SCORE", 6),
            Column("state", "STATE", 12), Column("spark", f"REJECTIONS ({REJECTION_BUCKETS * REJECTION_BUCKET // 60} MIN)",
@@ -44,7 +44,7 @@ def threat_row(t: ThreatRow) -> Row:
 
 
 class SecurityView(Vertical):
-    BINDINGS = [Binding("l", "lift", "Lift quarantine", id="security.lift")]
+    BINDINGS = keymap.bindings("security")
 
     def __init__(self, state: ConsoleState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -64,9 +64,7 @@ class SecurityView(Vertical):
                                                 "extension publish scores; journals show rejections)")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "lift" and self.state.readonly:
-            return None
-        return True
+        return keymap.offered("security", action, self.state.readonly)
 
     def refresh_view(self, force: bool = False) -> None:
         store, now = self.state.traces, self.state.now()

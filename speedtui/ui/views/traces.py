@@ -23,6 +23,7 @@ from ..messages import CallFromTrace, ExportRows, OpenCallLink, OpenEnvelope, Re
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from .common import fmt_ts
+from .. import keymap
 
 COLUMNS = [Column("ts", "TIME", 12), Column("node", "JOURNAL", 12), Column("flow", "FROM → TO", 20),
            Column("type", "TYPE", 12), Column("seq", "SEQ", 5), Column("size", "SIZE", 5),
@@ -67,10 +68,27 @@ def message_row(r: TraceRecord, when: str, expanded: bool) -> Row:
                                         fmt_size(r.size), res, Text(f"msg {r.message_id[:8]}", style="magenta")))
 
 
+def control_row(r: TraceRecord, when: str) -> Row:
+    """A control request at the node it was sent to (the `control` extension): who asked (the
+    requester node, and the operator key's fingerprint), what, and whether the node applied it."""
+    if r.outcome == "applied":
+        res = Text(" ".join(x for x in ("applied", r.event, r.detail) if x), style="bold green")
+    else:
+        res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
+        if r.event:
+            res.append(f" {r.event}")
+    who = Text(r.node)
+    who.append(" in", style="dim")
+    return Row(key=(r.ts, r.id), cells=(when, who, Text(f"{r.sender} → {r.receiver}"), r.type, "", "", res,
+                                        Text(f"op {r.subject[:8]}" if r.subject else "", style="magenta")))
+
+
 def trace_row(r: TraceRecord, now: float | None = None, expanded: bool = False) -> Row:
     when = fmt_ts(r.ts) if now is None else fmt_ago(max(0.0, now - r.ts))
     if r.kind == "message":
         return message_row(r, when, expanded)
+    if r.kind == "control":
+        return control_row(r, when)
     res = Text(r.result, style=OUTCOME_STYLE.get(r.outcome, ""))
     if r.status == "ERROR" or r.error_code:
         res.append(f" {r.error_code or 'ERROR'}", style="red")
@@ -177,20 +195,7 @@ class FilterInput(Input):
 
 
 class TracesView(Vertical):
-    BINDINGS = [
-        Binding("slash", "focus_filter", "Filter", id="traces.filter"),
-        Binding("p", "pause", "Pause/resume", id="traces.pause"),
-        Binding("f", "follow", "Follow", id="traces.follow"),
-        Binding("o", "order", "Order", id="traces.order"),
-        Binding("T", "relative_time", "Relative time", id="traces.time", show=False),
-        Binding("enter", "open", "Envelope / expand message", id="traces.open", show=False),
-        Binding("c", "follow_call", "Follow call", id="traces.call"),
-        Binding("R", "replay", "Replay", id="traces.replay"),
-        Binding("C", "as_call", "As call", id="traces.ascall"),
-        Binding("y", "copy_call", "Copy as speed call", id="traces.copy", show=False),
-        Binding("E", "export", "Export", id="traces.export", show=False),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-    ]
+    BINDINGS = keymap.bindings("traces")
 
     def __init__(self, state: ConsoleState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -219,9 +224,7 @@ class TracesView(Vertical):
         yield Static(id="traces-status", classes="statusline")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "replay" and self.state.readonly:
-            return None
-        return True
+        return keymap.offered("traces", action, self.state.readonly)
 
     # ---- data
     def apply_filter(self) -> None:

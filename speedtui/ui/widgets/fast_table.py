@@ -91,11 +91,6 @@ class FastTable(ScrollView, can_focus=True):
         self._strips: dict[tuple, tuple[Row, Strip]] = {}  # rendered lines by (row id, cursor, width, x)
 
     # ------------------------------------------------------------------ data
-    def set_columns(self, columns: Sequence[Column]) -> None:
-        self.columns = list(columns)
-        self._widths = (-1, ())
-        self.refresh()
-
     def set_rows(self, rows: Sequence[Row], keep_key: bool = True) -> None:
         """``rows`` may be a lazy sequence with ``index_of(key)`` (rows built only when drawn)."""
         key = self.cursor_key if keep_key else None

@@ -6,23 +6,18 @@ rows, so the grid fits any width."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
+
+from .. import keymap
 
 SYM_STYLE = {"⇄": "bold green", "→": "yellow", "←": "yellow", "·": "dim red", " ": ""}
 LEGEND = "⇄ mutual  → row writes col\n← col writes row  · none"
 
 
 class AccessMatrix(Static, can_focus=True):
-    BINDINGS = [
-        Binding("up,k", "move(-1, 0)", "Up", show=False), Binding("down,j", "move(1, 0)", "Down", show=False),
-        Binding("left,h", "move(0, -1)", "Left", show=False), Binding("right,l", "move(0, 1)", "Right", show=False),
-        Binding("enter", "explain", "Explain pair", id="access.cell_explain"),
-        Binding("g", "grant", "Grant pair", id="access.cell_grant"),
-        Binding("d", "revoke", "Revoke pair", id="access.cell_revoke"),
-    ]
+    BINDINGS = keymap.bindings("access-matrix")
     row = reactive(0, init=False)
     col = reactive(1, init=False)
 

@@ -1,0 +1,175 @@
+"""The controller without a Textual app: a fake port records what it would show (notifications,
+dialogs with their callbacks, messages) and runs its thread workers inline. The actions are real:
+a real ActionService on a real ROOT, with live runtime Nodes in this process."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+import speed_runtime
+from speed_runtime.demo import DEMO_SERVICES
+from speedtui.models.commands import NodeSpec
+from speedtui.services.actions import ActionService
+from speedtui.services.bridge import Bridge
+from speedtui.services.clock import SystemClock
+from speedtui.services.history import AuditLog, CallHistory
+from speedtui.services.operator import OperatorChoice
+from speedtui.ui import messages as msg
+from speedtui.ui.controller import Controller
+from speedtui.ui.screens.confirm import ConfirmScreen
+from speedtui.ui.screens.forms import GrantScreen, PickScreen
+from speedtui.ui.state import ConsoleState
+
+
+class FakeView:
+    def __init__(self) -> None:
+        self.refreshed = 0
+
+    def refresh_view(self, force: bool = False) -> None:
+        self.refreshed += 1
+
+
+class FakePort:
+    """What the controller may ask of the UI (``ui.port.UiPort``), recorded."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str]] = []  # (severity, text)
+        self.dialogs: list[tuple[Any, Callable[[Any], None] | None]] = []
+        self.messages: list[Any] = []
+        self.shown: list[str] = []
+        self.clipboard: list[str] = []
+        self.views: dict[str, FakeView] = {}
+        self.screen: Any = None
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information",
+               timeout: float | None = None) -> None:
+        self.notes.append((severity, message))
+
+    def push_screen(self, screen: Any, callback: Callable[[Any], None] | None = None) -> None:
+        self.dialogs.append((screen, callback))
+
+    def answer(self, kind: type, value: Any) -> None:
+        """The operator closes the last dialog (of type ``kind``) with ``value``."""
+        screen, callback = self.dialogs[-1]
+        assert isinstance(screen, kind), screen
+        assert callback is not None
+        callback(value)
+
+    def run_worker(self, work: Callable[[], None], *, thread: bool, group: str, name: str) -> None:
+        assert thread  # the UI thread never blocks on an action
+        work()
+
+    def post_message(self, message: Any) -> bool:
+        self.messages.append(message)
+        return True
+
+    def call_from_thread(self, callback: Callable[..., Any], *args: Any) -> Any:
+        return callback(*args)
+
+    def call_after_refresh(self, callback: Callable[..., Any], *args: Any) -> bool:
+        callback(*args)
+        return True
+
+    def copy_to_clipboard(self, text: str) -> None:
+        self.clipboard.append(text)
+
+    def active_view(self) -> str:
+        return "leases"
+
+    def view_widget(self, vid: str) -> FakeView:
+        return self.views.setdefault(vid, FakeView())
+
+    def action_show(self, vid: str) -> None:
+        self.shown.append(vid)
+
+
+@pytest.fixture
+def console(live_env):
+    root, key, paths = live_env
+    audit, calls = AuditLog(paths.audit_log(root)), CallHistory(paths.call_history(root))
+    actions = ActionService(root, key, Bridge(), audit, calls, SystemClock(),
+                            own_operator_key=paths.env_dir(root) / "operator.key")
+    port, looked = FakePort(), []
+
+    def build(readonly: bool = False) -> Controller:
+        state = ConsoleState.build(root, str(root), key, actions, audit, calls, SystemClock().time, 1000,
+                                   readonly=readonly)
+        return Controller(port, state, actions, root=root, key=key, readonly=readonly, operator=OperatorChoice(),
+                          audit=audit, exports_folder=paths.env_dir(root) / "exports", now=SystemClock().time,
+                          confirm_send=False, look_again=lambda: looked.append(True))
+
+    try:
+        yield build, port, actions, looked
+    finally:
+        actions.stop_all()
+
+
+def done(port: FakePort) -> msg.ActionDone:
+    m = port.messages[-1]
+    assert isinstance(m, msg.ActionDone), m
+    return m
+
+
+def test_a_grant_chosen_in_its_dialog_changes_the_node_and_is_told(console):
+    build, port, actions, looked = console
+    controller = build()
+    actions.launch(NodeSpec("ops"))
+    controller.grants.open("ops", "billing")
+    screen, _ = port.dialogs[-1]
+    assert isinstance(screen, GrantScreen)
+    port.answer(GrantScreen, ("ops", "billing", True))
+    m = done(port)
+    assert (m.action, m.ok, m.text) == ("grant", True, "ops now allows billing")
+    assert actions.own.node("ops").allowed == ["billing"]
+    controller.runner.done(m)  # the app routes the message back: told, and the environment looked at again
+    assert port.notes[-1] == ("information", "ops now allows billing")
+    assert looked and port.view_widget("audit").refreshed == 1
+    assert [e.action for e in actions.audit.entries()][-1] == "grant"
+
+
+def test_stop_asks_which_node_then_confirms_then_stops_it(console):
+    build, port, actions, _ = console
+    controller = build()
+    actions.launch(NodeSpec("ops"))
+    controller.nodes.stop()
+    picker, _ = port.dialogs[-1]
+    assert isinstance(picker, PickScreen)
+    port.answer(PickScreen, "ops")
+    port.answer(ConfirmScreen, False)  # declined: nothing happens
+    assert actions.own.alive() == ["ops"] and not port.messages
+    port.answer(ConfirmScreen, True)
+    assert (done(port).action, done(port).ok, done(port).text) == ("stop", True, "ops stopped")
+    assert actions.own.alive() == []
+    controller.nodes.stop()  # nothing left to stop: one sentence, no dialog
+    assert port.notes[-1][0] == "warning" and "no node to stop" in port.notes[-1][1]
+
+
+def test_a_call_comes_back_as_its_record_and_is_told(console, live_env):
+    root, key, _ = live_env
+    build, port, actions, _ = console
+    controller = build()
+    actions.launch(NodeSpec("ops"))
+    with speed_runtime.Node(str(root), key.runtime_key, "billing", allow=["ops"]) as billing:
+        billing.register("calculateTax", DEMO_SERVICES["calculateTax"])
+        controller.calls.call("ops", "billing", "calculateTax", {"amount": 100}, 10.0, grant_first=True)
+    finished = port.messages[-1]
+    assert isinstance(finished, msg.CallFinished), finished
+    rec = finished.record
+    assert (rec.caller, rec.target, rec.service, rec.status) == ("ops", "billing", "calculateTax", "SUCCESS")
+    controller.calls.finished(rec)
+    severity, text = port.notes[-1]
+    assert severity == "information" and text.startswith("ops → billing.calculateTax: ")
+    assert port.view_widget("audit").refreshed == 1
+    assert actions.calls.entries()[-1].status == "SUCCESS"
+
+
+def test_a_read_only_console_refuses_every_action_in_one_sentence(console):
+    build, port, actions, _ = console
+    controller = build(readonly=True)
+    controller.grants.open()
+    controller.nodes.stop()
+    controller.calls.open()
+    assert not port.dialogs and not port.messages
+    assert port.notes == [("warning", "read-only console: actions are disabled (--readonly)")] * 3

@@ -1,0 +1,88 @@
+"""The dialogs as the operator meets them: where the cursor starts, what Enter submits, that their
+buttons are on screen at 80x24, toggles that read without colour, the envelope inspector, and
+the grant the access explainer offers."""
+
+from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
+
+from .conftest import SIZE, fixture_app_at, run_async, wait_for
+
+
+# n puts the cursor in the name field; Enter in the grant dialog's peer field submits
+@run_async
+async def test_dialogs_focus_and_submit(tmp_path):
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="launch dialog")
+        await pilot.press(*"abc")
+        assert app.screen.query_one("#ln-name").value == "abc"
+        await pilot.press("escape")
+        chosen = []
+        app.push_screen(GrantScreen(["gateway"], app.state.graph(), "gateway", ""), chosen.append)
+        await pilot.pause()
+        app.screen.query_one("#gr-peer").focus()
+        await pilot.press(*"ledger", "enter")
+        await wait_for(pilot, lambda: chosen, what="the grant submitted on Enter")
+        assert chosen == [("gateway", "ledger", True)]
+
+
+# at 80x24 the call dialog's buttons are on screen
+@run_async
+async def test_call_dialog_buttons_on_screen_at_80x24(tmp_path):
+    from speedtui.ui.screens.calls import CallScreen
+
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(CallScreen(["gateway"], app.state.graph(), "/r", "/k", "gateway", "billing", "calculateTax"))
+        await pilot.pause()
+        for bid in ("#call-go", "#call-copy", "#call-close"):
+            button = app.screen.query_one(bid)
+            x, y = button.region.x + 1, button.region.y + 1
+            assert 0 <= y < 24 and app.screen.get_widget_at(x, y)[0] is button
+
+
+# on/off controls read without colour: the mark is drawn only when on
+@run_async
+async def test_toggles_read_without_colour(tmp_path):
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="launch dialog")
+        await pilot.pause()
+        on = app.screen.query_one("#ln-svc-echo")
+        off = app.screen.query_one("#ln-svc-fail")
+        assert "X" in str(on.render()) and "X" not in str(off.render())
+
+
+@run_async
+async def test_the_envelope_inspector_opens_with_its_sealed_bytes(tmp_path):
+    """Enter on a traced envelope opened nothing: the inspector named an undefined variable for
+    the sealed bytes (NameError), and the snapshot of the dialog showed the traces behind it."""
+    from speedtui.ui.screens.envelope import EnvelopeScreen
+
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4", "down", "down", "down", "enter")  # gateway's MESSAGE seq 9, sealed bytes kept
+        await wait_for(pilot, lambda: isinstance(app.screen, EnvelopeScreen), what="the inspector")
+        await pilot.pause()
+        import html
+
+        shot = html.unescape(app.export_screenshot()).replace("\xa0", " ")
+        assert "sealed bytes (154)" in shot and "authentic" in shot
+
+
+# the explainer's g never offers a node a grant of itself
+@run_async
+async def test_explainer_grant_is_never_a_self_grant(tmp_path):
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        app.actions.own.alive = app.state.own_nodes = lambda: ["gateway"]  # as if the console had started gateway
+        await pilot.press("3")
+        app.view_widget("access").set_pair("gateway", "batch", "echo")
+        await pilot.pause()
+        app.view_widget("access").action_grant()
+        await wait_for(pilot, lambda: isinstance(app.screen, GrantScreen) and app.screen.query("#gr-go"),
+                       what="grant dialog")
+        await pilot.pause()
+        node, peer, _ = app.screen.values()
+        assert node != peer and (node, peer) == ("gateway", "batch")
