@@ -39,7 +39,7 @@ class AccessMatrix(Static, can_focus=True):
             self.set_reactive(AccessMatrix.row, names.index(keep[0]))
             self.set_reactive(AccessMatrix.col, names.index(keep[1]))
         self._clamp()
-        self._paint()
+        self._paint(layout=True)    # the grid's size follows the number of names
 
     def pair(self) -> tuple[str, str] | None:
         if 0 <= self.row < len(self.names) and 0 <= self.col < len(self.names):
@@ -63,8 +63,13 @@ class AccessMatrix(Static, can_focus=True):
     def on_blur(self) -> None:
         self._paint()
 
-    def _paint(self) -> None:
-        self.update(self.render_grid())
+    def _paint(self, layout: bool = False) -> None:
+        self.refresh(layout=layout)
+
+    def render(self) -> Text:
+        # drawn when painted, not cached by update(): a cached grid lagged behind a focus change
+        # that came just before a paint (the cursor's highlight differed between two snapshots)
+        return self.render_grid()
 
     def render_grid(self) -> Text:
         if not self.names:
