@@ -1,0 +1,88 @@
+"""Instructions between marks, counted by valgrind's callgrind: the same count whatever else the
+machine is doing, where wall-clock figures on a shared machine are not.
+
+A benchmark run under `run()` calls `mark(name)` at each point of interest; each mark makes
+callgrind dump the instructions its process executed (all threads) since the process's previous
+mark. `dumps()` reads them back, per process, in order. Outside callgrind `marker()` is None and
+nothing is counted.
+
+The marks go through a tiny C helper (valgrind's client requests are inline machine code, which
+Python cannot issue by itself), compiled here with the system's `cc` against
+`<valgrind/callgrind.h>`.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = "SPEED_BENCH_CALLGRIND_MARKS"  # path of the compiled helper, set for the processes of a run
+_HELPER = r"""
+#include <valgrind/callgrind.h>
+void speed_mark(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+"""
+
+
+def available() -> str | None:
+    """None when callgrind runs can be made here, else one sentence saying what is missing."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not installed (apt-get install valgrind)"
+    if shutil.which("cc") is None:
+        return "no C compiler (cc) to build the mark helper"
+    if not os.path.exists("/usr/include/valgrind/callgrind.h"):
+        return "valgrind's headers are missing (<valgrind/callgrind.h>)"
+    return None
+
+
+def build_helper(directory: str) -> str:
+    source = os.path.join(directory, "marks.c")
+    library = os.path.join(directory, "marks.so")
+    with open(source, "w", encoding="ascii") as f:
+        f.write(_HELPER)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source], check=True)
+    return library
+
+
+def marker() -> Callable[[str], None] | None:
+    """`mark(name)` in a process of a callgrind run, else None."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    dump = ctypes.CDLL(path).speed_mark
+    dump.argtypes = [ctypes.c_char_p]
+    dump.restype = None
+    return lambda name: dump(name.encode())
+
+
+def run(argv: list[str], directory: str, env: dict[str, str] | None = None) -> None:
+    """Run `python argv...` and every Python process it starts under callgrind, marks enabled;
+    the counts land in `directory`."""
+    helper = build_helper(directory)
+    command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no", "--dump-line=no",
+               f"--callgrind-out-file={directory}/cg.%p", sys.executable, *argv]
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+                   env={**os.environ, **(env or {}), ENV: helper, "PYTHONHASHSEED": "0", "PYTHONPATH": path})
+
+
+_DESC = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.M)
+_TOTALS = re.compile(r"^totals: (\d+)$", re.M)
+
+
+def dumps(directory: str) -> dict[int, list[tuple[str, int]]]:
+    """{pid: [(mark, instructions since the previous mark of that process), ...]} in order."""
+    out: dict[int, list[tuple[int, str, int]]] = {}
+    for path in glob.glob(os.path.join(directory, "cg.*.*")):
+        pid, number = (int(part) for part in path.rsplit("cg.", 1)[1].split("."))
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        desc, totals = _DESC.search(text), _TOTALS.search(text)
+        if desc and totals:
+            out.setdefault(pid, []).append((number, desc.group(1), int(totals.group(1))))
+    return {pid: [(name, count) for _, name, count in sorted(marks)] for pid, marks in out.items()}
