@@ -7,6 +7,7 @@ import re
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
+from . import accel
 from .envelope import EnvelopeType
 from .errors import SPC_ERROR_CODES, EnvelopeError
 
@@ -77,6 +78,16 @@ def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return isinstance(value, kind)
+
+
+# The compiled form (core/accel.py) checks the fields in C around the same JSON scanner: the same
+# objects and errors. The pure function stays as the reference and handles what it hands back.
+pure_decode_payload = decode_payload
+if accel.compiled is not None:
+    for _name, _value in (("scan", _SCAN), ("SPC_ERROR_CODES", SPC_ERROR_CODES), ("EnvelopeError", EnvelopeError),
+                          ("decode_payload", decode_payload)):
+        accel.compiled.bind(_name, _value)
+    decode_payload = accel.compiled.decode_payload
 
 
 def message(sender: str, target: str, data: Any) -> dict[str, Any]:
