@@ -15,6 +15,7 @@
 #include <Python.h>
 #include <sodium.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #define HEADER_SIZE 64
@@ -30,13 +31,14 @@
 
 /* ------------------------------------------------------------------ what bind() hands over */
 enum {
-    B_HEADER, B_FILENAME, B_OPENED, B_ENVELOPE_ERROR, B_SCAN, B_ERROR_CODES,
-    B_PURE_PARSE_FILENAME, B_PURE_SEAL, B_PURE_OPEN, B_PURE_DECODE_PAYLOAD, B_PURE_ENCRYPT, B_PURE_DECRYPT,
+    B_HEADER, B_FILENAME, B_OPENED, B_ENVELOPE_ERROR, B_ERROR_CODES,
+    B_PURE_PARSE_FILENAME, B_PURE_SEAL, B_PURE_OPEN, B_PURE_DECODE_PAYLOAD, B_PURE_ENCODE_PAYLOAD, B_PURE_ENCRYPT,
+    B_PURE_DECRYPT,
     B_COUNT
 };
 static const char *const BOUND_NAMES[B_COUNT] = {
-    "Header", "FileName", "OpenedEnvelope", "EnvelopeError", "scan", "SPC_ERROR_CODES",
-    "parse_filename", "seal", "open_envelope", "decode_payload", "encrypt", "decrypt",
+    "Header", "FileName", "OpenedEnvelope", "EnvelopeError", "SPC_ERROR_CODES",
+    "parse_filename", "seal", "open_envelope", "decode_payload", "encode_payload", "encrypt", "decrypt",
 };
 static PyObject *bound[B_COUNT];
 static PyObject *str_raw, *str_error, *str_success, *str_from, *str_to, *str_result, *str_status,
@@ -474,6 +476,528 @@ static PyObject *decrypt(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+/* ------------------------------------------------------------------ JSON, the common case
+ * The payload codec of core/payloads.py is the standard library's json (ensure_ascii=False,
+ * separators "," and ":", allow_nan=False out; strict in). Here the same grammar and output for
+ * plain values: dict, list, tuple, str, int, float, True, False, None, nested at most MAX_DEPTH
+ * deep. Anything else - another type or a subclass, a key that is not a str, a lone surrogate,
+ * NaN, deeper nesting, any syntax error - is not an answer here ("bail"): the caller hands the
+ * whole call to its twin, which gives json's own value or error. */
+#define MAX_DEPTH 64
+
+typedef struct {
+    PyObject *bytes; /* grown by doubling, cut to size at the end */
+    Py_ssize_t len, cap;
+} writer;
+
+static int reserve(writer *w, Py_ssize_t more)
+{
+    if (w->len + more <= w->cap)
+        return 0;
+    Py_ssize_t need = w->len + more, cap = w->cap * 2 > need ? w->cap * 2 : need + need / 8; /* no copy for
+                                                                                     what follows a long string */
+    if (_PyBytes_Resize(&w->bytes, cap) < 0)
+        return -1;
+    w->cap = cap;
+    return 0;
+}
+
+static int put(writer *w, const char *s, Py_ssize_t n)
+{
+    if (reserve(w, n) < 0)
+        return -1;
+    memcpy(PyBytes_AS_STRING(w->bytes) + w->len, s, n);
+    w->len += n;
+    return 0;
+}
+
+/* what json writes for an ASCII character of a string: 0 as it is, else the letter after '\'
+ * ('u': \u00XX) */
+static char ESCAPE[128];
+
+static void init_escapes(void)
+{
+    for (int c = 0; c < 0x20; c++)
+        ESCAPE[c] = 'u';
+    ESCAPE['"'] = '"';
+    ESCAPE['\\'] = '\\';
+    ESCAPE['\b'] = 'b';
+    ESCAPE['\f'] = 'f';
+    ESCAPE['\n'] = 'n';
+    ESCAPE['\r'] = 'r';
+    ESCAPE['\t'] = 't';
+}
+
+static int put_escaped(writer *w, Py_UCS4 c)
+{
+    char out[6] = {'\\', ESCAPE[c], '0', '0', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 0xf]};
+    return put(w, out, ESCAPE[c] == 'u' ? 6 : 2);
+}
+
+/* How many bytes from p (at most n) come before the first one a JSON string cannot hold as it is:
+ * below 0x20, '"' or '\\' - or, with `high`, 0x80 or more. Sixteen bytes at a time with SSE2
+ * (every x86-64), eight elsewhere. */
+#ifdef __SSE2__
+#include <emmintrin.h>
+
+static Py_ssize_t plain_prefix(const unsigned char *p, Py_ssize_t n, int high)
+{
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1f);
+    Py_ssize_t i = 0;
+    for (; n - i >= 16; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                                   _mm_cmpeq_epi8(_mm_max_epu8(x, control), control));
+        int mask = _mm_movemask_epi8(hit) | (high ? _mm_movemask_epi8(x) : 0);
+        if (mask)
+            return i + __builtin_ctz((unsigned)mask);
+    }
+    for (; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\' || (high && p[i] >= 0x80))
+            break;
+    return i;
+}
+#else
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static int has_byte(uint64_t x, unsigned char c)
+{
+    uint64_t y = x ^ (ONES * c);
+    return ((y - ONES) & ~y & HIGHS) != 0;
+}
+
+static Py_ssize_t plain_prefix(const unsigned char *p, Py_ssize_t n, int high)
+{
+    Py_ssize_t i = 0;
+    for (; n - i >= 8; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        if (((x - ONES * 0x20) & ~x & HIGHS) || has_byte(x, '"') || has_byte(x, '\\') || (high && (x & HIGHS)))
+            break;
+    }
+    for (; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\' || (high && p[i] >= 0x80))
+            break;
+    return i;
+}
+#endif
+
+/* A string as json.encoder's encode_basestring writes it (escapes for '"', '\' and control
+ * characters, everything else as is), in UTF-8. A lone surrogate, which UTF-8 cannot carry, bails. */
+static int encode_string(writer *w, PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (reserve(w, n + 2) < 0 || put(w, "\"", 1) < 0)
+        return -1;
+    if (PyUnicode_IS_ASCII(s)) {
+        const unsigned char *p = PyUnicode_1BYTE_DATA(s);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t run = plain_prefix(p + i, n - i, 0);
+            if (put(w, (const char *)p + i, run) < 0 || (i + run < n && put_escaped(w, p[i + run]) < 0))
+                return -1;
+            i += run;
+        }
+    } else {
+        int kind = PyUnicode_KIND(s);
+        const void *data = PyUnicode_DATA(s);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            char u[4];
+            int len;
+            if (c < 0x80) {
+                if (ESCAPE[c]) {
+                    if (put_escaped(w, c) < 0)
+                        return -1;
+                    continue;
+                }
+                u[0] = (char)c, len = 1;
+            } else if (c < 0x800) {
+                u[0] = (char)(0xc0 | c >> 6), u[1] = (char)(0x80 | (c & 0x3f)), len = 2;
+            } else if (c >= 0xd800 && c <= 0xdfff) {
+                return -1; /* a lone surrogate: json's utf-8 encode raises */
+            } else if (c < 0x10000) {
+                u[0] = (char)(0xe0 | c >> 12), u[1] = (char)(0x80 | ((c >> 6) & 0x3f)),
+                u[2] = (char)(0x80 | (c & 0x3f)), len = 3;
+            } else {
+                u[0] = (char)(0xf0 | c >> 18), u[1] = (char)(0x80 | ((c >> 12) & 0x3f)),
+                u[2] = (char)(0x80 | ((c >> 6) & 0x3f)), u[3] = (char)(0x80 | (c & 0x3f)), len = 4;
+            }
+            if (put(w, u, len) < 0)
+                return -1;
+        }
+    }
+    return put(w, "\"", 1);
+}
+
+static int encode_value(writer *w, PyObject *v, int depth);
+
+static int encode_items(writer *w, PyObject *v, int depth)
+{
+    if (depth >= MAX_DEPTH)
+        return -1;
+    if (PyDict_CheckExact(v)) {
+        PyObject *key, *value;
+        Py_ssize_t at = 0;
+        int first = 1;
+        if (put(w, "{", 1) < 0)
+            return -1;
+        while (PyDict_Next(v, &at, &key, &value)) {
+            if (!PyUnicode_CheckExact(key)) /* json turns int, float, bool and None keys into strings */
+                return -1;
+            if ((!first && put(w, ",", 1) < 0) || encode_string(w, key) < 0 || put(w, ":", 1) < 0 ||
+                encode_value(w, value, depth + 1) < 0)
+                return -1;
+            first = 0;
+        }
+        return put(w, "}", 1);
+    }
+    if (put(w, "[", 1) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(v); i++) {
+        if ((i && put(w, ",", 1) < 0) || encode_value(w, PySequence_Fast_GET_ITEM(v, i), depth + 1) < 0)
+            return -1;
+    }
+    return put(w, "]", 1);
+}
+
+static int encode_value(writer *w, PyObject *v, int depth)
+{
+    if (v == Py_None)
+        return put(w, "null", 4);
+    if (v == Py_True)
+        return put(w, "true", 4);
+    if (v == Py_False)
+        return put(w, "false", 5);
+    if (PyUnicode_CheckExact(v))
+        return encode_string(w, v);
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (n == -1 && PyErr_Occurred()))
+            return -1;
+        char text[24];
+        return put(w, text, snprintf(text, sizeof text, "%lld", n));
+    }
+    if (PyFloat_CheckExact(v)) {
+        double d = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(d))
+            return -1; /* allow_nan=False: json raises */
+        char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* float.__repr__ */
+        if (text == NULL)
+            return -1;
+        int failed = put(w, text, (Py_ssize_t)strlen(text));
+        PyMem_Free(text);
+        return failed;
+    }
+    if (PyDict_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v))
+        return encode_items(w, v, depth);
+    return -1;
+}
+
+/* encode_payload(payload): the payload's JSON text in UTF-8. */
+static PyObject *encode_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !PyDict_CheckExact(args[0]))
+        return twin(B_PURE_ENCODE_PAYLOAD, args, nargsf, kwnames);
+    writer w = {PyBytes_FromStringAndSize(NULL, 256), 0, 256};
+    if (w.bytes == NULL)
+        return NULL;
+    if (encode_items(&w, args[0], 0) < 0 || _PyBytes_Resize(&w.bytes, w.len) < 0) {
+        Py_XDECREF(w.bytes);
+        PyErr_Clear();
+        return twin(B_PURE_ENCODE_PAYLOAD, args, nargsf, kwnames);
+    }
+    return w.bytes;
+}
+
+typedef struct {
+    const unsigned char *p, *end;
+    int depth;
+} reader;
+
+/* the payload fields of wire contract section 5.2, made once */
+static PyObject *str_data, *str_request_id, *str_service, *str_arguments, *str_event, *str_reply, *str_ack_seq,
+    *str_timeout_ms, *str_encoding;
+static const struct {
+    const char *text;
+    PyObject **name;
+} KNOWN_KEYS[] = {
+    {"from", &str_from}, {"to", &str_to}, {"data", &str_data}, {"requestId", &str_request_id},
+    {"service", &str_service}, {"arguments", &str_arguments}, {"callerNode", &str_caller_node},
+    {"timeoutMs", &str_timeout_ms}, {"status", &str_status}, {"result", &str_result}, {"errorCode", &str_error_code},
+    {"errorMessage", &str_error_message}, {"event", &str_event}, {"reply", &str_reply}, {"ackSeq", &str_ack_seq},
+    {"encoding", &str_encoding}, {NULL, NULL},
+};
+
+static void skip_space(reader *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int literal(reader *r, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0)
+        return 0;
+    r->p += n;
+    return 1;
+}
+
+static int hex4(const unsigned char *p, Py_UCS4 *out)
+{
+    Py_UCS4 v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return 0;
+        v = v << 4 | (Py_UCS4)d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A string after its opening quote: the raw bytes as UTF-8 (strictly decoded, as json decodes the
+ * whole payload), escapes as json's scanstring reads them; control characters bail (strict). */
+static PyObject *known_key(const unsigned char *p, Py_ssize_t n)
+{
+    for (int i = 0; KNOWN_KEYS[i].text != NULL; i++)
+        if ((Py_ssize_t)strlen(KNOWN_KEYS[i].text) == n && memcmp(KNOWN_KEYS[i].text, p, n) == 0)
+            return Py_NewRef(*KNOWN_KEYS[i].name);
+    return NULL;
+}
+
+static PyObject *parse_string(reader *r, int key)
+{
+    const unsigned char *start = r->p;
+    unsigned char high = 0;
+    for (;;) { /* to the closing quote, a backslash or a control character */
+        r->p += plain_prefix(r->p, r->end - r->p, 1);
+        if (r->p >= r->end || *r->p < 0x80)
+            break;
+        high = 0x80;
+        r->p++;
+    }
+    if (r->p >= r->end || *r->p < 0x20)
+        return NULL;
+    if (*r->p == '"') {
+        Py_ssize_t n = r->p++ - start;
+        if (!(high & 0x80)) {
+            PyObject *s = key && n <= 16 ? known_key(start, n) : NULL;
+            if (s != NULL)
+                return s; /* interned: no allocation, its hash kept */
+            s = PyUnicode_New(n, 127);
+            if (s != NULL)
+                memcpy(PyUnicode_1BYTE_DATA(s), start, n);
+            return s;
+        }
+        return PyUnicode_DecodeUTF8((const char *)start, n, "strict");
+    }
+    /* escapes: unescape into UTF-8, then decode it all strictly */
+    Py_ssize_t cap = (r->end - start), len = r->p - start; /* unescaped text is never longer */
+    char *buf = PyMem_Malloc(cap ? cap : 1);
+    PyObject *out = NULL;
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, start, len);
+    while (r->p < r->end && *r->p != '"') {
+        unsigned char c = *r->p;
+        if (c < 0x20)
+            goto done;
+        if (c != '\\') {
+            buf[len++] = (char)c, r->p++;
+            continue;
+        }
+        if (r->end - r->p < 2)
+            goto done;
+        c = r->p[1];
+        r->p += 2;
+        const char *simple = strchr("\"\\/bfnrt", c);
+        if (c && simple) {
+            buf[len++] = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        Py_UCS4 u, low;
+        if (c != 'u' || r->end - r->p < 4 || !hex4(r->p, &u))
+            goto done;
+        r->p += 4;
+        if (u >= 0xd800 && u <= 0xdbff && r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u' &&
+            hex4(r->p + 2, &low) && low >= 0xdc00 && low <= 0xdfff) {
+            u = 0x10000 + ((u - 0xd800) << 10) + (low - 0xdc00); /* a surrogate pair, as json joins it */
+            r->p += 6;
+        } else if (u >= 0xd800 && u <= 0xdfff) {
+            goto done; /* a lone surrogate: json keeps it; UTF-8 cannot carry it */
+        }
+        /* at most 4 bytes of UTF-8 for 6 or 12 bytes of escape */
+        if (u < 0x80) {
+            buf[len++] = (char)u;
+        } else if (u < 0x800) {
+            buf[len++] = (char)(0xc0 | u >> 6), buf[len++] = (char)(0x80 | (u & 0x3f));
+        } else if (u < 0x10000) {
+            buf[len++] = (char)(0xe0 | u >> 12), buf[len++] = (char)(0x80 | ((u >> 6) & 0x3f));
+            buf[len++] = (char)(0x80 | (u & 0x3f));
+        } else {
+            buf[len++] = (char)(0xf0 | u >> 18), buf[len++] = (char)(0x80 | ((u >> 12) & 0x3f));
+            buf[len++] = (char)(0x80 | ((u >> 6) & 0x3f)), buf[len++] = (char)(0x80 | (u & 0x3f));
+        }
+    }
+    if (r->p < r->end) {
+        r->p++;
+        out = PyUnicode_DecodeUTF8(buf, len, "strict");
+    }
+done:
+    PyMem_Free(buf);
+    return out;
+}
+
+static int is_digit(const reader *r, const unsigned char *p)
+{
+    return p < r->end && *p >= '0' && *p <= '9';
+}
+
+/* A number as json's scanner matches it: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?, an int
+ * unless it has a fraction or an exponent. */
+static PyObject *parse_number(reader *r)
+{
+    const unsigned char *start = r->p, *p = r->p;
+    int is_float = 0;
+    if (p < r->end && *p == '-')
+        p++;
+    if (!is_digit(r, p))
+        return NULL;
+    if (*p++ != '0')
+        while (is_digit(r, p))
+            p++;
+    if (p < r->end && *p == '.' && is_digit(r, p + 1)) {
+        is_float = 1;
+        p += 2;
+        while (is_digit(r, p))
+            p++;
+    }
+    if (p < r->end && (*p == 'e' || *p == 'E')) {
+        const unsigned char *e = p + 1;
+        if (e < r->end && (*e == '-' || *e == '+'))
+            e++;
+        if (is_digit(r, e)) {
+            is_float = 1;
+            while (is_digit(r, e))
+                e++;
+            p = e;
+        }
+    }
+    char text[64];
+    if (p - start >= (Py_ssize_t)sizeof text)
+        return NULL; /* a long number: json's own conversion decides */
+    memcpy(text, start, p - start);
+    text[p - start] = '\0';
+    r->p = p;
+    if (is_float) {
+        double d = PyOS_string_to_double(text, NULL, NULL); /* what float(text) gives */
+        return d == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
+    }
+    return PyLong_FromString(text, NULL, 10);
+}
+
+static PyObject *parse_value(reader *r);
+
+static PyObject *parse_items(reader *r, int object)
+{
+    PyObject *out = object ? PyDict_New() : PyList_New(0);
+    if (out == NULL || ++r->depth > MAX_DEPTH)
+        goto failed;
+    r->p++;
+    skip_space(r);
+    if (r->p < r->end && *r->p == (object ? '}' : ']')) {
+        r->p++, r->depth--;
+        return out;
+    }
+    for (;;) {
+        PyObject *key = NULL, *value;
+        if (object) {
+            if (r->p >= r->end || *r->p != '"')
+                goto failed;
+            r->p++;
+            if ((key = parse_string(r, 1)) == NULL)
+                goto failed;
+            skip_space(r);
+            if (r->p >= r->end || *r->p != ':') {
+                Py_DECREF(key);
+                goto failed;
+            }
+            r->p++;
+            skip_space(r);
+        }
+        value = parse_value(r);
+        int failed = value == NULL || (object ? PyDict_SetItem(out, key, value) : PyList_Append(out, value)) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed)
+            goto failed;
+        skip_space(r);
+        if (r->p < r->end && *r->p == ',') {
+            r->p++;
+            skip_space(r);
+            continue;
+        }
+        if (r->p < r->end && *r->p == (object ? '}' : ']')) {
+            r->p++, r->depth--;
+            return out;
+        }
+        goto failed;
+    }
+failed:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *parse_value(reader *r)
+{
+    if (r->p >= r->end)
+        return NULL;
+    switch (*r->p) {
+    case '{':
+        return parse_items(r, 1);
+    case '[':
+        return parse_items(r, 0);
+    case '"':
+        r->p++;
+        return parse_string(r, 0);
+    case 't':
+        return literal(r, "true") ? Py_NewRef(Py_True) : NULL;
+    case 'f':
+        return literal(r, "false") ? Py_NewRef(Py_False) : NULL;
+    case 'n':
+        return literal(r, "null") ? Py_NewRef(Py_None) : NULL;
+    case 'N':
+        return literal(r, "NaN") ? PyFloat_FromDouble(Py_NAN) : NULL; /* json reads these three */
+    case 'I':
+        return literal(r, "Infinity") ? PyFloat_FromDouble(Py_HUGE_VAL) : NULL;
+    case '-':
+        if (literal(r, "-Infinity"))
+            return PyFloat_FromDouble(-Py_HUGE_VAL);
+        return parse_number(r);
+    default:
+        return parse_number(r);
+    }
+}
+
+/* The payload's JSON value, or NULL (bail; an error may be set) */
+static PyObject *parse_json(PyObject *data)
+{
+    reader r = {(const unsigned char *)PyBytes_AS_STRING(data),
+                (const unsigned char *)PyBytes_AS_STRING(data) + PyBytes_GET_SIZE(data), 0};
+    skip_space(&r);
+    PyObject *value = parse_value(&r);
+    if (value == NULL)
+        return NULL;
+    skip_space(&r);
+    if (r.p != r.end)
+        Py_CLEAR(value);
+    return value;
+}
+
 /* ------------------------------------------------------------------ the JSON payload's fields */
 enum kind { ANY, STR, BOOL, COUNT };
 typedef struct {
@@ -481,8 +1005,6 @@ typedef struct {
     enum kind kind;
     const char *missing; /* the detail when it is absent or of the wrong kind */
 } field_rule;
-
-static PyObject *str_data, *str_request_id, *str_service, *str_arguments, *str_event, *str_reply, *str_ack_seq;
 
 #define RULE(type, field, kind, quoted) {&field, kind, "a " #type " payload needs '" quoted "'"}
 static const field_rule RULES_MESSAGE[] = {RULE(MESSAGE, str_data, ANY, "data"), {NULL, ANY, NULL}};
@@ -501,20 +1023,6 @@ static const field_rule RULES_NONE[] = {{NULL, ANY, NULL}};
 /* by envelope type 1..8 (DISCOVERY needs nothing beyond from and to) */
 static const field_rule *const RULES[9] = {NULL, RULES_MESSAGE, RULES_REQUEST, RULES_RESPONSE, RULES_EVENT,
                                            RULES_NONE, RULES_HEARTBEAT, RULES_ERROR, RULES_ACK};
-
-static Py_ssize_t skip_space(PyObject *text, Py_ssize_t at)
-{
-    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    while (at < len) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, at);
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-            break;
-        at++;
-    }
-    return at;
-}
 
 /* -1 error, 0 no, 1 yes: the value is of the kind (COUNT: an int, not a bool, >= 0) */
 static int of_kind(PyObject *value, enum kind kind)
@@ -539,41 +1047,6 @@ static PyObject *bad_payload(const char *detail)
     return NULL;
 }
 
-/* The JSON value of the whole text (json.loads without its three Python calls), or NULL with
- * bad_payload raised for what json.loads refuses. */
-static PyObject *load_json(PyObject *data)
-{
-    PyObject *text = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), "strict");
-    PyObject *found = NULL, *value = NULL;
-    if (text != NULL) {
-        PyObject *start = PyLong_FromSsize_t(skip_space(text, 0));
-        if (start != NULL) {
-            found = PyObject_CallFunctionObjArgs(bound[B_SCAN], text, start, NULL);
-            Py_DECREF(start);
-        }
-    }
-    if (found != NULL) {
-        Py_ssize_t end = PyTuple_Check(found) && PyTuple_GET_SIZE(found) == 2 ?
-            PyLong_AsSsize_t(PyTuple_GET_ITEM(found, 1)) : -1;
-        if (end >= 0 && skip_space(text, end) == PyUnicode_GET_LENGTH(text)) {
-            value = PyTuple_GET_ITEM(found, 0);
-            Py_INCREF(value);
-        }
-        Py_DECREF(found);
-        Py_DECREF(text);
-        if (value == NULL && !PyErr_Occurred())
-            return bad_payload("the payload is not UTF-8 JSON"); /* extra data after the value */
-        return value;
-    }
-    Py_XDECREF(text);
-    if (PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_RecursionError) ||
-        PyErr_ExceptionMatches(PyExc_StopIteration)) {
-        PyErr_Clear();
-        return bad_payload("the payload is not UTF-8 JSON");
-    }
-    return NULL;
-}
-
 /* decode_payload(data, etype): the payload object of an envelope of that type, its fields checked
  * (wire contract section 5.2). */
 static PyObject *decode_payload(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
@@ -587,9 +1060,11 @@ static PyObject *decode_payload(PyObject *self, PyObject *const *args, Py_ssize_
     etype = PyLong_AsLongAndOverflow(args[1], &overflow);
     if (etype == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *obj = load_json(args[0]);
-    if (obj == NULL)
-        return NULL;
+    PyObject *obj = parse_json(args[0]);
+    if (obj == NULL) { /* not the common case: json itself decides (value or bad_payload) */
+        PyErr_Clear();
+        return twin(B_PURE_DECODE_PAYLOAD, args, nargsf, kwnames);
+    }
     if (!PyDict_Check(obj)) {
         Py_DECREF(obj);
         return bad_payload("the payload is not a JSON object");
@@ -671,6 +1146,8 @@ static PyMethodDef METHODS[] = {
      "ChaCha20-Poly1305 (IETF) decryption, None when the tag does not verify (core.aead.decrypt)."},
     {"decode_payload", (PyCFunction)(void (*)(void))decode_payload, METH_FASTCALL | METH_KEYWORDS,
      "Parse and check a payload (core.payloads.decode_payload)."},
+    {"encode_payload", (PyCFunction)(void (*)(void))encode_payload, METH_FASTCALL | METH_KEYWORDS,
+     "A payload's JSON text in UTF-8 (core.payloads.encode_payload)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -697,7 +1174,9 @@ PyMODINIT_FUNC PyInit__compiled(void)
         !intern(&str_error_message, "errorMessage") || !intern(&str_caller_node, "callerNode") ||
         !intern(&str_data, "data") || !intern(&str_request_id, "requestId") || !intern(&str_service, "service") ||
         !intern(&str_arguments, "arguments") || !intern(&str_event, "event") || !intern(&str_reply, "reply") ||
-        !intern(&str_ack_seq, "ackSeq") || (zero = PyLong_FromLong(0)) == NULL)
+        !intern(&str_ack_seq, "ackSeq") || !intern(&str_timeout_ms, "timeoutMs") ||
+        !intern(&str_encoding, "encoding") || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
+    init_escapes();
     return PyModule_Create(&MODULE);
 }

@@ -80,14 +80,15 @@ def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
     return isinstance(value, kind)
 
 
-# The compiled form (core/accel.py) checks the fields in C around the same JSON scanner: the same
-# objects and errors. The pure function stays as the reference and handles what it hands back.
-pure_decode_payload = decode_payload
+# The compiled form (core/accel.py) reads and writes the common JSON in C and checks the fields
+# there: the same bytes, objects and errors. The pure functions stay as the reference and handle
+# what it hands back (other types, errors: json's own behaviour).
+pure_encode_payload, pure_decode_payload = encode_payload, decode_payload
 if accel.compiled is not None:
-    for _name, _value in (("scan", _SCAN), ("SPC_ERROR_CODES", SPC_ERROR_CODES), ("EnvelopeError", EnvelopeError),
-                          ("decode_payload", decode_payload)):
+    for _name, _value in (("SPC_ERROR_CODES", SPC_ERROR_CODES), ("EnvelopeError", EnvelopeError),
+                          ("decode_payload", decode_payload), ("encode_payload", encode_payload)):
         accel.compiled.bind(_name, _value)
-    decode_payload = accel.compiled.decode_payload
+    encode_payload, decode_payload = accel.compiled.encode_payload, accel.compiled.decode_payload
 
 
 def message(sender: str, target: str, data: Any) -> dict[str, Any]:
