@@ -7,13 +7,17 @@ with a budget per stage that adds up to 1.5 times the floor's round trip.
 The runtime is `call("srv", "echo")` between two `Node` processes. The floor is two processes that
 do each leg the cheapest way with the same primitives (`benchmarks/workers.py: FloorEnd`: seal,
 write `tmp/`, `renameat2` into the peer's inbox; raw inotify, read, unlink, open), marked at the
-same points: the end of the caller's send, the inotify wake-up, the end of the inbound read, open
-and checks, the start of the service, the start and end of the reply's send, the caller's
-wake-up and read. The floor has no hand-off to a worker, no service and no hand-off back to the
+same points: the request's rename into the callee's inbox, the inotify wake-up, the end of the
+inbound read, open and checks, the start of the service, the start of the reply's send and its
+rename, the caller's wake-up and read. A send's rename wakes the peer, which on this 2-core VM often
+runs before the sender is back from the call, so a send's stage ends where its rename begins; what
+the send does from there (the rename's return, the runtime's look at the target's entry, counters)
+runs beside the peer's stages and is shown apart, below the round trip. The floor has no hand-off to a worker, no service and no hand-off back to the
 calling thread: those stages are 0 there.
 
-Timing: a round runs floor, runtime, runtime, floor (A B B A); each stage's figure is the median
-over the runs of the per-run median over calls. The marks wrap the runtime's methods (about a
+Timing: a round runs floor, runtime, runtime, floor (A B B A); each stage's figure is its mean over
+the calls of all runs less the tenth with the slowest round trips (means add up to the round trip,
+medians do not); the round trips are also given as medians. The marks wrap the runtime's methods (about a
 microsecond each). `time.perf_counter` is CLOCK_MONOTONIC, comparable across processes.
 
 `--callgrind` runs each variant once under valgrind's callgrind and counts the instructions each
@@ -40,17 +44,22 @@ from benchmarks import callgrind
 # fraction of the floor's round trip). The allowances add up to 0.5: the budget of each stage is
 # the floor's time plus its allowance, so the budgets add up to 1.5 times the floor's round trip.
 STAGES = [
-    ("c_sent", "caller: call_async until the request is in the inbox", "seal, write tmp/, rename", 0.06),
-    ("s_woke", "callee: inotify wake-up", "inotify wake-up", 0.0),
+    ("c_sent", "caller: call_async until the request's rename (judge, encode, seal, write tmp/)", "seal, write tmp/",
+     0.06),
+    ("s_woke", "callee: the rename and the inotify wake-up", "rename, inotify wake-up", 0.0),
     ("s_checked", "callee: read, open, check, replay (protocol thread)", "read, unlink, open", 0.06),
     ("s_service", "callee: hand-off to the SPC pool, policy checks", "—", 0.10),
     ("s_reply", "callee: service ran, response built", "—", 0.06),
-    ("s_replied", "callee: response sealed and delivered", "seal, write tmp/, rename", 0.06),
-    ("c_woke", "caller: inotify wake-up", "inotify wake-up", 0.0),
+    ("s_replied", "callee: the response until its rename (encode, seal, write tmp/)", "seal, write tmp/", 0.06),
+    ("c_woke", "caller: the rename and the inotify wake-up", "rename, inotify wake-up", 0.0),
     ("c_resolved", "caller: read, open, check (protocol thread)", "read, unlink, open", 0.06),
     ("end", "caller: hand-off from the protocol thread to the calling thread", "—", 0.10),
 ]
 KEYS = [key for key, *_ in STAGES]
+# what a send does after its file is in the peer's inbox (the post-delivery look at the target's
+# entry, counters, traces): beside the peer's next stages, not before them
+AFTER = {"c_after": "caller: the request's send from the rename on (beside the callee)",
+         "s_after": "callee: the response's send from the rename on (beside the caller)"}
 assert abs(sum(share for *_, share in STAGES) - 0.5) < 1e-9
 
 
@@ -84,6 +93,16 @@ def instrument(marks: Marks, runtime: bool) -> None:
     import speed_runtime.inotify as inotify
 
     wrap(inotify.Watch, "wait", marks, after=lambda a, r: "woke" if r[0] else "idle")
+    import benchmarks.workers as workers
+    import speed_runtime.transport as transport
+
+    for owner in (transport, workers):  # the runtime's deliver() and the floor's send rename with it
+        rename = owner._move_noreplace
+
+        def renaming(name, src_fd, dst_fd, rename=rename):  # the peer may wake from here on
+            marks("renaming")
+            return rename(name, src_fd, dst_fd)
+        owner._move_noreplace = renaming
     if runtime:
         import speed_runtime.node.calls as calls
         import speed_runtime.node.sender as sender
@@ -91,6 +110,7 @@ def instrument(marks: Marks, runtime: bool) -> None:
 
         wrap(sender.Sender, "send", marks, before=lambda a: "send_start:" + type_name(a[1]),
              after=lambda a, r: "send_done:" + type_name(a[1]))
+
         wrap(calls.Callee, "submit", marks, before="serve")
         wrap(calls.Caller, "resolve", marks, before="resolve")
 
@@ -198,26 +218,35 @@ def stage_times(spans, caller, callee) -> list[dict[str, float]]:
     """Per call, each stage's µs (calls missing a mark are left out)."""
     rows = []
     for t0, t1 in spans:
-        r = {"c_sent": first(caller, "send_done:SPC_REQUEST", t0, t1), "s_woke": first(callee, "woke", t0, t1),
-             "s_checked": first(callee, "serve", t0, t1), "s_service": first(callee, "service", t0, t1),
-             "s_reply": first(callee, "send_start:SPC_RESPONSE", t0, t1),
-             "s_replied": first(callee, "send_done:SPC_RESPONSE", t0, t1), "end": t1}
-        r["c_woke"] = first(caller, "woke", r["c_sent"] or t1, t1)  # the caller's own marks are in order
+        r = {"c_sent": first(caller, "renaming", t0, t1)}
+        r["s_woke"] = first(callee, "woke", r["c_sent"] or t1, t1)
+        r["s_checked"] = first(callee, "serve", r["s_woke"] or t1, t1)
+        r["s_service"] = first(callee, "service", r["s_checked"] or t1, t1)
+        r["s_reply"] = first(callee, "send_start:SPC_RESPONSE", r["s_service"] or t1, t1)
+        r["s_replied"] = first(callee, "renaming", r["s_reply"] or t1, t1)
+        r["c_woke"] = first(caller, "woke", r["s_replied"] or t1, t1)
         r["c_resolved"] = first(caller, "resolve", r["c_woke"] or t1, t1)
-        if any(v is None for v in r.values()):
+        r["end"] = t1
+        after = {"c_after": (r["c_sent"], first(caller, "send_done:SPC_REQUEST", r["c_sent"] or t1, t1)),
+                 # the callee may still be at it when the call has returned
+                 "s_after": (r["s_replied"], first(callee, "send_done:SPC_RESPONSE", r["s_replied"] or t1, t1 + 1))}
+        if any(v is None for v in r.values()) or any(v is None for pair in after.values() for v in pair):
             continue
         row, last = {"round trip": (t1 - t0) * 1e6}, t0
         for key in KEYS:
             row[key] = (r[key] - last) * 1e6
             last = r[key]
+        for key, (start, end) in after.items():
+            row[key] = (end - start) * 1e6
         rows.append(row)
     return rows
 
 
 # ------------------------------------------------------------------ instructions
-CALLER_CLOSES = {"send_done:SPC_REQUEST": "c_sent", "woke": "c_woke", "resolve": "c_resolved", "end": "end"}
+CALLER_CLOSES = {"renaming": "c_sent", "send_done:SPC_REQUEST": "c_after", "woke": "c_woke",
+                 "resolve": "c_resolved", "end": "end"}
 CALLEE_CLOSES = {"woke": "s_woke", "serve": "s_checked", "service": "s_service", "send_start:SPC_RESPONSE": "s_reply",
-                 "send_done:SPC_RESPONSE": "s_replied"}
+                 "renaming": "s_replied", "send_done:SPC_RESPONSE": "s_after"}
 
 
 CALIBRATION_MARKS = 50
@@ -237,14 +266,14 @@ def stage_instructions(sequence: list[tuple[str, int]], closes: dict[str, str], 
         elif name in closes:
             current[closes[name]] = current.get(closes[name], 0) + pending - marks * per_mark
             pending, marks = 0, 0
-            if name == last:
-                calls.append(current)
+            if name == last:  # a stage not closed in this call (its mark came early) counted in the next
+                calls.append({stage: current.get(stage, 0.0) for stage in closes.values()})
                 current = {}
     return calls[skip:]
 
 
 def count_instructions(variant: str, calls: int, warm: int, size: int) -> dict[str, float]:
-    """Median instructions per stage of `variant`, from one run under callgrind."""
+    """Instructions per stage of `variant` (trimmed means), from one run under callgrind."""
     directory = tempfile.mkdtemp(prefix="speed-callgrind-")
     try:
         callgrind.run(["-m", "benchmarks.rtt_stages", "--inner", variant, "--calls", str(calls), "--warm", str(warm),
@@ -258,13 +287,21 @@ def count_instructions(variant: str, calls: int, warm: int, size: int) -> dict[s
     caller = stage_instructions(counted[pids["caller"]], CALLER_CLOSES, "end", "call", 0, per_mark)
     callee = stage_instructions(counted[pids["callee"]], CALLEE_CLOSES, "send_done:SPC_RESPONSE", None, warm,
                                 per_mark)
-    out = {}
-    for key in KEYS:
-        values = [c[key] for c in (caller if key.startswith("c_") or key == "end" else callee) if key in c]
-        out[key] = statistics.median(values) if values else 0.0
+    out = {**trimmed_means(caller), **trimmed_means(callee)}  # each process's own calls
     out["round trip"] = sum(out[k] for k in KEYS)
     out["per mark"] = per_mark
     return out
+
+
+TRIM = 0.10  # the slowest tenth of the calls: the shared machine's hiccups, garbage collections
+
+
+def trimmed_means(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per stage, the mean over the calls less the TRIM with the largest total (the stages of a
+    call add up to its total, so these means add up too, unlike medians)."""
+    total = (lambda row: row["round trip"]) if rows and "round trip" in rows[0] else (lambda row: sum(row.values()))
+    kept = sorted(rows, key=total)[:max(1, int(len(rows) * (1 - TRIM)))]
+    return {key: statistics.fmean(row[key] for row in kept) for key in kept[0]}
 
 
 # ------------------------------------------------------------------ the table
@@ -282,13 +319,12 @@ def table(floor: dict[str, float], runtime: dict[str, float], unit: str, scale: 
     lines.append(f"| **round trip** (sum of the stages) | | {sum(floor[k] for k in KEYS) / scale:,.0f} | "
                  f"{sum(runtime[k] for k in KEYS) / scale:,.0f} | {budget_sum / scale:,.0f} (1.5×) | "
                  f"{(sum(runtime[k] for k in KEYS) - budget_sum) / scale:+,.0f} |")
+    for key, label in AFTER.items():
+        lines.append(f"| {label} | — | {floor[key] / scale:,.0f} | {runtime[key] / scale:,.0f} | | |")
     return "\n".join(lines)
 
 
-def medians(runs: list[list[dict[str, float]]]) -> dict[str, float]:
-    """Per stage, the median over runs of each run's median over calls."""
-    return {key: statistics.median(statistics.median(r[key] for r in rows) for rows in runs)
-            for key in ["round trip", *KEYS]}
+
 
 
 def main(argv=None) -> int:
@@ -327,8 +363,9 @@ def main(argv=None) -> int:
             return 2
         floor = count_instructions("floor", calls, warm, args.size)
         runtime = count_instructions("runtime", calls, warm, args.size)
-        print(f"instructions per stage, medians over {calls} calls after {warm}, less {floor['per mark']:,.0f} "
-              f"per mark; per-envelope work {accel.FORM}; round trip: floor {floor['round trip']:,.0f}, runtime {runtime['round trip']:,.0f} "
+        print(f"instructions per stage (thousands), means over {calls} calls after {warm} less the {TRIM:.0%} "
+              f"largest, less {floor['per mark']:,.0f} per mark; per-envelope work {accel.FORM}; round trip: floor "
+              f"{floor['round trip']:,.0f}, runtime {runtime['round trip']:,.0f} "
               f"({runtime['round trip'] / floor['round trip']:.2f}×)")
         print(table(floor, runtime, "k instr.", 1000.0))
         return 0
@@ -337,6 +374,7 @@ def main(argv=None) -> int:
     base = tempfile.mkdtemp(prefix="speedstages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     os.chmod(base, 0o700)
     runs: dict[str, list] = {"floor": [], "runtime": []}
+    medians: dict[str, list[float]] = {"floor": [], "runtime": []}
     load = [os.getloadavg()[0]]
     try:
         generate_key_file(base + "/k")
@@ -347,13 +385,16 @@ def main(argv=None) -> int:
                 runs[variant].append(rows)
                 print(f"round {r + 1}: {variant}: {len(rows)} of {calls} calls marked, median round trip "
                       f"{statistics.median(x['round trip'] for x in rows):.0f} µs", file=sys.stderr)
+                medians[variant].append(statistics.median(x["round trip"] for x in rows))
         load.append(os.getloadavg()[0])
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    floor, runtime = medians(runs["floor"]), medians(runs["runtime"])
+    floor, runtime = (trimmed_means([row for rows in runs[v] for row in rows]) for v in ("floor", "runtime"))
+    rtt = {v: statistics.median(m) for v, m in medians.items()}
     print(f"{args.rounds} A B B A round(s) of {calls} calls, {args.size} B; per-envelope work {accel.FORM}; load "
-          f"average {load[0]:.1f} → {load[-1]:.1f}; median round trip floor {floor['round trip']:.0f} µs, runtime "
-          f"{runtime['round trip']:.0f} µs ({runtime['round trip'] / floor['round trip']:.2f}×)")
+          f"average {load[0]:.1f} → {load[-1]:.1f}; median round trip floor {rtt['floor']:.0f} µs, runtime "
+          f"{rtt['runtime']:.0f} µs ({rtt['runtime'] / rtt['floor']:.2f}×); stages: means over the calls less the "
+          f"{TRIM:.0%} slowest (they add up)")
     print(table(floor, runtime, "µs"))
     return 0
 

@@ -61,3 +61,50 @@ def test_a_run_without_64_byte_envelopes_reports_no_goals_instead_of_failing():
     sys.path.insert(0, REPO)
     from benchmarks.run import goals
     assert goals({}) == "(the goals are measured on 64 B envelopes, which this run left out)"
+
+
+def test_round_trip_stages_print_the_floor_the_runtime_and_a_budget_for_every_stage():
+    result = subprocess.run([sys.executable, "-m", "benchmarks.rtt_stages", "--rounds", "1", "--calls", "30", "--warm",
+                             "5"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from benchmarks.rtt_stages import AFTER, STAGES
+    for _, label, floor_label, _ in STAGES:
+        assert f"| {label} | {floor_label} |" in result.stdout, label
+    for label in AFTER.values():
+        assert f"| {label} |" in result.stdout
+    budget = re.search(r"\| \*\*round trip\*\* \(sum of the stages\) \| \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \(1\.5×\)",
+                       result.stdout)
+    assert budget, result.stdout
+    floor, _, total = (int(x.replace(",", "")) for x in budget.groups())
+    assert abs(total - 1.5 * floor) <= 5  # the budgets add up to 1.5 times the floor (rounded per stage)
+
+
+def test_stage_instructions_close_each_stage_at_its_mark_and_drop_the_marks_own_cost():
+    sys.path.insert(0, REPO)
+    from benchmarks.rtt_stages import CALLER_CLOSES, stage_instructions
+    sequence = [("calibrate", 10), ("call", 99), ("send_start:SPC_REQUEST", 30), ("renaming", 20),
+                ("send_done:SPC_REQUEST", 15), ("idle", 7), ("woke", 8), ("resolve", 40), ("end", 12),
+                ("call", 5), ("renaming", 25), ("send_done:SPC_REQUEST", 5), ("resolve", 40), ("end", 2)]
+    calls = stage_instructions(sequence, CALLER_CLOSES, "end", "call", 0, per_mark=1)
+    assert calls[0] == {"c_sent": 48, "c_after": 14, "c_woke": 13, "c_resolved": 39, "end": 11}
+    # a wake-up marked before the rename's return is counted with the next stage, the stage itself 0
+    assert calls[1] == {"c_sent": 24, "c_after": 4, "c_woke": 0.0, "c_resolved": 39, "end": 1}
+
+
+def test_envelope_cpu_compares_both_forms_piece_by_piece():
+    result = subprocess.run([sys.executable, "-m", "benchmarks.envelope_cpu", "--rounds", "1", "--calls", "200"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from benchmarks.envelope_cpu import PIECES
+    for piece in PIECES:
+        row = re.search(rf"\| {piece} \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", result.stdout)
+        assert row and all(float(v) > 0 for v in row.groups()), piece
+
+
+def test_receiver_cpu_beside_the_floor_prints_the_one_way_budget():
+    result = subprocess.run([sys.executable, "benchmarks/receiver_cpu.py", "--senders", "2", "--messages", "400",
+                             "--floor"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("floor: 2 sender(s), 400 messages") == 2
+    for row in ("| receiver CPU, µs (user + system) |", "| senders' CPU, µs (user + system) |", "| rate, first to last |"):
+        assert row in result.stdout
