@@ -60,12 +60,14 @@ def marker() -> Callable[[str], None] | None:
     return lambda name: dump(name.encode())
 
 
-def run(argv: list[str], directory: str, env: dict[str, str] | None = None) -> None:
+def run(argv: list[str], directory: str, env: dict[str, str] | None = None, separate_threads: bool = False) -> None:
     """Run `python argv...` and every Python process it starts under callgrind, marks enabled;
-    the counts land in `directory`."""
+    the counts land in `directory`. With `separate_threads` each thread counts apart, and a mark
+    dumps only its own thread's count."""
     helper = build_helper(directory)
     command = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--dump-instr=no", "--dump-line=no",
-               f"--callgrind-out-file={directory}/cg.%p", sys.executable, *argv]
+               f"--separate-threads={'yes' if separate_threads else 'no'}", f"--callgrind-out-file={directory}/cg.%p",
+               sys.executable, *argv]
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
                    env={**os.environ, **(env or {}), ENV: helper, "PYTHONHASHSEED": "0", "PYTHONPATH": path})
@@ -73,16 +75,21 @@ def run(argv: list[str], directory: str, env: dict[str, str] | None = None) -> N
 
 _DESC = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.M)
 _TOTALS = re.compile(r"^totals: (\d+)$", re.M)
+_NAME = re.compile(r"cg\.(\d+)\.(\d+)(?:-(\d+))?$")  # cg.<pid>.<dump>[-<thread>]
 
 
-def dumps(directory: str) -> dict[int, list[tuple[str, int]]]:
-    """{pid: [(mark, instructions since the previous mark of that process), ...]} in order."""
-    out: dict[int, list[tuple[int, str, int]]] = {}
+def dumps(directory: str) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """{(pid, thread): [(mark, instructions since that thread's (or, threads not separated, that
+    process's: thread 1) previous mark), ...]} in order."""
+    out: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
     for path in glob.glob(os.path.join(directory, "cg.*.*")):
-        pid, number = (int(part) for part in path.rsplit("cg.", 1)[1].split("."))
+        found = _NAME.search(os.path.basename(path))
+        if found is None:
+            continue
+        pid, number, thread = int(found[1]), int(found[2]), int(found[3] or 1)
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         desc, totals = _DESC.search(text), _TOTALS.search(text)
         if desc and totals:
-            out.setdefault(pid, []).append((number, desc.group(1), int(totals.group(1))))
-    return {pid: [(name, count) for _, name, count in sorted(marks)] for pid, marks in out.items()}
+            out.setdefault((pid, thread), []).append((number, desc.group(1), int(totals.group(1))))
+    return {key: [(name, count) for _, name, count in sorted(marks)] for key, marks in out.items()}

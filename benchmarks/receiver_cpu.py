@@ -187,7 +187,7 @@ def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bo
             for proc in procs:
                 proc.wait(600)
             counted = callgrind.dumps(counts)
-            work = {pid: sum(n for name, n in marks if name == "end") for pid, marks in counted.items()}
+            work = {pid: sum(n for name, n in marks if name == "end") for (pid, _), marks in counted.items()}
             instructions = {"rx_instructions": work.get(rx.pid, 0) / handled_n,
                             "tx_instructions": sum(work.get(s.pid, 0) for s in senders) / count}
         return {**instructions, "handled": handled_n, "count": count, "finished": finished == "1",

@@ -20,11 +20,14 @@ the calls of all runs less the tenth with the slowest round trips (means add up 
 medians do not); the round trips are also given as medians. The marks wrap the runtime's methods (about a
 microsecond each). `time.perf_counter` is CLOCK_MONOTONIC, comparable across processes.
 
-`--callgrind` runs each variant once under valgrind's callgrind and counts the instructions each
-process executes between its marks (all its threads): the caller's stages in the caller, the
-callee's in the callee; the wake-up stages count what the waking process runs from its previous
-mark to the wake-up (going to sleep, background threads, the return from `poll`). Instruction
-counts do not move with the machine's load; they leave out what waiting costs.
+`--callgrind` runs each variant once under valgrind's callgrind and counts, per thread, the
+instructions between that thread's marks: each stage on the threads that do its work (the
+hand-off on the callee: the protocol thread's submit and the worker's start; on the caller: the
+protocol thread's resolve and the calling thread's return). A wake-up stage counts what the woken
+thread runs from its previous mark (the end of its last loop step, the return from `poll`).
+Threads that never mark (lease renewal, deadlines) and idle wake-ups are left out, so the counts
+do not move with the machine's load; they leave out what waiting costs. Per stage: the mean
+segment less the largest tenth.
 """
 from __future__ import annotations
 
@@ -111,8 +114,8 @@ def instrument(marks: Marks, runtime: bool) -> None:
         wrap(sender.Sender, "send", marks, before=lambda a: "send_start:" + type_name(a[1]),
              after=lambda a, r: "send_done:" + type_name(a[1]))
 
-        wrap(calls.Callee, "submit", marks, before="serve")
-        wrap(calls.Caller, "resolve", marks, before="resolve")
+        wrap(calls.Callee, "submit", marks, before="serve", after="submitted")
+        wrap(calls.Caller, "resolve", marks, before="resolve", after="resolved")
 
 
 # ------------------------------------------------------------------ the two callees
@@ -205,7 +208,9 @@ def session(variant: str, base: str, key_path: str, calls: int, warm: int, size:
                 spans.append((t0, time.perf_counter()))
                 marks("end")
             parent.send("stop")
-    server = parent.recv()
+            server = parent.recv()  # before this node closes: its closing must not wait on the callee
+    if variant == "floor":
+        server = parent.recv()
     proc.join()
     return spans, marks.stamps, server, {"caller": os.getpid(), "callee": proc.pid}
 
@@ -243,51 +248,58 @@ def stage_times(spans, caller, callee) -> list[dict[str, float]]:
 
 
 # ------------------------------------------------------------------ instructions
-CALLER_CLOSES = {"renaming": "c_sent", "send_done:SPC_REQUEST": "c_after", "woke": "c_woke",
-                 "resolve": "c_resolved", "end": "end"}
-CALLEE_CLOSES = {"woke": "s_woke", "serve": "s_checked", "service": "s_service", "send_start:SPC_RESPONSE": "s_reply",
-                 "renaming": "s_replied", "send_done:SPC_RESPONSE": "s_after"}
-
-
+# Under callgrind each thread counts apart: a mark dumps what its own thread executed since that
+# thread's previous mark. So a segment belongs to the stage its closing mark ends, on the thread
+# doing that stage's work; what threads without marks do (lease renewal, the deadline thread)
+# and a protocol thread's idle wake-ups ("idle") are nobody's stage and left out.
+CLOSES = {
+    "caller": {"renaming": "c_sent", "send_done:SPC_REQUEST": "c_after", "woke": "c_woke", "resolve": "c_resolved",
+               "resolved": "end", "end": "end"},
+    "callee": {"woke": "s_woke", "serve": "s_checked", "submitted": "s_service", "service": "s_service",
+               "send_start:SPC_RESPONSE": "s_reply", "renaming": "s_replied", "send_done:SPC_RESPONSE": "s_after"},
+}
 CALIBRATION_MARKS = 50
 
 
-def stage_instructions(sequence: list[tuple[str, int]], closes: dict[str, str], last: str, start: str | None,
-                       skip: int, per_mark: float) -> list[dict[str, float]]:
-    """Per call, the instructions of each stage of one process: a mark closes its stage with
-    everything counted since the previous closing mark (a stage closed twice, e.g. two wake-ups,
-    adds up), less what the marks themselves cost; `last` ends a call; `start` (the caller's)
-    drops what came before it."""
-    calls, current, pending, marks = [], {}, 0, 0
-    for name, count in sequence:
-        pending, marks = pending + count, marks + 1
-        if name == start:
-            current, pending, marks = {}, 0, 0
-        elif name in closes:
-            current[closes[name]] = current.get(closes[name], 0) + pending - marks * per_mark
-            pending, marks = 0, 0
-            if name == last:  # a stage not closed in this call (its mark came early) counted in the next
-                calls.append({stage: current.get(stage, 0.0) for stage in closes.values()})
-                current = {}
-    return calls[skip:]
+def stage_segments(threads: dict, closes: dict[str, str], calls: int, per_mark: float) -> list[tuple[str, list[float]]]:
+    """[(stage, [instructions of each segment]), ...]: per thread of one process and mark that
+    closes a stage, that thread's last `calls` segments closed by it (the measured calls come last),
+    less a mark's cost."""
+    out: list[tuple[str, list[float]]] = []
+    for sequence in threads.values():
+        by_mark: dict[str, list[float]] = {}
+        pending = 0
+        for name, count in sequence:
+            pending += count
+            if name in closes:
+                by_mark.setdefault(name, []).append(pending - per_mark)
+            if name in closes or name == "idle" or name == "calibrate" or name == "call":
+                pending = 0  # closed, or idle or set-up work that is no stage's
+        out += [(closes[name], segments[-calls:]) for name, segments in by_mark.items()]
+    return out
 
 
 def count_instructions(variant: str, calls: int, warm: int, size: int) -> dict[str, float]:
-    """Instructions per stage of `variant` (trimmed means), from one run under callgrind."""
+    """Instructions per stage of `variant`, from one run under callgrind: per stage the sum over
+    its threads of the mean segment less the TRIM largest."""
     directory = tempfile.mkdtemp(prefix="speed-callgrind-")
     try:
         callgrind.run(["-m", "benchmarks.rtt_stages", "--inner", variant, "--calls", str(calls), "--warm", str(warm),
-                       "--size", str(size), "--pids", os.path.join(directory, "pids.json")], directory)
+                       "--size", str(size), "--pids", os.path.join(directory, "pids.json")], directory,
+                      separate_threads=True)
         with open(os.path.join(directory, "pids.json"), encoding="utf-8") as f:
             pids = json.load(f)
         counted = callgrind.dumps(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    per_mark = statistics.median(n for name, n in counted[pids["caller"]] if name == "calibrate")
-    caller = stage_instructions(counted[pids["caller"]], CALLER_CLOSES, "end", "call", 0, per_mark)
-    callee = stage_instructions(counted[pids["callee"]], CALLEE_CLOSES, "send_done:SPC_RESPONSE", None, warm,
-                                per_mark)
-    out = {**trimmed_means(caller), **trimmed_means(callee)}  # each process's own calls
+    per_mark = statistics.median(n for (pid, _), marks in counted.items() if pid == pids["caller"]
+                                 for name, n in marks if name == "calibrate")
+    out = {key: 0.0 for key in KEYS + list(AFTER)}
+    for side in ("caller", "callee"):
+        threads = {key: marks for key, marks in counted.items() if key[0] == pids[side]}
+        for stage, segments in stage_segments(threads, CLOSES[side], calls, per_mark):
+            kept = sorted(segments)[:max(1, int(len(segments) * (1 - TRIM)))]
+            out[stage] += statistics.fmean(kept) * len(segments) / calls  # a stage may span threads: add them
     out["round trip"] = sum(out[k] for k in KEYS)
     out["per mark"] = per_mark
     return out

@@ -79,16 +79,19 @@ def test_round_trip_stages_print_the_floor_the_runtime_and_a_budget_for_every_st
     assert abs(total - 1.5 * floor) <= 5  # the budgets add up to 1.5 times the floor (rounded per stage)
 
 
-def test_stage_instructions_close_each_stage_at_its_mark_and_drop_the_marks_own_cost():
+def test_stage_segments_count_each_thread_between_its_marks_and_leave_idle_work_out():
     sys.path.insert(0, REPO)
-    from benchmarks.rtt_stages import CALLER_CLOSES, stage_instructions
-    sequence = [("calibrate", 10), ("call", 99), ("send_start:SPC_REQUEST", 30), ("renaming", 20),
-                ("send_done:SPC_REQUEST", 15), ("idle", 7), ("woke", 8), ("resolve", 40), ("end", 12),
-                ("call", 5), ("renaming", 25), ("send_done:SPC_REQUEST", 5), ("resolve", 40), ("end", 2)]
-    calls = stage_instructions(sequence, CALLER_CLOSES, "end", "call", 0, per_mark=1)
-    assert calls[0] == {"c_sent": 48, "c_after": 14, "c_woke": 13, "c_resolved": 39, "end": 11}
-    # a wake-up marked before the rename's return is counted with the next stage, the stage itself 0
-    assert calls[1] == {"c_sent": 24, "c_after": 4, "c_woke": 0.0, "c_resolved": 39, "end": 1}
+    from benchmarks.rtt_stages import CLOSES, stage_segments
+    calling = [("calibrate", 10), ("call", 99), ("send_start:SPC_REQUEST", 30), ("renaming", 20),
+               ("send_done:SPC_REQUEST", 15), ("end", 12), ("call", 5), ("renaming", 25), ("send_done:SPC_REQUEST", 5),
+               ("end", 3)]
+    protocol = [("idle", 50), ("woke", 8), ("resolve", 40), ("resolved", 6), ("idle", 70), ("woke", 9), ("resolve", 41),
+                ("resolved", 7)]
+    got = stage_segments({(1, 1): calling, (1, 2): protocol}, CLOSES["caller"], 2, per_mark=1)
+    assert sorted(got) == sorted([("c_sent", [49, 24]), ("c_after", [14, 4]), ("end", [11, 2]), ("c_woke", [7, 8]),
+                                  ("c_resolved", [39, 40]), ("end", [5, 6])])
+    # only the last `calls` segments of each: the warm-up came first
+    assert ("c_resolved", [40]) in stage_segments({(1, 2): protocol}, CLOSES["caller"], 1, per_mark=1)
 
 
 def test_envelope_cpu_compares_both_forms_piece_by_piece():

@@ -1,0 +1,118 @@
+"""How many Python and C-function calls one-way MESSAGEs cost on each side, by function: counts,
+so the same figures on a busy machine as on a quiet one (what a message costs in time is in
+benchmarks/receiver_cpu.py and rtt_stages.py). For the work on the node's send and receive paths:
+which layers a message goes through, and how often each is entered.
+
+    python -m benchmarks.calls_per_message [--messages 5000] [--top 25]
+
+One receiver process and one sender process (`Node.send` of a small int, as receiver_cpu.py);
+the sender counts the calls of its sending thread during the sends, the receiver the calls of all
+its threads from its first message to its last (its background threads' few calls included).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchmarks import callgrind
+
+COUNTER = """
+import collections, sys, threading
+counts = collections.Counter()
+def count(frame, event, arg):
+    if event == "call":
+        code = frame.f_code
+        counts[f"{code.co_filename.rsplit('/speed_runtime/', 1)[-1]}:{code.co_name}"] += 1
+    elif event == "c_call":
+        counts["(C) " + getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))] += 1
+"""
+
+RECEIVER = COUNTER + """
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from speed_runtime import Node
+root, key, count_n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+got, done = [0], threading.Event()
+def handler(_message):
+    got[0] += 1
+    if got[0] == 1:
+        counts.clear()  # from the first message on
+    if got[0] == count_n:
+        sys.setprofile(None)
+        done.set()
+threading.setprofile(count)  # every thread the node starts
+with Node(root, key, "r", allow=["s"]) as node:
+    node.on_message(handler)
+    print("ready", flush=True)
+    done.wait(600)
+    threading.setprofile(None)
+    print(json.dumps(dict(counts)), flush=True)
+"""
+
+SENDER = COUNTER + """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from speed_runtime import Node
+root, key, count_n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+with Node(root, key, "s", allow=["r"], linger_seconds=60) as node:
+    node.send("r", 0)
+    sys.setprofile(count)
+    for i in range(count_n):
+        node.send("r", i)
+    sys.setprofile(None)
+    print(json.dumps(dict(counts)), flush=True)
+"""
+
+
+def run(messages: int) -> tuple[dict, dict]:
+    from speed_runtime import generate_key_file
+
+    base = tempfile.mkdtemp(prefix="speed-calls-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        key = os.path.join(base, "speed.key")
+        generate_key_file(key)
+        root = os.path.join(base, "env")
+        rx = subprocess.Popen([sys.executable, "-c", RECEIVER, callgrind.REPO, root, key, str(messages + 1)],
+                              stdout=subprocess.PIPE, text=True)
+        assert rx.stdout.readline().strip() == "ready"
+        tx = subprocess.run([sys.executable, "-c", SENDER, callgrind.REPO, root, key, str(messages)],
+                            capture_output=True, text=True, check=True, timeout=600)
+        received = json.loads(rx.stdout.readline())
+        rx.wait(60)
+        return json.loads(tx.stdout), received
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def table(side: str, counts: dict, messages: int, top: int) -> str:
+    python = sum(n for f, n in counts.items() if not f.startswith("(C)"))
+    c_calls = sum(n for f, n in counts.items() if f.startswith("(C)"))
+    lines = [f"{side}: {python / messages:.1f} Python calls and {c_calls / messages:.1f} C-function calls per message",
+             "| function | calls per message |", "| --- | --- |"]
+    for name, n in collections.Counter(counts).most_common(top):
+        lines.append(f"| {name} | {n / messages:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    from speed_runtime.core import accel
+
+    sent, received = run(args.messages)
+    print(f"per-envelope work {accel.FORM}; {args.messages} messages\n")
+    print(table("sender (the sending thread)", sent, args.messages, args.top) + "\n")
+    print(table("receiver (all threads, first message to last)", received, args.messages, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
