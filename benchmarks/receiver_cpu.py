@@ -132,8 +132,9 @@ def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bo
 
     prefix, env = [], None
     if counts:
+        # valgrind's own lines go to a file, so stderr carries only what the processes say
         prefix = ["valgrind", "--tool=callgrind", "--dump-instr=no", "--dump-line=no",
-                  f"--callgrind-out-file={counts}/cg.%p"]
+                  f"--log-file={counts}/vg.%p", f"--callgrind-out-file={counts}/cg.%p"]
         env = {**os.environ, callgrind.ENV: callgrind.build_helper(counts)}
 
     count = share * senders_n
@@ -153,14 +154,12 @@ def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bo
         else:
             rx_argv = [RECEIVER, checkout, root, key, str(count), str(senders_n)]
             tx_argv = lambda name: [SENDER, checkout, root, key, name, str(share)]  # noqa: E731
-        rx = subprocess.Popen([*prefix, sys.executable, "-c", *rx_argv], stdout=subprocess.PIPE, text=True, env=env,
-                              stderr=subprocess.DEVNULL if counts else None)
+        rx = subprocess.Popen([*prefix, sys.executable, "-c", *rx_argv], stdout=subprocess.PIPE, text=True, env=env)
         procs.append(rx)
         if rx.stdout.readline().strip() != "ready":
             raise SystemExit("the receiver did not start")
         senders = [subprocess.Popen([*prefix, sys.executable, "-c", *tx_argv(name)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True, env=env,
-                                    stderr=subprocess.DEVNULL if counts else None) for name in names]
+                                    stdout=subprocess.PIPE, text=True, env=env) for name in names]
         procs += senders
         for s in senders:
             if s.stdout.readline().strip() != "ready":
@@ -172,6 +171,8 @@ def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bo
             s.stdin.write("go\n")
             s.stdin.flush()
         sent = [s.stdout.readline().split() for s in senders]
+        if any(not line for line in sent):
+            raise SystemExit("a sender failed")
         resumed = time.perf_counter()
         if backlog:
             os.kill(rx.pid, signal.SIGCONT)
