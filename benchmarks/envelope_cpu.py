@@ -4,6 +4,9 @@ pure Python, piece by piece and for a whole leg, warm, in one thread; no files, 
     python -m benchmarks.envelope_cpu [--rounds 2] [--calls 20000] [--size 64]
     python -m benchmarks.envelope_cpu --callgrind [--calls 2000]     # instructions per call
 
+A checkout that was not installed has no compiled module: it is built from its source into a
+temporary directory for the run (a C compiler and the headers of Python and libsodium are needed).
+
 Each form runs in its own process (`SPEED_PURE_PYTHON=1` for the pure one), alternately: pure,
 compiled, compiled, pure per round (A B B A). A piece's figure is the median over that form's runs
 of the median of 5 batches of `--calls` calls. Under `--callgrind` each form runs once and a piece's
@@ -116,9 +119,34 @@ def measure(calls: int, size: int) -> dict:
     return out
 
 
-def run_form(pure: bool, calls: int, size: int, under_callgrind: str | None = None) -> dict:
+def build_compiled(out: str) -> str:
+    """The compiled module built from core/_compiled.c into `out` (a checkout run in place has
+    none: only an install builds it), as tests/runtime/test_compiled_form.py builds it."""
+    result = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", out, "--build-temp",
+                             os.path.join(out, "tmp")], cwd=callgrind.REPO, capture_output=True, text=True)
+    for directory, _, files in os.walk(out):
+        for name in files:
+            if name.startswith("_compiled.") and name.endswith(".so"):
+                return os.path.join(directory, name)
+    raise SystemExit("the compiled form could not be built (gcc, python3-dev and libsodium-dev are needed): "
+                     + (result.stderr.strip().splitlines() or ["no output"])[-1])
+
+
+def load_compiled(path: str) -> None:
+    """Makes the module at `path` the one core/accel.py imports (before anything imports it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speed_runtime.core._compiled", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module
+
+
+def run_form(pure: bool, calls: int, size: int, under_callgrind: str | None = None, module: str | None = None) -> dict:
     env = {**os.environ, "SPEED_PURE_PYTHON": "1" if pure else "0"}
     argv = ["-m", "benchmarks.envelope_cpu", "--inner", "--calls", str(calls), "--size", str(size)]
+    if module and not pure:
+        argv += ["--module", module]
     if under_callgrind:
         callgrind.run(argv, under_callgrind, env={"SPEED_PURE_PYTHON": env["SPEED_PURE_PYTHON"]})
         counted = next(iter(callgrind.dumps(under_callgrind).values()))
@@ -136,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=64, help="characters of the request's string argument")
     parser.add_argument("--callgrind", action="store_true", help="count instructions instead of timing")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--module", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     calls = args.calls or (2000 if args.callgrind else 20000)
     if args.inner:
+        if args.module:
+            load_compiled(args.module)
         from speed_runtime.core import accel
 
         if accel.compiled is None and os.environ.get("SPEED_PURE_PYTHON") == "0":
@@ -150,11 +181,29 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"cannot count instructions: {missing}.", file=sys.stderr)
             return 2
+    built = tempfile.mkdtemp(prefix="speed-compiled-")
+    try:
+        return compare(args, calls, None if installed() else build_compiled(built))
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+
+
+def installed() -> bool:
+    """Whether this checkout's compiled module is there (an install built it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("speed_runtime.core._compiled") is not None
+
+
+def compare(args: argparse.Namespace, calls: int, module: str | None) -> int:
+    """The two forms' figures side by side; `module`: the compiled module to load, where this
+    checkout has none."""
+    if args.callgrind:
         results = {}
         for form, pure in (("pure", True), ("compiled", False)):
             directory = tempfile.mkdtemp(prefix="speed-callgrind-")
             try:
-                results[form] = run_form(pure, calls, args.size, directory)
+                results[form] = run_form(pure, calls, args.size, directory, module)
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
         unit, pure_v, compiled_v = "instructions", results["pure"], results["compiled"]
@@ -164,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()[0]
         for _ in range(args.rounds):
             for form in ("pure", "compiled", "compiled", "pure"):
-                runs[form].append(run_form(form == "pure", calls, args.size))
+                runs[form].append(run_form(form == "pure", calls, args.size, module=module))
         unit = "µs"
         pure_v, compiled_v = ({p: statistics.median(r[p] for r in runs[f]) for p in PIECES} for f in ("pure", "compiled"))
         print(f"µs per call, {args.rounds} A B B A round(s) of {calls} calls per batch, {args.size}-character "
