@@ -40,6 +40,14 @@ def available() -> str | None:
     return None
 
 
+def require() -> None:
+    """Ends the program with one sentence (exit status 2) where callgrind runs cannot be made."""
+    missing = available()
+    if missing:
+        print(f"cannot count instructions: {missing}.", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_helper(directory: str) -> str:
     source = os.path.join(directory, "marks.c")
     library = os.path.join(directory, "marks.so")

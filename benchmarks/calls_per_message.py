@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -107,15 +108,23 @@ with Node(root, key, "s", allow=["r"]) as node:
 """
 
 
-def run_calls(calls: int) -> tuple[dict, dict]:
-    """SPC round trips: (the caller's counts, all its threads; the callee's, all its threads)."""
+@contextlib.contextmanager
+def environment():
+    """(root, key path) of a new environment in memory, removed afterwards."""
     from speed_runtime import generate_key_file
 
     base = tempfile.mkdtemp(prefix="speed-calls-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     try:
         key = os.path.join(base, "speed.key")
         generate_key_file(key)
-        root = os.path.join(base, "env")
+        yield os.path.join(base, "env"), key
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_calls(calls: int) -> tuple[dict, dict]:
+    """SPC round trips: (the caller's counts, all its threads; the callee's, all its threads)."""
+    with environment() as (root, key):
         callee = subprocess.Popen([sys.executable, "-c", CALLEE, callgrind.REPO, root, key], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         assert callee.stdout.readline().strip() == "ready"
@@ -131,18 +140,10 @@ def run_calls(calls: int) -> tuple[dict, dict]:
         caller.wait(60)
         callee.wait(60)
         return made, served
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def run(messages: int) -> tuple[dict, dict]:
-    from speed_runtime import generate_key_file
-
-    base = tempfile.mkdtemp(prefix="speed-calls-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    try:
-        key = os.path.join(base, "speed.key")
-        generate_key_file(key)
-        root = os.path.join(base, "env")
+    with environment() as (root, key):
         rx = subprocess.Popen([sys.executable, "-c", RECEIVER, callgrind.REPO, root, key, str(messages + 1)],
                               stdout=subprocess.PIPE, text=True)
         assert rx.stdout.readline().strip() == "ready"
@@ -151,8 +152,6 @@ def run(messages: int) -> tuple[dict, dict]:
         received = json.loads(rx.stdout.readline())
         rx.wait(60)
         return json.loads(tx.stdout), received
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def table(side: str, counts: dict, messages: int, top: int) -> str:

@@ -177,10 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(calls, args.size)))
         return 0
     if args.callgrind:
-        missing = callgrind.available()
-        if missing:
-            print(f"cannot count instructions: {missing}.", file=sys.stderr)
-            return 2
+        callgrind.require()
     built = tempfile.mkdtemp(prefix="speed-compiled-")
     try:
         return compare(args, calls, None if installed() else build_compiled(built))

@@ -336,9 +336,6 @@ def table(floor: dict[str, float], runtime: dict[str, float], unit: str, scale: 
     return "\n".join(lines)
 
 
-
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=None, help="measured round trips per run (1500; 200 under "
@@ -369,10 +366,7 @@ def main(argv=None) -> int:
             json.dump(pids, f)
         return 0
     if args.callgrind:
-        missing = callgrind.available()
-        if missing:
-            print(f"cannot count instructions: {missing}.", file=sys.stderr)
-            return 2
+        callgrind.require()
         floor = count_instructions("floor", calls, warm, args.size)
         runtime = count_instructions("runtime", calls, warm, args.size)
         print(f"instructions per stage (thousands), means over {calls} calls after {warm} less the {TRIM:.0%} "

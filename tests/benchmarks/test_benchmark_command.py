@@ -111,3 +111,15 @@ def test_receiver_cpu_beside_the_floor_prints_the_one_way_budget():
     assert result.stdout.count("floor: 2 sender(s), 400 messages") == 2
     for row in ("| receiver CPU, µs (user + system) |", "| senders' CPU, µs (user + system) |", "| rate, first to last |"):
         assert row in result.stdout
+
+
+def test_calls_per_message_counts_both_sides_one_way_and_per_round_trip():
+    for mode, sides in (([], ("sender (the sending thread)", "receiver (all threads, first message to last)")),
+                        (["--spc"], ("caller (all threads)", "callee (all threads)"))):
+        result = subprocess.run([sys.executable, "-m", "benchmarks.calls_per_message", "--messages", "40", "--top", "3",
+                                 *mode], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        for side in sides:
+            counted = re.search(rf"{re.escape(side)}: ([\d.]+) Python calls and ([\d.]+) C-function calls each",
+                                result.stdout)
+            assert counted and all(float(n) > 0 for n in counted.groups()), (side, result.stdout)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from speed_runtime.core import accel, aead, envelope, payloads
-from speed_runtime.core.envelope import HEADER_SIZE, OVERHEAD, EnvelopeType, FileName, Header, OpenedEnvelope
+from speed_runtime.core.envelope import EnvelopeType, FileName, Header, OpenedEnvelope
 from speed_runtime.core.errors import SPC_ERROR_CODES, EnvelopeError
 from speed_runtime.keyfile import Key
 
