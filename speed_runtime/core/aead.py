@@ -5,6 +5,8 @@ checked sizes; results are byte-for-byte PyNaCl's (tests/runtime/test_aead.py). 
 PyNaCl's wrapper where its cffi module cannot be reached."""
 from __future__ import annotations
 
+from . import accel
+
 TAG_SIZE = 16
 
 try:
@@ -47,3 +49,11 @@ except ImportError:  # pragma: no cover - PyNaCl without its bundled cffi module
             return _sodium.crypto_aead_chacha20poly1305_ietf_decrypt(sealed, ad, nonce, key)
         except CryptoError:
             return None
+
+
+# The compiled form (core/accel.py) calls libsodium without cffi in between: the same bytes.
+pure_encrypt, pure_decrypt = encrypt, decrypt
+if accel.compiled is not None:
+    accel.compiled.bind("encrypt", encrypt)
+    accel.compiled.bind("decrypt", decrypt)
+    encrypt, decrypt = accel.compiled.encrypt, accel.compiled.decrypt

@@ -11,7 +11,7 @@ import re
 import struct
 from typing import NamedTuple
 
-from . import aead
+from . import accel, aead
 from .errors import EnvelopeError
 from .keys import Key
 
@@ -165,3 +165,15 @@ def parse_filename(name: str) -> FileName | None:
     if seq > _U64_MAX:
         return None
     return FileName(match["sender"], match["id8"].lower(), seq, match["nonce8"].lower())
+
+
+# The compiled form (core/accel.py) takes over these three: the same results and errors, faster.
+# The pure functions stay as the reference and handle what the compiled fast path hands back.
+pure_parse_filename, pure_seal, pure_open_envelope = parse_filename, seal, open_envelope
+if accel.compiled is not None:
+    for _name, _value in (("Header", Header), ("FileName", FileName), ("OpenedEnvelope", OpenedEnvelope),
+                          ("EnvelopeError", EnvelopeError), ("parse_filename", parse_filename), ("seal", seal),
+                          ("open_envelope", open_envelope)):
+        accel.compiled.bind(_name, _value)
+    parse_filename, seal, open_envelope = (accel.compiled.parse_filename, accel.compiled.seal,
+                                           accel.compiled.open_envelope)

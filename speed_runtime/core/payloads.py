@@ -7,6 +7,7 @@ import re
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
+from . import accel
 from .envelope import EnvelopeType
 from .errors import SPC_ERROR_CODES, EnvelopeError
 
@@ -140,6 +141,17 @@ def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return isinstance(value, kind)
+
+
+# The compiled form (core/accel.py) reads and writes the common JSON in C and checks the fields
+# there: the same bytes, objects and errors. The pure functions stay as the reference and handle
+# what it hands back (other types, errors: json's own behaviour).
+pure_encode_payload, pure_decode_payload = encode_payload, decode_payload
+if accel.compiled is not None:
+    for _name, _value in (("SPC_ERROR_CODES", SPC_ERROR_CODES), ("EnvelopeError", EnvelopeError),
+                          ("decode_payload", decode_payload), ("encode_payload", encode_payload)):
+        accel.compiled.bind(_name, _value)
+    encode_payload, decode_payload = accel.compiled.encode_payload, accel.compiled.decode_payload
 
 
 def message(sender: str, target: str, data: Any) -> dict[str, Any]:
