@@ -129,9 +129,16 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         app.screen.query_one("#call-service").value = "echo"
         app.screen.query_one("#call-args").value = '{"n": 7}'
         await wait_for(pilot, lambda: app.screen.query_one("#call-grants").display, what="the grant offer")
-        assert f"billing does not allow {me}" in str(app.screen.query_one("#call-check").render())
+        check = str(app.screen.query_one("#call-check").render())
+        assert f"billing does not allow {me}" in check
+        # not "ready" beside a missing grant (it was): the call would be refused
+        assert "✓ ready" not in check and "refused unless granted first" in check
         assert not app.screen.query_one("#call-grant").value  # an offer: nothing changes unless ticked
         app.screen.query_one("#call-grant").value = True
+        # the check follows the tick (it did not)
+        await wait_for(pilot, lambda: f"billing will allow {me} first" in str(app.screen.query_one("#call-check").render()),
+                       what="the check line after ticking")
+        assert "✓ ready" in str(app.screen.query_one("#call-check").render())
         await pilot.click("#call-go")
         await wait_for(pilot, lambda: "SUCCESS" in str(app.screen.query_one("#call-result").render()),
                        what="the answer")

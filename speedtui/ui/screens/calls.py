@@ -77,17 +77,21 @@ class GrantOffer:
             yield Checkbox("revoke afterwards", value=True, id=f"{self.prefix}-revoke", compact=True)
 
     def offer_lines(self, missing: list[tuple[str, str]], t: Text) -> bool:
-        """Explain the missing grants into ``t``; show the offer if the console can make them all."""
+        """Explain the missing grants into ``t`` as the offer stands (ticked or not); show the offer if
+        the console can make them all. True when nothing is missing once the ticked grants are made."""
         can = bool(missing) and all(node in self.changeable for node, _ in missing)
         self.query_one(f"#{self.prefix}-grants").display = can
+        ticked = can and self.query_one(f"#{self.prefix}-grant", Checkbox).value
         for node, peer in missing:
-            if node in self.changeable:
+            if ticked:
+                t.append(f"✓ {node} will allow {peer} first (grant first)\n", style="green")
+            elif node in self.changeable:
                 t.append(f"○ {node} does not allow {peer}: tick \"grant first\" to allow it (operator key or "
                          "the console's node)\n", style="yellow")
             else:
                 why = self.cannot_change(node, peer) if self.cannot_change else f"{node} cannot be changed from here"
                 t.append(f"✗ {node} does not allow {peer}: {why}\n", style="red")
-        return can
+        return not missing or ticked
 
     def offer_choice(self, missing: list[tuple[str, str]]) -> tuple[bool, bool]:
         if not missing or not self.query_one(f"#{self.prefix}-grants").display:
@@ -197,12 +201,14 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         if v["timeout"] is None:
             problems.append("timeout must be a positive number of seconds")
         t = Text()
-        self.offer_lines(self.missing(v), t)
+        granted = self.offer_lines(self.missing(v), t)
         if problems:
             for p in problems:
                 t.append(f"✗ {p}\n", style="red")
         else:
-            t.append("✓ ready: ", style="green")
+            # without the grants the call is refused (ACCESS_DENIED): not "ready" beside a missing one
+            t.append("✓ ready: " if granted else "○ refused unless granted first: ",
+                     style="green" if granted else "yellow")
             t.append(speed_call_command(v["target"], v["service"], v["arguments"], v["caller"], self.root,
                                         self.key_path, v["timeout"]), style="dim")
         self.query_one("#call-check", Static).update(t)
@@ -213,6 +219,7 @@ class CallScreen(GrantOffer, ModalScreen[None]):
 
     @on(Input.Changed)
     @on(Select.Changed)
+    @on(Checkbox.Changed)
     def _changed(self, event) -> None:
         try:
             if getattr(event, "input", None) is not None and event.input.id == "call-target":
