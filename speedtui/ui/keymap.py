@@ -157,10 +157,11 @@ def changes(scope: str, name: str) -> bool:
     return k is not None and k.changes
 
 
-def offered(scope: str, action: str, readonly: bool) -> bool | None:
-    """Textual's ``check_action`` answer: None (not offered at all: not in the footer, the help or
-    the palette) for what changes the environment in a read-only console, else True."""
-    return None if readonly and changes(scope, action) else True
+def offered(scope: str, action: str, readonly: bool) -> bool:
+    """Textual's ``check_action`` answer: False (not offered at all: not in the footer, the help or
+    the palette) for what changes the environment in a read-only console, else True. (None would
+    mean "disabled but shown": the footer still listed n, d, g, x greyed out.)"""
+    return not (readonly and changes(scope, action))
 
 
 def action_bar() -> list[tuple[str, str]]:

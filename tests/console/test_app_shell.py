@@ -133,8 +133,13 @@ async def test_readonly_offers_no_action(tmp_path):
     root, paths, app = fixture_app_at(tmp_path, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        shown = {b.key for (_n, b, enabled, _t) in app.screen.active_bindings.values() if enabled and b.show}
+        # shown at all, greyed out or not (they were listed disabled, which is still listed)
+        shown = {b.key for (_n, b, _enabled, _t) in app.screen.active_bindings.values() if b.show}
         assert not shown & {"n", "d", "g", "F", "m", "x"}
+        await pilot.press("3")                                  # the access matrix's own g and d
+        await pilot.pause()
+        shown = {b.key for (_n, b, _enabled, _t) in app.screen.active_bindings.values() if b.show}
+        assert not shown & {"n", "d", "g", "F", "m"}
         assert not app.query("#leases-reap")
 
 

@@ -49,7 +49,7 @@ class AccessView(Vertical):
         yield Static(id="ex-result", classes="verdict")
         with Horizontal():
             with VerticalScroll(id="access-matrix-pane"):
-                yield AccessMatrix(id="access-matrix")
+                yield AccessMatrix(readonly=self.state.readonly, id="access-matrix")
             with VerticalScroll(id="access-arrows"):
                 yield Static(id="access-arrows-body")
 

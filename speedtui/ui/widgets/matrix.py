@@ -26,8 +26,9 @@ class AccessMatrix(Static, can_focus=True):
             super().__init__()
             self.writer, self.reader, self.grant, self.revoke = writer, reader, grant, revoke
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, readonly: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.readonly = readonly
         self.names: list[str] = []
         self.cells: list[list[str]] = []
         self.administered: frozenset[str] = frozenset()  # rows the console's operator key may change
@@ -40,6 +41,9 @@ class AccessMatrix(Static, can_focus=True):
             self.set_reactive(AccessMatrix.col, names.index(keep[1]))
         self._clamp()
         self._paint(layout=True)    # the grid's size follows the number of names
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool:
+        return keymap.offered("access-matrix", action, self.readonly)
 
     def pair(self) -> tuple[str, str] | None:
         if 0 <= self.row < len(self.names) and 0 <= self.col < len(self.names):
@@ -98,10 +102,10 @@ class AccessMatrix(Static, can_focus=True):
         if pair:
             w, r = pair
             t.append(f"{w} → {r}", style="bold")
-            t.append(": ⏎ explain, g grant" if w != r else ": itself", style="dim")
+            t.append((": ⏎ explain" if self.readonly else ": ⏎ explain, g grant") if w != r else ": itself", style="dim")
             t.append("\n")
         t.append(LEGEND, style="dim")
-        if self.administered:
+        if self.administered and not self.readonly:
             t.append("\n✱ trusts your operator key: g/d", style="dim")
         return t
 
