@@ -278,17 +278,23 @@ class SpeedApp(App):
     def action_launch(self) -> None:
         self.controller.nodes.launch()
 
+    def highlighted_node(self) -> str | None:
+        """The node under the cursor of the shown view (Leases, Fabrics), if any: the actions below
+        act on it, and pick or ask only when nothing is highlighted."""
+        selected = getattr(self.view_widget(self.active_view()), "selected_node", None)
+        return selected() if selected is not None else None
+
     def action_stop_node(self) -> None:
-        self.controller.nodes.stop()
+        self.controller.nodes.stop(self.highlighted_node())
 
     def action_grant(self) -> None:
-        self.controller.grants.open()
+        self.controller.grants.open(self.highlighted_node())
 
     def action_call(self) -> None:
-        self.controller.calls.open()
+        self.controller.calls.open(target=self.highlighted_node() or "")
 
     def action_send(self) -> None:
-        self.controller.calls.send()
+        self.controller.calls.send(self.highlighted_node() or "")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_rows(self), str(self.paths.config_file)))

@@ -84,7 +84,18 @@ async def test_launch_in_process_node_and_stop(live_env):
         await wait_for(pilot, lambda: "ops" in app.registry.by_name(), what="ops in the leases view")
         audit = AuditLog(paths.audit_log(root)).entries()
         assert audit[-1].action == "launch" and "speed node" in audit[-1].command and "--name ops" in audit[-1].command
-        # stop it again from the picker
+        # d on the highlighted node asks to confirm at once (no picker); declined, nothing stops
+        table = app.view_widget("leases").query_one("#leases-table")
+        table.focus()
+        await wait_for(pilot, lambda: "ops" in [r.key for r in table.rows], what="ops in the table")
+        table.cursor = [r.key for r in table.rows].index("ops")
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation for ops")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="declined")
+        assert entry(root, "ops") is not None
+        # where nothing is highlighted (Traces), d offers the picker
+        await pilot.press("4")
         await pilot.press("d")
         await wait_for(pilot, lambda: app.screen.query("#pick-list"), what="stop picker")
         await pilot.press("enter")

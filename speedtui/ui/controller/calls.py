@@ -4,6 +4,7 @@ them, and their outcomes (in the call dialog when it is open, else a notificatio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +34,7 @@ class CallActions:
         self.confirm_send = confirm_send  # the send dialog's default (config)
         self.cannot_change = cannot_change  # why a node's grants cannot be changed (GrantActions)
         self.copy = copy  # to the clipboard, told (Exports)
+        self.unsent: tuple[str, str] | None = None  # (to, data as JSON) of a message not delivered yet
 
     def open(self, caller: str | None = None, target: str = "", service: str = "", arguments: dict | None = None,
              timeout: float = 5.0) -> None:
@@ -106,20 +108,30 @@ class CallActions:
             return
         self.open(caller, target, service, args)
 
-    def send(self) -> None:
-        """The send dialog."""
+    def send(self, to: str = "") -> None:
+        """The send dialog, to ``to`` (the highlighted node); a message that failed comes back in it,
+        its target and data kept, when the dialog is opened again without a highlighted node."""
         acts = self.runner.acts()
         if acts is None:
             return
         graph = self.state.graph()
+        unsent_to, unsent_data = self.unsent if self.unsent is not None else ("", None)
         self.port.push_screen(SendScreen(acts.own.in_process(), graph.names, self.confirm_send, graph,
-                                         self.state.administered(), self.cannot_change, self.operator_loaded),
+                                         self.state.administered(), self.cannot_change, self.operator_loaded,
+                                         to=to or unsent_to,
+                                         data=unsent_data if not to or to == unsent_to else None),
                               self._send_chosen)
 
     def _send_chosen(self, choice: tuple[str, str, Any, bool, bool, bool] | None) -> None:
         acts = self.runner.actions
         if choice and acts is not None:
             sender, to, data, confirm, grant, revoke = choice
+            self.unsent = (to, json.dumps(data, ensure_ascii=False))  # until it is delivered
+
+            def delivered() -> None:
+                self.unsent = None
+
             self.runner.run("send", lambda: acts.send(sender, to, data, confirm, grant_first=grant,
                                                       revoke_after=revoke),
-                            f"message {sender} → {to} delivered" + (" and confirmed" if confirm else ""))
+                            f"message {sender} → {to} delivered" + (" and confirmed" if confirm else ""),
+                            after=delivered)

@@ -48,13 +48,18 @@ class NodeActions:
         self.runner.run("launch", lambda: acts.start_console_node(name), f"{name} is running",
                         after=self.reopen.get(then))
 
-    def stop(self) -> None:
+    def stop(self, highlighted: str | None = None) -> None:
+        """Stop a node: the highlighted one if it can be stopped from here (after a confirmation),
+        else one picked from those that can."""
         acts = self.runner.acts()
         if acts is None:
             return
         own = acts.own.stoppable()
         items = [(n, f"{n} ({acts.own[n].kind})") for n in own]
         items += [(n, f"{n} (operator key)") for n in self.state.administered() if n not in own]
+        if highlighted is not None and highlighted in dict(items):
+            self._stop_chosen(highlighted)
+            return
         if not items:
             self.port.notify("no node to stop: this console started none, and none trusts its operator key"
                              + ("" if self.operator.key else " (none is loaded: speedtui --operator-key PATH)"),

@@ -287,10 +287,12 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
 
     def __init__(self, own: list[str], names: list[str], confirm_default: bool = False,
                  graph: AccessGraph | None = None, administered: Iterable[str] = (),
-                 cannot_change: Callable[[str, str], str] | None = None, operator: bool = True) -> None:
+                 cannot_change: Callable[[str, str], str] | None = None, operator: bool = True,
+                 to: str = "", data: str | None = None) -> None:
         super().__init__()
         self.setup_offer(own, administered, cannot_change)
         self.operator = operator
+        self.to, self.data = to, data if data is not None else '{"hello": "world"}'
         self.graph = graph if graph is not None else AccessGraph(())
         self.own = own
         self.names = names
@@ -308,9 +310,9 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
             else:
                 yield from no_own_node("send", self.operator)
             yield Label("to")
-            yield Input(id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
+            yield Input(value=self.to, id="snd-to", suggester=SuggestFromList(self.names, case_sensitive=True))
             yield Label("data (any JSON value)")
-            yield Input(value='{"hello": "world"}', id="snd-data")
+            yield Input(value=self.data, id="snd-data")
             yield Checkbox("wait for delivery confirmation (ACK)", value=self.confirm_default, id="snd-confirm")
             yield from self.offer_widgets()
             yield Static(id="snd-check", classes="preview")

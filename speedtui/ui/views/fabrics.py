@@ -79,6 +79,12 @@ class FabricsView(Vertical):
             cursor = 0  # a cursor from the start, not only after the first arrow key
         tree.cursor_line = min(cursor, max(0, tree.last_line))
 
+    def selected_node(self) -> str | None:
+        """The node under the tree's cursor (None on a fabric): d, g, F and m act on it."""
+        node = self.query_one(Tree).cursor_node
+        data = node.data if node is not None else None
+        return data[1] if isinstance(data, tuple) and data[:1] == ("node",) else None
+
     def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
         data = event.node.data
         if isinstance(data, str):

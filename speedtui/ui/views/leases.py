@@ -278,6 +278,11 @@ class LeasesView(Vertical):
         if name:
             self.post_message(ReapRequested(name))
 
+    def selected_node(self) -> str | None:
+        """The node under the cursor: d, g, F and m act on it (the app asks the shown view)."""
+        row = self.selected_row()
+        return row.name if row is not None and row.error is None else None
+
     def selected_row(self) -> NodeRow | None:
         name = self.query_one(FastTable).cursor_key
         return self.state.registry.by_name().get(name) if name else None
