@@ -16,6 +16,7 @@ import pytest
 from speedtui.services.history import AuditLog
 from speedtui.pipeline.reference import analyze
 
+from ..helpers.proc import descendants, running
 from .conftest import SIZE, run_async, wait_for
 
 #: lines the JVM and Spark print at start-up (they must end up in the log, never on the terminal)
@@ -23,32 +24,6 @@ JVM_MARKERS = (b"WARNING: Using incubator modules", b"log4j", b"NativeCodeLoader
                b"Using Spark's default", b"setLogLevel", b"restricted mode")
 
 
-def running(pid: int) -> bool:
-    """pid exists and is not a zombie (an orphan's zombie waits for a PID 1 that may not reap)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below pid (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 @pytest.mark.timeout(900)   # a cold JVM and two analyses: minutes on a loaded 2-core machine

@@ -18,16 +18,10 @@ import time
 
 import pytest
 
+from ..helpers.proc import descendants, running
+
 #: what Textual writes as it restores the terminal: leave the alternate screen, show the cursor
 LEAVE_ALTERNATE_SCREEN = b"\x1b[?1049l"
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def demo_dirs_of(pids: list[int]) -> set[str]:
@@ -42,19 +36,6 @@ def demo_dirs_of(pids: list[int]) -> set[str]:
             continue
         dirs.update("/dev/shm/" + a.split("/")[3] for a in args if a.startswith("/dev/shm/speed-demo-"))
     return dirs
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return found
 
 
 @pytest.mark.timeout(300)
@@ -74,7 +55,7 @@ def test_a_signal_ends_the_console_as_q_does(name, tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             if select.select([master], [], [], 0.2)[0]:
                 out += os.read(master, 1 << 16)
-            nodes = children_of(proc.pid)
+            nodes = sorted(descendants(proc.pid))
             if b"Leases" in out and len(nodes) >= 6:    # drawn, the demo's six nodes running
                 break
         assert proc.poll() is None and len(nodes) >= 6, f"the demo did not come up: {bytes(out[-300:])!r}"
@@ -92,7 +73,7 @@ def test_a_signal_ends_the_console_as_q_does(name, tmp_path):
                 except OSError:
                     break
         assert proc.wait(120) == 128 + sig
-        left = [pid for pid in nodes if alive(pid)]
+        left = [pid for pid in nodes if running(pid)]
         assert not left, f"processes left behind: {left}"
         assert not any(os.path.exists(d) for d in demos), "the demo's directory is left behind"
         if master_open:
@@ -104,7 +85,7 @@ def test_a_signal_ends_the_console_as_q_does(name, tmp_path):
             proc.kill()
             proc.wait()
         for pid in nodes:
-            if alive(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
         for d in demos:
             shutil.rmtree(d, ignore_errors=True)
