@@ -129,6 +129,10 @@ class ActionService:
         self.audit.note("stop", f"{name} ({own.kind})",
                         f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
 
+    def separate_processes(self) -> list[str]:
+        """The nodes the operator launched as separate processes that still run (quitting stops them)."""
+        return self.own.processes()
+
     def stop_all(self) -> None:
         owns = self.own.pop_all()
         with self._lock:

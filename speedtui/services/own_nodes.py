@@ -95,6 +95,11 @@ class OwnNodes(Mapping[str, OwnNode]):
         with self._lock:
             return sorted(n for n, o in self._nodes.items() if o.node is not None and o.alive)
 
+    def processes(self) -> list[str]:
+        """The running nodes the operator launched as separate processes: quitting stops them."""
+        with self._lock:
+            return sorted(n for n, o in self._nodes.items() if o.proc is not None and o.stoppable and o.alive)
+
     def stoppable(self) -> list[str]:
         """The nodes the operator may stop."""
         with self._lock:

@@ -29,6 +29,7 @@ from .navigation import Navigator
 from . import keymap
 from .keymap import VIEWS
 from .palette import help_rows, palette_commands
+from .screens.confirm import ConfirmScreen
 from .screens.help import HelpScreen
 from .state import ConsoleState
 from .themes import ThemeKeeper
@@ -295,6 +296,19 @@ class SpeedApp(App):
 
     def action_send(self) -> None:
         self.controller.calls.send(self.highlighted_node() or "")
+
+    def action_quit(self) -> None:
+        """q: quit; the console's nodes stop with it, so where some run as separate processes the
+        operator is asked first (they were stopped without a word)."""
+        processes = self.actions.separate_processes() if self.actions is not None else []
+        if not processes:
+            self.exit()
+            return
+        self.push_screen(ConfirmScreen(
+            "Quit and stop the nodes this console launched?",
+            f"{', '.join(processes)} {'runs' if len(processes) == 1 else 'run'} as separate `speed node` "
+            "processes that this console started: quitting stops them (SIGTERM; they drain and deregister).",
+            yes="Quit and stop them"), lambda yes: self.exit() if yes else None)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_rows(self), str(self.paths.config_file)))

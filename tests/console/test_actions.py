@@ -121,6 +121,28 @@ async def test_launch_separate_process_node(live_env):
         await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="process deregistered")
 
 
+@run_async
+async def test_q_asks_before_it_stops_the_nodes_launched_as_separate_processes(live_env):
+    """q stopped the console's separate `speed node` processes without a word (issue 28, item 9)."""
+    root, key, paths = live_env
+    app = app_for(live_env)
+    async with app.run_test(size=SIZE) as pilot:
+        await launch_ops(pilot, app, root, in_process=False)
+        own = app.actions.own["ops"]
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        assert "ops" in app.screen.body and "separate" in app.screen.body
+        await pilot.press("n")                                  # stays, and so does ops
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="declined")
+        assert app.is_running and own.proc.poll() is None
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question again")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not app.is_running, what="the console to end")
+    app.shutdown()
+    assert own.proc.poll() is not None                          # stopped with the console
+
+
 @pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "process"])
 @run_async
 async def test_grant_and_revoke_publish_allow(live_env, in_process):
