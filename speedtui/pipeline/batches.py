@@ -125,7 +125,7 @@ def compact(batches: list[Batch], accuracy: int = PERCENTILE_ACCURACY) -> Batch:
     """Many batches -> one that gives the same report: rows merged by key, calls per (target,
     service) merged (sketch unions), open legs merged per call leg."""
     import pyarrow as pa
-    from .report import merged_done, open_calls
+    from .call_legs import merged_done, open_calls
     rows = pa.concat_tables([b.rows for b in batches])
     keys = [c for c in ROW_COLUMNS if c in ("tag", "a", "b", "c", "d", "m", "x", "day")]
     aggs = [("n", "sum"), ("bytes", "sum"), ("tmin", "min"), ("tmax", "max"), ("nreq", "sum"), ("nresp", "sum"),
