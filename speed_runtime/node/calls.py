@@ -14,6 +14,7 @@ finished), and a request beyond them is answered TIMEOUT at once, never run.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -30,6 +31,8 @@ from .hooks import Outbound
 from .sender import Sender
 from .telemetry import Telemetry
 from .threads import Deadlines, WorkerPool, settle
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # ============================================================================ the caller's side
@@ -357,8 +360,17 @@ class Callee:
             if unsendable is None:
                 return
             error = SpcError("INTERNAL_ERROR", f"service {name!r} returned a result that cannot be sent: {unsendable}")
-        body = payloads.spc_failure(self.name, caller, request_id, error.code, error.message)
-        self._reply(caller, EnvelopeType.SPC_RESPONSE, body, {**trace, "status": "ERROR", "error_code": error.code})
+        trace = {**trace, "status": "ERROR", "error_code": error.code}
+        # a lone surrogate cannot be written as UTF-8 (the wire's encoding): shown as U+FFFD, not
+        # dropped with the whole answer (the caller then waited its whole timeout)
+        message = _LONE_SURROGATE.sub("\ufffd", str(error.message))
+        unsendable = self._reply(caller, EnvelopeType.SPC_RESPONSE,
+                                 payloads.spc_failure(self.name, caller, request_id, error.code, message), trace)
+        if unsendable is not None:  # e.g. an error text beyond the target's limit: the caller still hears
+            self._reply(caller, EnvelopeType.SPC_RESPONSE, payloads.spc_failure(
+                self.name, caller, request_id, "INTERNAL_ERROR",
+                f"service {name!r} failed with an error that cannot be sent: {unsendable}"[:500]),
+                {**trace, "error_code": "INTERNAL_ERROR"})
 
     def start_waiting(self) -> None:
         """Start a worker for requests that could get no thread before (threads.WorkerPool)."""

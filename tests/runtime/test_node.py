@@ -54,6 +54,22 @@ def test_spc_success_and_every_error_code(pair):
     assert info.value.code == "TIMEOUT" and "time limit" in info.value.message
 
 
+def test_an_error_text_that_cannot_be_sent_as_it_is_still_answers_at_once(pair):
+    """A service failing with a lone surrogate in its error text answered nothing: its caller
+    waited its whole timeout. One too large for the caller's limit likewise."""
+    a, b = pair
+    b.register("surrogate", lambda args: (_ for _ in ()).throw(SpcError("EXECUTION_FAILED", "bad \ud800 text")))
+    b.register("huge", lambda args: (_ for _ in ()).throw(SpcError("EXECUTION_FAILED", "x" * (2 << 20))))
+    started = time.monotonic()
+    with pytest.raises(SpcError) as info:
+        a.call("callee", "surrogate", {}, timeout=30)
+    assert info.value.code == "EXECUTION_FAILED" and info.value.message == "bad \ufffd text"
+    with pytest.raises(SpcError) as info:
+        a.call("callee", "huge", {}, timeout=30)
+    assert info.value.code == "INTERNAL_ERROR" and "cannot be sent" in info.value.message
+    assert time.monotonic() - started < 25          # answered, not timed out
+
+
 def test_caller_timeout_and_late_response_is_dropped_and_counted(pair):
     a, _ = pair
     with pytest.raises(SpcError) as info:
