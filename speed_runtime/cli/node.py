@@ -34,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--durable", action="store_true",
                    help="enable durable delivery (feature `durable`): needs a persistent --dir, not tmpfs")
     add_durable_on_tmpfs(p)
+    p.add_argument("--durable-open-ledgers", type=int, default=None, metavar="N",
+                   help="with --durable: senders' ledger logs kept open at once, the least recently used closed "
+                        "first (default 32; bounds the descriptors whatever the number of senders)")
     p.add_argument("--lease", type=seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=seconds, default=5.0, metavar="SECONDS",
                    help="renewal interval (default 5)")
@@ -54,6 +57,10 @@ def cmd_node(args: argparse.Namespace) -> int:
     stop = threading.Event()
     lost: list[LeaseLostError] = []
     options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
+    if args.durable_open_ledgers is not None:
+        if not args.durable:
+            raise ConfigError("--durable-open-ledgers goes with --durable")
+        options["durable_open_ledgers"] = args.durable_open_ledgers
     node = Node(args.dir, env_key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
                 lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
                 operators=args.operator, durable=args.durable, **options, **node_options(args))

@@ -81,3 +81,16 @@ def test_ten_times_more_durable_senders_than_open_ledgers_under_a_low_descriptor
     assert rx.proc.poll() is None and not any("Too many open files" in line for line in rx.stderr)
     reports = verify_receipts(droot, load_key(dkey).raw, "rx")
     assert len(reports) == 80 and all(r.ok and r.count == 2 for _, r in reports)
+
+
+def test_the_speed_command_bounds_a_receivers_open_ledgers_with_an_option(droot, dkey, dprocs):
+    """`speed node --durable-open-ledgers N`: the bound was a Node option only (issue 26)."""
+    senders = [f"s{i}" for i in range(6)]
+    rx = dprocs.start("rx", allow=senders, echo=True, extra=["--durable", "--durable-open-ledgers", "2"])
+    most = 0
+    for name in senders:
+        with Node(droot, dkey, name, allow=["rx"], durable=True) as tx:
+            assert tx.send("rx", name, durable=True, confirm=True, timeout=30) == 1
+        most = max(most, len(ledger_descriptors(rx.proc.pid)))
+    assert most <= 2 + 1                           # the bound, and one opened before the next is closed
+    assert sorted(m["data"] for m in lines(rx, 6)) == senders

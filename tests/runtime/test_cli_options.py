@@ -44,6 +44,8 @@ PRINTED_BY = {
     ("speed_runtime/cli/common.py", "--feature"): ["speed node", "speed send", "speed call"],
     ("speed_runtime/cli/common.py", "--durable"): ["speed node", "speed send"],
     ("speed_runtime/cli/common.py", "--durable-on-tmpfs"): ["speed node", "speed send"],
+    ("speed_runtime/cli/node.py", "--durable-open-ledgers"): ["speed node"],
+    ("speed_runtime/cli/node.py", "--durable"): ["speed node"],
     ("speed_runtime/cli/clients.py", "--file"): ["speed send"],
     ("speed_runtime/cli/clients.py", "--reliable"): ["speed send"],
     ("speed_runtime/cli/clients.py", "--feature"): ["speed send"],
