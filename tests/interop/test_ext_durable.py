@@ -172,12 +172,16 @@ def test_a_c_ledger_that_cannot_grow_acknowledges_nothing_torn(dprocs, denv):
             py.send("crx", n, durable=True)
         c.wait_event(event="durable_store_failed", timeout=60)
         assert any("cannot store durable receipts for py" in line and "File too large" in line for line in c.errors)
-        waiting = len(py.extension("durable").outbox_items())
-        assert waiting
         c.stop()
         with open(ledger, "rb") as f:
             records = [json.loads(r) for r in f.read().splitlines()]   # every record whole
-        assert sum("receipt" in r for r in records) == 100 - waiting
+        receipts = sum("receipt" in r for r in records)
+        assert receipts < 100
+        # every message the sender stops waiting for has its whole receipt in the ledger, and only
+        # those: counted once the receipts the C node sent before it stopped are taken (read while
+        # some were still in the sender's inbox, the count failed CI under load: 48 against 42)
+        wait_for(lambda: len(py.extension("durable").outbox_items()) == 100 - receipts, 30,
+                 "the sender to take the receipts the C node sent")
         again = dprocs.c_node("crx", allow=["py"], args=["--durable"])
         wait_for(lambda: not py.extension("durable").outbox_items(), 60, "every receipt")
     runs: dict[int, list[bool]] = {}
