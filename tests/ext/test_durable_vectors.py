@@ -74,11 +74,13 @@ def test_invalid_durable_fields_are_refused(case):
     assert info.value.reason == case["reason"]
 
 
-def test_the_ledger_steps_of_the_vectors():
-    assert (d.FLOOR_STEP, d.MAX_STREAMS) == (VECTORS["floor_step"], VECTORS["max_streams"])
-    rkey = d.receipt_key(KEY.raw)
+def check_ledger_steps(steps: list[dict], floor_step: int, max_streams: int, receiver: str, sender: str) -> None:
+    """Authentic copies of one sender applied in order to a fresh ledger: each outcome and the
+    stream's floor after it (docs/PROTOCOL.md, durable, "The receiver"; also the printed vector)."""
+    assert (d.FLOOR_STEP, d.MAX_STREAMS) == (floor_step, max_streams)
+    rkey = d.receipt_key(bytes(32))  # the outcomes do not depend on the key
     streams: dict[str, d.StreamLedger] = {}
-    for step in VECTORS["ledger_steps"]:
+    for step in steps:
         ledger = d.stream_of(streams, f"{step['stream']:032x}")
         if ledger is None:
             assert step["outcome"] == "durable_streams_full", step
@@ -86,6 +88,10 @@ def test_the_ledger_steps_of_the_vectors():
         ledger.advance(step["base"])
         outcome = "durable_duplicate" if ledger.seen(step["id"]) else "handled"
         if outcome == "handled":
-            ledger.record(ledger.issue(rkey, "reports", "billing", step["id"], "handled", 1))
+            ledger.record(ledger.issue(rkey, receiver, sender, step["id"], "handled", 1))
         assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
+
+
+def test_the_ledger_steps_of_the_vectors():
+    check_ledger_steps(VECTORS["ledger_steps"], VECTORS["floor_step"], VECTORS["max_streams"], "reports", "billing")
 

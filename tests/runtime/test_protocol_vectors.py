@@ -19,6 +19,7 @@ from speed_runtime.core.keys import Key
 from speed_runtime.core.payloads import decode_payload
 
 from ..ext.test_chunks_vectors import check_advertisement
+from ..ext.test_durable_vectors import check_ledger_steps
 from ..ext.test_quota_vectors import check_admission, check_bucket, check_limits
 from ..vectors import protocol_blocks
 
@@ -150,21 +151,7 @@ def _check_receipt(v: dict) -> None:
 
 
 def _check_ledger_steps(v: dict) -> None:
-    """Authentic copies of one sender applied in order to a fresh ledger: each outcome and the
-    stream's floor after it (docs/PROTOCOL.md, durable, "The receiver")."""
-    assert (durable.FLOOR_STEP, durable.MAX_STREAMS) == (v["floor_step"], v["max_streams"])
-    rkey = durable.receipt_key(bytes(32))  # the outcomes do not depend on the key
-    streams: dict = {}
-    for step in v["steps"]:
-        ledger = durable.stream_of(streams, f"{step['stream']:032x}")
-        if ledger is None:
-            assert step["outcome"] == "durable_streams_full", step
-            continue
-        ledger.advance(step["base"])
-        outcome = "durable_duplicate" if ledger.seen(step["id"]) else "handled"
-        if outcome == "handled":
-            ledger.record(ledger.issue(rkey, v["receiver"], v["sender"], step["id"], "handled", 1))
-        assert (outcome, ledger.floor) == (step["outcome"], step["floor"]), step
+    check_ledger_steps(v["steps"], v["floor_step"], v["max_streams"], v["receiver"], v["sender"])
 
 
 def _check_signature(v: dict) -> None:
