@@ -114,7 +114,7 @@ class EndOnSignals:
 
     def __init__(self) -> None:
         self.app = None
-        self.signum: int | None = None
+        self.ending = False  # a signal arrived already: the next one stops waiting for the app
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> "EndOnSignals":
@@ -134,7 +134,7 @@ class EndOnSignals:
     def _arrived(self, signum: int, _frame: object) -> None:
         import asyncio
 
-        first, self.signum = self.signum is None, signum if self.signum is None else self.signum
+        first, self.ending = not self.ending, True
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
