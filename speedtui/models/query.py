@@ -10,7 +10,7 @@ from .traces import Comparison, TraceFilter
 TYPES = ["MESSAGE", "SPC_REQUEST", "SPC_RESPONSE", "EVENT", "DISCOVERY", "HEARTBEAT", "ERROR", "ACK"]
 OUTCOMES = ["sent", "accepted", "rejected", "error"]
 _FIELDS = {"latency": "latency_ms", "lat": "latency_ms", "seq": "seq", "size": "size"}
-_COMPARISON = re.compile(r"^(latency|lat|seq|size)(>=|<=|>|<|=)([0-9]*\.?[0-9]+)([a-z]*)$", re.IGNORECASE)
+COMPARISON = re.compile(r"^(latency|lat|seq|size)(>=|<=|>|<|=)([0-9]*\.?[0-9]+)([a-z]*)$", re.IGNORECASE)
 _UNITS = {"latency_ms": {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 0.001},
           "size": {"": 1.0, "b": 1.0, "k": 1024.0, "kb": 1024.0, "kib": 1024.0, "m": 1048576.0, "mb": 1048576.0,
                    "mib": 1048576.0},
@@ -24,7 +24,7 @@ def parse_query(q: str, nodes: frozenset[str] | None = None) -> TraceFilter:
     words = []
     comparisons = []
     for tok in q.split():
-        m = _COMPARISON.match(tok)
+        m = COMPARISON.match(tok)
         if m is not None:
             field = _FIELDS[m.group(1).lower()]
             scale = _UNITS[field].get(m.group(4).lower())
