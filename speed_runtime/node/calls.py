@@ -30,7 +30,7 @@ from ..core.services import RegisteredService, precheck
 from .hooks import Outbound
 from .sender import Sender
 from .telemetry import Telemetry
-from .threads import Deadlines, WorkerPool, settle
+from .threads import Deadlines, Waiter, WorkerPool, settle
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -38,7 +38,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # ============================================================================ the caller's side
 @dataclass
 class PendingCall:
-    future: Future
+    future: Future | Waiter  # a Waiter for a synchronous call (`Caller.call`), else a Future
     target: str
     target_id: bytes   # the instance the request went to: only it may answer
     service: str
@@ -55,7 +55,19 @@ class Caller:
         self._lock = threading.Lock()
         self._pending: dict[str, PendingCall] = {}
 
+    def call(self, target: str, service: str, arguments: Any, timeout: float) -> Any:
+        """Call and wait for the result (errors raise SpcError): `call_async` with a Waiter in place
+        of the Future, the cheaper hand-off when the calling thread waits anyway."""
+        waiter = Waiter()
+        self._request(target, service, arguments, timeout, waiter)
+        return waiter.result()
+
     def call_async(self, target: str, service: str, arguments: Any, timeout: float) -> Future:
+        future: Future = Future()
+        self._request(target, service, arguments, timeout, future)
+        return future
+
+    def _request(self, target: str, service: str, arguments: Any, timeout: float, future: Future | Waiter) -> None:
         entry = self._sender.live_entry(target)
         self._sender.check_grant(target, entry)
         if not self._allows(target):
@@ -64,15 +76,17 @@ class Caller:
         request_id = os.urandom(16).hex()  # unique per caller (§5.2); uuid4() costs a dozen Python calls
         payload = payloads.spc_request(self.name, target, request_id, service, {} if arguments is None else arguments,
                                        max(1, int(timeout * 1000)))
-        return self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._deliver(Outbound(
+        self.expect(request_id, target, entry.id_bytes, service, timeout, lambda: self._deliver(Outbound(
             target, EnvelopeType.SPC_REQUEST, payload, entry=entry, wait=timeout,
-            trace_extra={"request_id": request_id, "service": service})))
+            trace_extra={"request_id": request_id, "service": service})), future)
 
     def expect(self, request_id: str, target: str, target_id: bytes, service: str, timeout: float,
-               send: Callable[[], Any]) -> Future:
+               send: Callable[[], Any], future: Future | Waiter | None = None) -> Future | Waiter:
         """Wait for the SPC_RESPONSE `request_id` from instance `target_id` of `target` after `send()`
-        wrote the request (an SPC call, or a request of an extension such as `control`)."""
-        future: Future = Future()
+        wrote the request (an SPC call, or a request of an extension such as `control`); `future`
+        (a new Future when not given) is settled with its result."""
+        if future is None:
+            future = Future()
         call = PendingCall(future, target, target_id, service, time.perf_counter(), time.monotonic() + timeout,
                            timeout)
         with self._lock:
@@ -83,7 +97,8 @@ class Caller:
             self._pop(request_id)
             raise
         self._telemetry.count("spcCalls")
-        future.add_done_callback(lambda f: self._pop(request_id) if f.cancelled() else None)
+        if isinstance(future, Future):  # a Future may be cancelled by its owner; a Waiter cannot
+            future.add_done_callback(lambda f: self._pop(request_id) if f.cancelled() else None)
         self._deadlines.at(call.deadline, lambda: self._expire(request_id))
         return future
 

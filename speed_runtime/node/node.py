@@ -308,7 +308,8 @@ class Node:
 
     def call(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Any:
         """Call `service` on `target` and return its result; errors raise SpcError with .code."""
-        return self.call_async(target, service, arguments, timeout=timeout).result()
+        self.check_running()
+        return self.caller.call(target, service, arguments, timeout)
 
     def call_async(self, target: str, service: str, arguments: Any = None, *, timeout: float = 10.0) -> Future:
         self.check_running()

@@ -7,8 +7,10 @@ at interpreter exit), so a node waits for them only for a bounded time when it s
 """
 from __future__ import annotations
 
+import _thread
 import heapq
 import itertools
+import queue
 import threading
 import time
 from collections import deque
@@ -17,28 +19,40 @@ from typing import Any, Callable, Hashable
 
 
 class WorkerPool:
-    """Up to `size` daemon threads running submitted callables; idle ones wait for work."""
+    """Up to `size` daemon threads running submitted callables; idle ones wait for work.
+
+    A task is handed over through a `queue.SimpleQueue` (one C call to put, one to take, the GIL
+    released while a worker waits) and counted under a plain lock: a Condition and a deque cost the
+    callee's hand-off to its SPC pool 64,000 instructions a round trip (Python code on both sides).
+    Each queued task is either claimed by an idle worker (which is already waiting in `get`) or
+    unclaimed, waiting for a worker that finishes or starts; a worker that comes back takes an
+    unclaimed task before it counts itself idle, so two tasks submitted before an idle worker has
+    woken never both count on it (the second would wait behind the first, which may block long)."""
 
     def __init__(self, size: int, name: str, on_error: Callable[[BaseException], None]):
         self._size, self._name, self._on_error = size, name, on_error
-        self._cond = threading.Condition()
-        self._tasks: deque[Callable[[], None]] = deque()
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # `wait_idle`: no task queued or running
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
-        self._idle = 0
-        self._busy = 0
+        self._idle = 0  # workers waiting in `get` with no task claimed for them
+        self._unclaimed = 0  # queued tasks no idle worker was counted on for
+        self._pending = 0  # tasks queued or running
+        self._watchers = 0  # threads in `wait_idle`
         self._stopped = False
 
     def submit(self, task: Callable[[], None]) -> None:
-        with self._cond:
+        with self._lock:
             if self._stopped:
                 raise RuntimeError("the worker pool is stopped")
-            self._tasks.append(task)
+            self._pending += 1
             if self._idle:
-                self._cond.notify()
-            # an idle worker counts until it has woken: two tasks submitted before it does must not
-            # both count on it (the second would wait behind the first, which may block for long)
-            if len(self._tasks) > self._idle and len(self.threads) < self._size:
-                self._start_worker()
+                self._idle -= 1
+            else:
+                self._unclaimed += 1
+                if len(self.threads) < self._size:
+                    self._start_worker()
+            self._tasks.put(task)
 
     def _start_worker(self) -> None:
         """Under the lock. When no thread can be had now (`ulimit -v`, `-u`) the task waits in the
@@ -53,53 +67,65 @@ class WorkerPool:
 
     def start_waiting(self) -> None:
         """Start a worker for tasks that wait with none to run them (a start failed before)."""
-        if self._tasks and not self.threads:  # (unlocked reads: a cheap look, asked often)
-            with self._cond:
-                if self._tasks and not self.threads and not self._stopped:
+        if self._unclaimed and not self.threads:  # (unlocked reads: a cheap look, asked often)
+            with self._lock:
+                if self._unclaimed and not self.threads and not self._stopped:
                     self._start_worker()
 
     def _work(self) -> None:
         while True:
-            with self._cond:
-                while not self._tasks and not self._stopped:
+            with self._lock:
+                if self._unclaimed:
+                    self._unclaimed -= 1
+                else:
                     self._idle += 1
-                    self._cond.wait()
-                    self._idle -= 1
-                if not self._tasks:
-                    return
-                task = self._tasks.popleft()
-                self._busy += 1
+            task = self._tasks.get()
+            if task is None:  # `stop`
+                return
             try:
                 task()
             except BaseException as exc:  # one bad task must not kill the worker
                 self._on_error(exc)
             finally:
-                with self._cond:
-                    self._busy -= 1
-                    if not self._tasks and not self._busy:  # for wait_idle; waking every idle worker
-                        self._cond.notify_all()             # after each task cost a third of a message
+                del task  # what the task holds is not kept while the worker waits for the next
+                with self._lock:
+                    self._pending -= 1
+                    if not self._pending and self._watchers:
+                        self._settled.notify_all()
 
     def idle(self) -> bool:
-        with self._cond:
-            return not self._tasks and not self._busy
+        return not self._pending
 
     def wait_idle(self, deadline: float) -> bool:
         """Wait (until `deadline`, monotonic) until no task is queued or running."""
-        with self._cond:
-            while self._tasks or self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.1))
-            return True
+        with self._lock:
+            self._watchers += 1
+            try:
+                while self._pending:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._settled.wait(min(left, 0.1))
+                return True
+            finally:
+                self._watchers -= 1
 
     def stop(self, deadline: float) -> bool:
         """Let queued tasks run until `deadline`, then stop; returns False if work was left running."""
         finished = self.wait_idle(deadline)
-        with self._cond:
+        with self._lock:
             self._stopped = True
-            self._tasks.clear()
-            self._cond.notify_all()
+            dropped = 0
+            while True:  # what is still queued is dropped, as before a stop
+                try:
+                    task = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if task is not None:
+                    dropped += 1
+            self._pending -= dropped
+            for _ in self.threads:
+                self._tasks.put(None)
         if finished:
             for thread in self.threads:
                 thread.join(max(0.0, deadline - time.monotonic()) + 1.0)
@@ -165,7 +191,9 @@ class Deadlines:
     early costs no wake-up: its entry is skipped when due."""
 
     def __init__(self, name: str, resolution: float = 0.05):
-        self._cond = threading.Condition()
+        # entered with the plain lock (C code) on every call's `at`; the Condition only to sleep
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = itertools.count()
         self._stopped = False
@@ -177,7 +205,7 @@ class Deadlines:
         return self
 
     def at(self, when: float, callback: Callable[[], None]) -> None:
-        with self._cond:
+        with self._lock:
             earliest = not self._heap or when < self._heap[0][0]
             heapq.heappush(self._heap, (when, next(self._counter), callback))
             if earliest:
@@ -185,7 +213,7 @@ class Deadlines:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 if self._stopped:
                     return
                 now = time.monotonic()
@@ -203,14 +231,56 @@ class Deadlines:
                     pass
 
     def stop(self) -> None:
-        with self._cond:
+        with self._lock:
             self._stopped = True
             self._cond.notify()
         if self.thread.ident is not None:
             self.thread.join()
 
 
-def settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+class Waiter:
+    """What one thread waits on until another settles it: a lock held from its making until
+    `set_result` or `set_exception` releases it. Settling is one C call and so is waiting, where a
+    Future takes a Condition (Python code) on both sides: for a synchronous SPC call that is the
+    caller's hand-off, 69,000 instructions a round trip with a Future. A result that lands before
+    its thread waits is found without sleeping. Settled once: its owner makes sure only one path
+    settles it (a second settle is ignored, as `settle` ignores it for a Future)."""
+
+    __slots__ = ("_lock", "_result", "_error")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return not self._lock.locked()
+
+    def set_result(self, result: Any) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, result: Any, error: BaseException | None) -> None:
+        if self._lock.locked():
+            self._result, self._error = result, error
+            try:
+                self._lock.release()
+            except RuntimeError:  # released by another path between the look and now
+                pass
+
+    def result(self) -> Any:
+        """Wait until settled; return the result or raise the error."""
+        self._lock.acquire()
+        self._lock.release()  # settled for good: a second `result()` returns at once
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def settle(future: Future | Waiter, result: Any = None, error: BaseException | None = None) -> None:
     """Complete `future` unless its owner already cancelled it (or another path completed it)."""
     if future.done():
         return

@@ -74,17 +74,39 @@ def test_two_lanes_submitted_while_one_worker_wakes_run_in_parallel():
     of its own, not wait behind the first (a blocked message handler held up another sender's
     lane: tests/runtime/test_node.py::test_per_sender_fifo_with_senders_in_parallel, 1 in 8)."""
     pool = WorkerPool(4, "test-pool", lambda exc: None)
+    woken = threading.Event()
+
+    class HeldQueue:
+        """The pool's queue, where the first worker, once idle after its first task, cannot take a
+        task before `woken` (the race, made certain: both tasks are submitted while it sleeps)."""
+
+        def __init__(self, tasks):
+            self.tasks = tasks
+
+        def put(self, task):
+            self.tasks.put(task)
+
+        def get(self):
+            if threading.current_thread() is pool.threads[0] and done.is_set():
+                woken.wait(10)
+            return self.tasks.get()
+
+        def get_nowait(self):
+            return self.tasks.get_nowait()
+
+    done = threading.Event()
+    pool._tasks = HeldQueue(pool._tasks)
     try:
-        done = threading.Event()
         pool.submit(done.set)
         wait_until(lambda: done.is_set() and pool._idle == 1, 10, "one idle worker")
         release, second = threading.Event(), threading.Event()
-        with pool._cond:  # the idle worker cannot wake before both are submitted (the race, made certain)
-            pool.submit(lambda: release.wait(10))
-            pool.submit(second.set)
+        pool.submit(lambda: release.wait(10))
+        pool.submit(second.set)
+        woken.set()
         assert second.wait(10), "the second task waited behind the first"
         release.set()
     finally:
+        woken.set()
         pool.stop(time.monotonic() + 5)
 
 
