@@ -304,7 +304,13 @@ def test_a_flooding_lane_gives_its_worker_to_the_lanes_waiting_for_one():
 
 
 class _Counted:
-    """Counts what the protocol thread does for other senders between a steady sender's files."""
+    """Counts what the protocol thread does for other senders between a steady sender's files.
+
+    At each steady acceptance the protocol thread waits until the test has put the next steady
+    file in (`sent_next`): otherwise the count grew with however long a busy machine kept the
+    test's thread from sending it, while the receiver went on with the junk (4,064 junk names
+    between two steady files at load 13, 95-383 on a quieter machine). What is counted is then
+    the junk judged ahead of a steady file already in the inbox."""
 
     def __init__(self, monkeypatch, receiver_node, steady: str):
         from speed_runtime import EnvelopeTrace
@@ -312,6 +318,8 @@ class _Counted:
         self.names = self.rejected = 0
         self.at_accepted: list[tuple[int, int]] = []
         self.accepted = threading.Event()
+        self._next_in = threading.Event()
+        self._holding = True
         original = PendingNames.remember
 
         def remember(names, name, allowed):
@@ -327,7 +335,17 @@ class _Counted:
             elif event.peer == steady and event.outcome == "accepted":
                 self.at_accepted.append((self.names, self.rejected))
                 self.accepted.set()
+                if self._holding:  # on the protocol thread: no junk judged until the next is in
+                    self._next_in.wait(60)
+                    self._next_in.clear()
         receiver_node.add_observer(observe)
+
+    def sent_next(self) -> None:
+        self._next_in.set()
+
+    def stop_holding(self) -> None:
+        self._holding = False
+        self._next_in.set()
 
     def most_between(self, index: int) -> int:
         values = [a[index] for a in self.at_accepted]
@@ -351,6 +369,7 @@ def _send_one_at_a_time(s, counted: _Counted, count: int, before=lambda: None) -
         counted.accepted.clear()
         before()
         s.send("r", i)
+        counted.sent_next()
         assert counted.accepted.wait(60), f"message {i} was not accepted"
 
 
@@ -368,11 +387,14 @@ def test_a_steady_senders_file_never_waits_for_a_listing_of_another_senders_back
         backlog = [envelope_name("flood", flood.id_bytes, 1000 + i) for i in range(60_000)]
         _stage(root, backlog)
         counted = _Counted(monkeypatch, r, "s")
-        _send_one_at_a_time(s, counted, 1)  # after the listing that the files' events (or their overflow) asked for
+        try:
+            _send_one_at_a_time(s, counted, 1)  # after the listing the files' events (or their overflow) asked for
 
-        def ask_for_a_listing() -> None:
-            r.receiver._names.need_listing = True
-        _send_one_at_a_time(s, counted, 8, ask_for_a_listing)
+            def ask_for_a_listing() -> None:
+                r.receiver._names.need_listing = True
+            _send_one_at_a_time(s, counted, 8, ask_for_a_listing)
+        finally:
+            counted.stop_holding()
         release.set()
     most = counted.most_between(0)
     print(f"names looked at between two steady files: at most {most:,} (backlog 60,000)")
@@ -398,11 +420,15 @@ def test_a_steady_senders_file_waits_behind_a_slice_of_junk_not_all_of_it(root, 
         counted.at_accepted.append((counted.names, counted.rejected))   # the first gap starts here
         _stage(root, names)
         counted.accepted.clear()
-        s.send("r", "first")
-        gate.set()
-        assert counted.accepted.wait(60), "the first steady message was not accepted"
-        left = len(os.listdir(os.path.join(root, "r", "inbox")))   # junk still there after it
-        _send_one_at_a_time(s, counted, 40)
+        try:
+            s.send("r", "first")
+            counted.sent_next()
+            gate.set()
+            assert counted.accepted.wait(60), "the first steady message was not accepted"
+            left = len(os.listdir(os.path.join(root, "r", "inbox")))   # junk still there after it
+            _send_one_at_a_time(s, counted, 40)
+        finally:
+            counted.stop_holding()
     values = [a[1] for a in counted.at_accepted]
     gaps = [b - a for a, b in zip(values, values[1:])]
     first, most = gaps[0], max(gaps[1:])
@@ -410,6 +436,7 @@ def test_a_steady_senders_file_waits_behind_a_slice_of_junk_not_all_of_it(root, 
           f"{most:,}; {left:,} left after the first")
     assert left > 0, "the junk was gone before the steady files came: nothing was measured"
     # junk the receiver knows delays a steady file by a slice; the first one's name comes behind
-    # the 20,000 junk names still to be learned, a slice per batch of them (~3,000 here: a bound
-    # on the junk judged ahead of it, far from all of it)
-    assert most < 2_000 and first < 5_000
+    # the 20,000 junk names still to be learned, a slice per batch of them: 3,200-4,100 measured
+    # (how many events the first batch held before the gate stopped the thread varies), a bound on
+    # the junk judged ahead of it far from all of it
+    assert most < 2_000 and first < 10_000
