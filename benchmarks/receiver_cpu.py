@@ -14,6 +14,9 @@ cost per message for the runtime to reach 60 % of the floor's rate (1/0.6 times 
     python benchmarks/receiver_cpu.py --senders 8 --messages 24000
     python benchmarks/receiver_cpu.py --senders 1 --messages 20000 --floor --rounds 2
     python benchmarks/receiver_cpu.py --senders 1 --messages 20000 --backlog --checkout ../old
+
+`--trace` gives the runtime's nodes journals (`trace=True`): against the same command without it,
+what the journals cost per message (in instructions with `--callgrind`, which no load moves).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ import os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from speed_runtime import Node
 root, key, count, senders = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+trace = sys.argv[6] == "trace"
 got, first, done = [0], [0.0], threading.Event()
 def handler(_message):
     if got[0] == 0:
@@ -49,7 +53,7 @@ def handler(_message):
     got[0] += 1
     if got[0] == count:
         done.set()
-with Node(root, key, "r", allow=[f"s{i}" for i in range(senders)]) as node:
+with Node(root, key, "r", allow=[f"s{i}" for i in range(senders)], trace=trace) as node:
     node.on_message(handler)
     cpu = os.times()
     mark(b'start')
@@ -66,7 +70,7 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 from speed_runtime import Node
 root, key, name, count = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-with Node(root, key, name, allow=["r"], linger_seconds=60) as node:
+with Node(root, key, name, allow=["r"], linger_seconds=60, trace=sys.argv[6] == "trace") as node:
     print("ready", flush=True)
     sys.stdin.readline()
     cpu = os.times()
@@ -124,7 +128,7 @@ HERE = callgrind.REPO  # the floor always comes from this checkout
 
 
 def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bool,
-            counts: str | None = None) -> dict:
+            counts: str | None = None, trace: bool = False) -> dict:
     """One run: the receiver's rate and CPU per message, the senders' CPU per message; with
     `counts` (a directory) every process runs under callgrind and the instructions per message
     of the receiver and of the senders are added."""
@@ -152,8 +156,9 @@ def measure(variant: str, checkout: str, senders_n: int, share: int, backlog: bo
             rx_argv = [FLOOR_RECEIVER, HERE, root, key, str(count)]
             tx_argv = lambda name: [FLOOR_SENDER, HERE, root, key, name, str(share)]  # noqa: E731
         else:
-            rx_argv = [RECEIVER, checkout, root, key, str(count), str(senders_n)]
-            tx_argv = lambda name: [SENDER, checkout, root, key, name, str(share)]  # noqa: E731
+            journals = "trace" if trace else "-"
+            rx_argv = [RECEIVER, checkout, root, key, str(count), str(senders_n), journals]
+            tx_argv = lambda name: [SENDER, checkout, root, key, name, str(share), journals]  # noqa: E731
         rx = subprocess.Popen([*prefix, sys.executable, "-c", *rx_argv], stdout=subprocess.PIPE, text=True, env=env)
         procs.append(rx)
         if rx.stdout.readline().strip() != "ready":
@@ -244,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkout", default=HERE)
     p.add_argument("--floor", action="store_true", help="the floor beside it, A B B A, and the one-way budget")
     p.add_argument("--rounds", type=int, default=1, help="with --floor: A B B A rounds")
+    p.add_argument("--trace", action="store_true", help="the runtime's nodes keep journals (what journals cost: "
+                                                        "against a run without)")
     p.add_argument("--callgrind", action="store_true", help="with --floor: count instructions per message instead "
                                                             "(every process under callgrind, once per variant)")
     args = p.parse_args(argv)
@@ -253,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, checkout)
     share = args.messages // args.senders
     if not args.floor:
-        m = measure("runtime", checkout, args.senders, share, args.backlog)
+        m = measure("runtime", checkout, args.senders, share, args.backlog, trace=args.trace)
         print(describe(checkout, args.senders, m, args.backlog))
         return 0 if m["finished"] else 1
     if args.callgrind:
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant in ("floor", "runtime"):
             directory = tempfile.mkdtemp(prefix="speed-callgrind-")
             try:
-                counted[variant] = measure(variant, checkout, args.senders, share, args.backlog, directory)
+                counted[variant] = measure(variant, checkout, args.senders, share, args.backlog, directory, args.trace)
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
         print(f"instructions per message under callgrind, {args.senders} sender(s), {share * args.senders} messages:")
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     for _ in range(args.rounds):
         for variant in ("floor", "runtime", "runtime", "floor"):
-            m = measure(variant, checkout, args.senders, share, args.backlog)
+            m = measure(variant, checkout, args.senders, share, args.backlog, trace=args.trace)
             print(describe(variant if variant == "floor" else checkout, args.senders, m, args.backlog))
             runs[variant].append(m)
             if not m["finished"]:
