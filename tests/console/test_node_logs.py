@@ -64,18 +64,20 @@ def test_logs_of_nodes_that_ended_are_dropped_oldest_first_beyond_the_bound():
 
 
 # ---------------------------------------------------------------- a process's output
-CHATTY = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+def program(body: str) -> str:
+    """A stand-in for `speed node`: ``body``, then it runs until SIGTERM (status 0)."""
+    return ("import os, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n" + body +
+            "\nwhile True:\n    time.sleep(0.1)\n")
+
+
+CHATTY = program(r"""
 os.write(1, b"ready chatty id=x pid=%d\nright after ready\n" % os.getpid())
 for i in range(3000):  # 300 KB on stderr: far more than a pipe holds
     os.write(2, b"e" * 99 + b"\n")
 for i in range(1000):
     os.write(1, b"out %d\n" % i)
 os.write(1, b"done\n")
-while True:
-    time.sleep(0.1)
-"""
+""")
 
 
 def fake_speed(monkeypatch, code):
@@ -103,13 +105,7 @@ def test_a_chatty_process_is_followed_on_both_pipes_and_nothing_after_ready_is_l
     assert logs.states() == [f"chatty (process, pid {own.proc.pid}): exited with status 0"]
 
 
-READY_THEN_MORE = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-os.write(1, b"ready quick id=x pid=1\nright after ready\n")
-while True:
-    time.sleep(0.1)
-"""
+READY_THEN_MORE = program(r"""os.write(1, b"ready quick id=x pid=1\nright after ready\n")""")
 
 
 def test_the_lines_written_with_the_ready_line_are_kept(live_env, monkeypatch):
@@ -227,17 +223,12 @@ async def test_the_logs_screen_follows_picks_and_searches(live_env):
         await wait_for(pilot, lambda: not isinstance(app.screen, LogsScreen), what="the logs closed")
 
 
-HOSTILE_OUTPUT = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+HOSTILE_OUTPUT = program(r"""
 os.write(1, b"ready evil id=x pid=1\n")
-lines = %r
-for line in lines:
+for line in %r:
     os.write(1, line.encode("utf-8", "surrogatepass") + b"\n")
     os.write(2, line.encode("utf-8", "surrogatepass") + b"\n")
-while True:
-    time.sleep(0.1)
-"""
+""")
 
 
 @run_async
