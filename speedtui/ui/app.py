@@ -313,7 +313,8 @@ class SpeedApp(App):
 
     def action_logs(self) -> None:
         """L: the logs of the nodes this console started."""
-        self.push_screen(LogsScreen(self.actions.own.logs if self.actions is not None else None))
+        self.push_screen(LogsScreen(self.actions.own.logs if self.actions is not None else None,
+                                    readonly=self.readonly))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_rows(self), str(self.paths.config_file)))

@@ -99,9 +99,10 @@ class LogPane(ScrollView, can_focus=True):
 class LogsScreen(Screen):
     BINDINGS = keymap.bindings("logs")
 
-    def __init__(self, logs: Any, poll: float = 0.25) -> None:
+    def __init__(self, logs: Any, poll: float = 0.25, readonly: bool = False) -> None:
         super().__init__()
         self.logs = logs  # services.own_nodes.NodeLogs, or None (a console without actions)
+        self.readonly = readonly  # it launches nothing: the empty log does not offer n
         self.poll = poll
         self.node: str | None = None  # None: every node's lines
         self.follow = True
@@ -139,7 +140,8 @@ class LogsScreen(Screen):
         pane.set_lines(lines, with_node=self.node is None, follow=self.follow)
         self.query_one("#logs-states", Static).update(
             Text(self.logs.summary(self.node)) if names else
-            Text("this console has started no node yet (n launches one)", style="italic"))
+            Text("this console has started no node" + ("" if self.readonly else " yet (n launches one)"),
+                 style="italic"))
         self._status()
 
     def _status(self) -> None:
