@@ -6,6 +6,7 @@ app's "launch node"), and a node's output drawn as text, never markup or a contr
 
 import asyncio
 import os
+from contextlib import contextmanager
 import signal
 import sys
 
@@ -85,23 +86,29 @@ def fake_speed(monkeypatch, code):
     monkeypatch.setattr(own_nodes, "speed_command", lambda: [sys.executable, "-c", code])
 
 
-def test_a_chatty_process_is_followed_on_both_pipes_and_nothing_after_ready_is_lost(live_env, monkeypatch):
-    """What a process wrote in the same write as its `ready` line was dropped (the ready line was
-    read with one os.read and the rest of it thrown away), and stderr went to an unbounded
-    temporary file nobody read: now both pipes are read into the node's bounded log."""
+@contextmanager
+def fake_node(live_env, monkeypatch, name, code):
+    """A stand-in `speed node` launched as the console launches one: (its OwnNode, the logs)."""
     root, key, paths = live_env
-    fake_speed(monkeypatch, CHATTY)
+    fake_speed(monkeypatch, code)
     logs = NodeLogs()
-    own = launch_process(root, key, NodeSpec("chatty", in_process=False), 30, logs)
+    own = launch_process(root, key, NodeSpec(name, in_process=False), 30, logs)
     try:
+        yield own, logs
+    finally:
+        stop_own(own, logs)
+
+
+def test_a_chatty_process_is_followed_on_both_pipes_into_a_bounded_ring(live_env, monkeypatch):
+    """stderr went to an unbounded temporary file nobody read, stdout kept its first 200 lines:
+    now both pipes are read, for as long as the process runs, into the node's bounded log."""
+    with fake_node(live_env, monkeypatch, "chatty", CHATTY) as (own, logs):
         wait_until(lambda: logs.last("chatty", "stdout") == "done", timeout=60, what="the last line")
         texts = [line.text for line in logs.lines("chatty")]
         assert own.proc.poll() is None  # not blocked, not ended: still running
         assert len(texts) == 2000  # the ring: 4,004 lines written, the last 2,000 kept
         streams = [line.stream for line in logs.lines("chatty")]
         assert streams.count("stderr") == 999 and streams.count("stdout") == 1001 and "out 999" in texts
-    finally:
-        stop_own(own, logs)
     assert logs.states() == [f"chatty (process, pid {own.proc.pid}): exited with status 0"]
 
 
@@ -109,14 +116,10 @@ READY_THEN_MORE = program(r"""os.write(1, b"ready quick id=x pid=1\nright after 
 
 
 def test_the_lines_written_with_the_ready_line_are_kept(live_env, monkeypatch):
-    root, key, paths = live_env
-    fake_speed(monkeypatch, READY_THEN_MORE)
-    logs = NodeLogs()
-    own = launch_process(root, key, NodeSpec("quick", in_process=False), 30, logs)
-    try:
+    """What a process wrote in the same write as its `ready` line was dropped: the ready line was
+    read with one os.read and the rest of that read thrown away."""
+    with fake_node(live_env, monkeypatch, "quick", READY_THEN_MORE) as (own, logs):
         wait_until(lambda: logs.last("quick", "stdout") == "right after ready", timeout=30, what="the second line")
-    finally:
-        stop_own(own, logs)
 
 
 def test_a_process_that_does_not_start_is_one_sentence_from_its_stderr(live_env, monkeypatch):
