@@ -50,20 +50,32 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_node)
 
 
+def node_parser() -> argparse.ArgumentParser:
+    """`speed node`'s own parser (the console checks and runs the lines it shows with it)."""
+    sub = argparse.ArgumentParser(prog="speed").add_subparsers()
+    add_parser(sub)
+    return sub.choices["node"]
+
+
+def node_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Node(...) keyword arguments `speed node`'s options give (all but --dir, --key, --name)."""
+    options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
+    if args.durable_open_ledgers is not None:
+        if not args.durable:
+            raise ConfigError("--durable-open-ledgers goes with --durable")
+        options["durable_open_ledgers"] = args.durable_open_ledgers
+    return dict(groups=args.group, allow=args.allow, trace=args.trace, lease_seconds=args.lease,
+                heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout, operators=args.operator,
+                durable=args.durable, **options, **node_options(args))
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from ..node import Node
 
     log_to_stderr()
     stop = threading.Event()
     lost: list[LeaseLostError] = []
-    options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
-    if args.durable_open_ledgers is not None:
-        if not args.durable:
-            raise ConfigError("--durable-open-ledgers goes with --durable")
-        options["durable_open_ledgers"] = args.durable_open_ledgers
-    node = Node(args.dir, env_key(args), args.name, groups=args.group, allow=args.allow, trace=args.trace,
-                lease_seconds=args.lease, heartbeat_seconds=args.heartbeat, lock_timeout=args.lock_timeout,
-                operators=args.operator, durable=args.durable, **options, **node_options(args))
+    node = Node(args.dir, env_key(args), args.name, **node_settings(args))
     for service in dict.fromkeys(args.service):
         node.register(service, DEMO_SERVICES[service])
     ready = threading.Event()  # the `ready` line comes first, before any message a sender was quick to send

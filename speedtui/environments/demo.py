@@ -20,8 +20,8 @@ from typing import Any
 
 from ..services import runtime as rt
 from ..models.commands import NodeSpec, node_command
-from ..services.own_nodes import OwnNode, OwnNodes
-from ..services.processes import _read_line, _terminate, speed_command
+from ..services.own_nodes import NodeLogs, OwnNode, OwnNodes, start_followed
+from ..services.processes import _close_pipes, _terminate, speed_command
 
 LEASE, HEARTBEAT = 8.0, 1.0
 
@@ -44,6 +44,8 @@ class DemoEnvironment:
         self.root: Path = Path()
         self.key_path: Path = Path()
         self.procs: dict[str, subprocess.Popen] = {}
+        self.readers: dict[int, threading.Thread] = {}  # by pid: each process's output, into its log
+        self.logs = NodeLogs()  # the nodes' output: the console's logs once handed over
         self.driver: Any = None
         self.period = period
         self.kill_every = kill_every
@@ -90,20 +92,29 @@ class DemoEnvironment:
 
     def _spawn(self, spec) -> bool:
         name, groups, allow, services = spec
-        proc = subprocess.Popen(self._args(name, groups, allow, services), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        line = _read_line(proc, 30.0)
+        proc, reader, line = start_followed(self._args(name, groups, allow, services), name, self.logs, 30.0)
+        with self._lock:
+            self.readers[proc.pid] = reader
         if not line.startswith("ready"):
-            _terminate(proc)
+            self._end(proc)
             return False
-        threading.Thread(target=_discard, args=(proc,), daemon=True).start()
         with self._lock:
             self.procs[name] = proc
         return True
 
+    def _end(self, proc: subprocess.Popen) -> None:
+        """Stop ``proc`` (SIGTERM, then SIGKILL), let its reader take the last lines, close its pipes."""
+        _terminate(proc, close=False)
+        with self._lock:
+            reader = self.readers.pop(proc.pid, None)
+        if reader is not None:
+            reader.join(10)
+        _close_pipes(proc)
+
     def hand_over(self, own: OwnNodes) -> None:
         """Hand the driver node to the console (its table of own nodes), so calls and grants can be
-        made from it."""
+        made from it, and the nodes' logs (the demo started them: the console shows their output)."""
+        own.logs = self.logs
         if self.driver is not None:
             own.add(OwnNode(spec=NodeSpec(**{**DRIVER.__dict__}), node=self.driver, started=time.time()))
 
@@ -125,7 +136,7 @@ class DemoEnvironment:
                 except ProcessLookupError:
                     pass
         for p in procs:
-            _terminate(p)
+            self._end(p)
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
             self.base = None
@@ -166,7 +177,7 @@ class DemoEnvironment:
                 if p is not None and p.poll() is None:
                     p.kill()  # no goodbye: the lease expires
                     p.wait(5)
-                    _terminate(p)
+                    self._end(p)
                     self.stats["kills"] += 1
                 restart_at = now + LEASE + 6.0
             elif restart_at is not None and now >= restart_at:
@@ -177,11 +188,3 @@ class DemoEnvironment:
                 next_kill = now + self.kill_every
         # outstanding calls are left to time out: cancelling a Future that the runtime later
         # resolves kills its protocol thread (InvalidStateError in calls._resolve_call)
-
-
-def _discard(proc: subprocess.Popen) -> None:
-    try:
-        for _ in proc.stdout or ():
-            pass
-    except (OSError, ValueError):
-        pass

@@ -26,6 +26,12 @@ class NodeSpec:
     lease_seconds: float | None = None
     heartbeat_seconds: float | None = None
     operators: tuple[str, ...] = ()  # operator public keys it trusts (`--operator`: the `control` extension)
+    features: tuple[str, ...] = ()  # extensions it enables (`--feature`)
+    quota: tuple[str, ...] = ()  # `--quota KEY=VALUE` settings, as typed (speed's own parser reads them)
+    threat: tuple[str, ...] = ()  # `--threat KEY=VALUE` settings, likewise
+    durable: bool = False
+    durable_on_tmpfs: bool = False
+    echo_messages: bool = False  # prints every received message on stdout: a separate process only
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ def node_command(root: Any, key: Any, spec: NodeSpec, control_stdin: bool = Fals
     if spec.heartbeat_seconds:
         argv += ["--heartbeat", f"{spec.heartbeat_seconds:g}"]
     argv += _repeat("--operator", spec.operators)
+    argv += [*_repeat("--feature", spec.features), *_repeat("--quota", spec.quota), *_repeat("--threat", spec.threat)]
+    argv += [flag for flag, on in (("--durable", spec.durable), ("--durable-on-tmpfs", spec.durable_on_tmpfs),
+                                   ("--echo-messages", spec.echo_messages)) if on]
     if control_stdin:
         argv.append("--control-stdin")  # grants and revokes reach the process on its stdin
     return SpeedCommand(tuple(argv))

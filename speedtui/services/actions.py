@@ -102,11 +102,12 @@ class ActionService:
             if self.own.running(spec.name):
                 raise ActionError(f"this console already runs a node named {spec.name}")
             if not spec.in_process:  # its grants change through control requests with the console's key
-                own_key = self._own_requests().choice.key
-                spec = replace(spec, operators=(*spec.operators, own_key.public_text))
-                cmd = self.node_command(spec)
-            own = (launch_in_process(self.root, self.key, spec, self.bridge) if spec.in_process
-                   else launch_process(self.root, self.key, spec, ready_timeout))
+                own_key = self.own_operator_public()
+                if own_key not in spec.operators:
+                    spec = replace(spec, operators=(*spec.operators, own_key))
+                    cmd = self.node_command(spec)
+            own = (launch_in_process(self.root, self.key, spec, self.bridge, self.own.logs) if spec.in_process
+                   else launch_process(self.root, self.key, spec, ready_timeout, self.own.logs))
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self.audit.note("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
@@ -114,6 +115,11 @@ class ActionService:
         self.own.add(own)
         self.audit.note("launch", f"{spec.name} ({where})", cmd, result="ready")
         return own
+
+    def own_operator_public(self) -> str:
+        """The public key of the console's own operator key (made on first use), which every
+        `speed node` process it launches trusts: the launch dialog shows it in the line."""
+        return self._own_requests().choice.key.public_text
 
     def start_console_node(self, name: str | None = None) -> OwnNode:
         """A node of the console's own to call and send from (issue 15): ``console-<user>``."""
@@ -125,7 +131,7 @@ class ActionService:
         if own is None:
             self.control.request("stop", name, None)
             return
-        stop_own(own)
+        stop_own(own, self.own.logs)
         self.audit.note("stop", f"{name} ({own.kind})",
                         f"kill -TERM {own.proc.pid}" if own.proc is not None else f"# close in-process node {name}")
 
@@ -139,7 +145,7 @@ class ActionService:
             channels = [c for c in (self.control, self._own_control) if c is not None]
         for channel in channels:
             channel.close()
-        threads = [threading.Thread(target=stop_own, args=(o,)) for o in owns]
+        threads = [threading.Thread(target=stop_own, args=(o, self.own.logs)) for o in owns]
         for t in threads:
             t.start()
         for t in threads:

@@ -1,23 +1,27 @@
 """The nodes a console starts: in its own process (speed_runtime.Node, its events pushed to the
-bridge) or as `speed node` processes (ready line, stderr kept for the failure sentence, stdout
-drained by a thread), the table of them (``OwnNodes``), and how each is stopped. ActionService
+bridge) or as `speed node` processes (started with exactly the line the launch dialog shows, read
+by `speed`'s own parser; both output pipes followed by a thread into the node's log), the table of
+them (``OwnNodes``) with their logs (``NodeLogs``), and how each is stopped. ActionService
 (actions.py) audits every start and stop."""
 from __future__ import annotations
 
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from speed_runtime.core.records import HealthTrace, LeaseTrace
 
 from ..models.commands import NodeSpec, node_command
+from ..models.logs import LogBook, LogLine, exit_sentence
 from ..models.traces import record_of
 from . import runtime as rt
 from .bridge import Bridge
-from .processes import _close_pipes, _drain, _read_line, _terminate, speed_command
+from .launch import node_settings
+from .processes import _close_pipes, _terminate, follow_output, speed_command
 
 
 class ActionError(Exception):
@@ -31,8 +35,8 @@ class OwnNode:
     proc: subprocess.Popen | None = None
     started: float = 0.0
     unsubscribe: Any = None
-    output: list[str] = field(default_factory=list)
-    reader: threading.Thread | None = None  # drains the process's stdout
+    reader: threading.Thread | None = None  # follows the process's stdout and stderr into its log
+    logged: bool = False  # an in-process node's events go to its log
     stoppable: bool = True  # False for a node someone else drives (the demo's traffic driver)
 
     @property
@@ -46,13 +50,75 @@ class OwnNode:
         return self.proc is not None and self.proc.poll() is None
 
 
+class NodeLogs:
+    """The logs of the console's nodes (``models.logs.LogBook``) behind a lock: the threads that
+    follow processes and the nodes' observers write, the UI reads."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, **book: Any) -> None:
+        self._book = LogBook(**book)
+        self._lock = threading.Lock()
+        self.clock = clock
+
+    def open(self, name: str, kind: str, pid: int | None = None) -> None:
+        with self._lock:
+            self._book.open(name, kind, self.clock(), pid)
+
+    def add(self, name: str, stream: str, text: str) -> None:
+        with self._lock:
+            self._book.add(name, stream, text, self.clock())
+
+    def end(self, name: str, how: str) -> None:
+        with self._lock:
+            self._book.end(name, how, self.clock())
+
+    @property
+    def version(self) -> int:
+        return self._book.version
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return self._book.names()
+
+    def states(self) -> list[str]:
+        with self._lock:
+            return self._book.states()
+
+    def summary(self, name: str | None = None) -> str:
+        with self._lock:
+            return self._book.summary(name)
+
+    def lines(self, name: str | None = None) -> list[LogLine]:
+        with self._lock:
+            return self._book.lines(name)
+
+    def last(self, name: str, stream: str) -> str:
+        with self._lock:
+            return self._book.last(name, stream)
+
+    def follow(self, name: str, node: Any) -> None:
+        """Log an in-process node (speed_runtime.Node): its health events and its own lease events."""
+        self.open(name, "in-process")
+        node.add_observer(self.observer(name))
+
+    def observer(self, name: str) -> Callable[[Any], None]:
+
+        def observe(event: Any) -> None:
+            if isinstance(event, HealthTrace):
+                self.add(name, "health", f"{event.event}: {event.detail}" if event.detail else event.event)
+            elif isinstance(event, LeaseTrace) and event.subject == name:
+                self.add(name, "health", f"lease {event.event}")
+
+        return observe
+
+
 class OwnNodes(Mapping[str, OwnNode]):
     """The nodes this console runs, by name (thread-safe: workers start and stop them while the UI
-    reads the lists)."""
+    reads the lists), and their logs."""
 
     def __init__(self) -> None:
         self._nodes: dict[str, OwnNode] = {}
         self._lock = threading.Lock()
+        self.logs = NodeLogs()
 
     def __getitem__(self, name: str) -> OwnNode:
         with self._lock:
@@ -67,7 +133,11 @@ class OwnNodes(Mapping[str, OwnNode]):
             return len(self._nodes)
 
     def add(self, own: OwnNode) -> None:
-        """Keep ``own`` (a node just started, or one handed over: the demo's traffic driver)."""
+        """Keep ``own`` (a node just started, or one handed over: the demo's traffic driver); an
+        in-process node's health and lease events go to its log from now on."""
+        if own.node is not None and not own.logged:
+            self.logs.follow(own.spec.name, own.node)
+            own.logged = True
         with self._lock:
             self._nodes[own.spec.name] = own
 
@@ -127,28 +197,26 @@ class OwnNodes(Mapping[str, OwnNode]):
             return None
 
 
-def launch_in_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, bridge: Bridge) -> OwnNode:
-    """Start a node in the console's process; its events reach the bridge (without a journal)."""
+def launch_in_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, bridge: Bridge, logs: NodeLogs) -> OwnNode:
+    """Start a node in the console's process, with the Node options `speed node` gives the same
+    line; its events reach the bridge (without a journal), its health and lease events its log."""
     import speed_runtime
     from speed_runtime.demo import DEMO_SERVICES
 
-    kwargs: dict[str, Any] = dict(groups=list(spec.groups), allow=list(spec.allow), trace=spec.trace)
-    if spec.lease_seconds:
-        kwargs["lease_seconds"] = spec.lease_seconds
-    if spec.heartbeat_seconds:
-        kwargs["heartbeat_seconds"] = spec.heartbeat_seconds
-    if spec.operators:
-        kwargs["operators"] = list(spec.operators)
-    node = speed_runtime.Node(str(root), key.runtime_key or str(key.path), spec.name, **kwargs)
+    node = speed_runtime.Node(str(root), key.runtime_key or str(key.path), spec.name,
+                              **node_settings(node_command(root, key.path, spec)))
     for s in spec.services:
-        if s not in DEMO_SERVICES:
-            raise ActionError(f"unknown demo service {s!r}; choose from {', '.join(DEMO_SERVICES)}")
         node.register(s, DEMO_SERVICES[s])
     unsub = None
     if not spec.trace:  # with tracing on, the journal already brings every event
         unsub = node.add_observer(_observer(bridge))
-    node.start()
-    return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub)
+    logs.follow(spec.name, node)
+    try:
+        node.start()
+    except BaseException as exc:
+        logs.end(spec.name, f"did not start: {exc}")
+        raise
+    return OwnNode(spec=spec, node=node, started=time.time(), unsubscribe=unsub, logged=True)
 
 
 def _observer(bridge: Bridge):
@@ -164,43 +232,59 @@ def _observer(bridge: Bridge):
     return observe
 
 
-def launch_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, ready_timeout: float) -> OwnNode:
-    """Start a `speed node` process; returns once it printed `ready` (else ActionError, with the
-    last line of its stderr). Its grants change through control requests (``spec.operators``
-    names the console's own operator key), so its stdin is not used."""
+def start_followed(args: list[str], name: str, logs: NodeLogs,
+                   ready_timeout: float) -> tuple[subprocess.Popen, threading.Thread, str]:
+    """Start a `speed node` process whose stdout and stderr go to ``logs`` under ``name`` (a thread
+    reads both for as long as it runs, and notes how it ended); returns the process, that thread
+    and its first stdout line (its `ready` line, unless it failed), waited for up to
+    ``ready_timeout``. The console's launches and the demo's nodes start this way."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    logs.open(name, "process", proc.pid)
+    ready = threading.Event()
+    first: list[str] = []
+
+    def on_line(stream: str, text: str) -> None:
+        if stream == "stdout" and not first:
+            first.append(text)
+            ready.set()
+        logs.add(name, stream, text)
+
+    def on_end(code: int | None) -> None:
+        logs.end(name, exit_sentence(code))
+        ready.set()
+
+    reader = threading.Thread(target=follow_output, args=(proc, on_line, on_end), name=f"speedtui-out-{name}",
+                              daemon=True)
+    reader.start()
+    ready.wait(ready_timeout)
+    return proc, reader, first[0] if first else ""
+
+
+def launch_process(root: Path, key: rt.KeyInfo, spec: NodeSpec, ready_timeout: float, logs: NodeLogs) -> OwnNode:
+    """Start a `speed node` process with exactly ``node_command(root, key, spec)``; returns once it
+    printed `ready` (else ActionError, with the last line of its stderr). Its grants change through
+    control requests (``spec.operators`` names the console's own operator key), so its stdin is
+    not used."""
     args = node_command(root, key.path, spec).exec_argv(speed_command())
-    # stderr goes to an unlinked temporary file: a pipe nobody drains could fill and block the node
-    err_file = tempfile.TemporaryFile()
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err_file,
-                            start_new_session=True, text=True)
-    own = OwnNode(spec=spec, proc=proc, started=time.time())
-    line = _read_line(proc, ready_timeout)
+    proc, reader, line = start_followed(args, spec.name, logs, ready_timeout)
     if not line.startswith("ready"):
-        err = ""
-        if proc.poll() is None:
-            _terminate(proc)
-        try:
-            err_file.seek(0)
-            err = err_file.read(65536).decode(errors="replace").strip()
-        except (OSError, ValueError):
-            pass
-        err_file.close()
-        detail = err.splitlines()[-1] if err else (line or "no 'ready' line")
+        _terminate(proc, close=False)
+        reader.join(10)
+        _close_pipes(proc)
+        detail = logs.last(spec.name, "stderr") or line or "no 'ready' line"
         raise ActionError(f"speed node {spec.name} did not start: {detail}")
-    err_file.close()  # the child keeps its own descriptor
-    own.output.append(line)
-    own.reader = threading.Thread(target=_drain, args=(proc, own.output), name=f"speedtui-out-{spec.name}",
-                                  daemon=True)
-    own.reader.start()
-    return own
+    return OwnNode(spec=spec, proc=proc, started=time.time(), reader=reader)
 
 
-def stop_own(own: OwnNode) -> None:
+def stop_own(own: OwnNode, logs: NodeLogs | None = None) -> None:
     if own.node is not None:
         try:
             own.node.close()
         except Exception:  # noqa: BLE001
             pass
+        if logs is not None:
+            logs.end(own.spec.name, "closed")
     if own.proc is not None:
         _terminate(own.proc, close=False)
         if own.reader is not None:

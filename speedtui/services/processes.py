@@ -1,15 +1,17 @@
 """Child processes of the console (`speed node` processes it owns, the demo's nodes): how to
-start `speed`, read the "ready" line, keep stdout drained, stop them; and the console node's name."""
+start `speed`, read the "ready" line, follow stdout and stderr, stop them; and the console node's name."""
 
 from __future__ import annotations
 
 import getpass
 import os
 import select
+import selectors
 import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 
 def console_node_name() -> str:
@@ -45,13 +47,48 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
     return buf.decode(errors="replace").strip()
 
 
-def _drain(proc: subprocess.Popen, sink: list[str]) -> None:
+PARTIAL_LINE_BYTES = 64 * 1024  # a longer run without a newline is taken as a line (bounded buffer)
+
+
+def follow_output(proc: subprocess.Popen, on_line: Callable[[str, str], None],
+                  on_end: Callable[[int | None], None]) -> None:
+    """Read a child's stdout and stderr (binary pipes) until both end, handing each line to
+    ``on_line(stream, text)``; then wait for the child and hand its return code to ``on_end``.
+    Both pipes are read for as long as the child lives: a pipe nobody reads fills (64 KiB) and a
+    chatty child blocks in its next write. Runs in a thread of its own."""
+    streams = {f.fileno(): (name, f) for name, f in (("stdout", proc.stdout), ("stderr", proc.stderr)) if f}
+    partial = {fd: b"" for fd in streams}
+    with selectors.DefaultSelector() as sel:
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        while streams:
+            events = sel.select(0.5)
+            if not events and proc.poll() is not None:
+                break  # it ended and nothing more comes (or its pipes were closed under us)
+            for key, _ in events:
+                fd = key.fd
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:  # closed by whoever stopped it: the end of this stream
+                    chunk = b""
+                name = streams[fd][0]
+                if not chunk:  # the child closed it (ended)
+                    if partial[fd]:
+                        on_line(name, partial[fd].decode(errors="replace"))
+                    sel.unregister(fd)
+                    del streams[fd]
+                    continue
+                *lines, partial[fd] = (partial[fd] + chunk).split(b"\n")
+                if len(partial[fd]) > PARTIAL_LINE_BYTES:
+                    lines.append(partial[fd])
+                    partial[fd] = b""
+                for line in lines:
+                    on_line(name, line.rstrip(b"\r").decode(errors="replace"))
     try:
-        for line in proc.stdout or ():
-            if len(sink) < 200:
-                sink.append(line.rstrip())  # the pipe is opened in text mode
-    except (OSError, ValueError):
-        pass
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:  # it closed its pipes and lives on: it is stopped elsewhere
+        code = None
+    on_end(code)
 
 
 def _terminate(proc: subprocess.Popen, timeout: float = 10.0, close: bool = True) -> None:

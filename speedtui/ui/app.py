@@ -31,6 +31,7 @@ from .keymap import VIEWS
 from .palette import help_rows, palette_commands
 from .screens.confirm import ConfirmScreen
 from .screens.help import HelpScreen
+from .screens.logs import LogsScreen
 from .state import ConsoleState
 from .themes import ThemeKeeper
 from .views.access import AccessView
@@ -309,6 +310,11 @@ class SpeedApp(App):
             f"{', '.join(processes)} {'runs' if len(processes) == 1 else 'run'} as separate `speed node` "
             "processes that this console started: quitting stops them (SIGTERM; they drain and deregister).",
             yes="Quit and stop them"), lambda yes: self.exit() if yes else None)
+
+    def action_logs(self) -> None:
+        """L: the logs of the nodes this console started."""
+        self.push_screen(LogsScreen(self.actions.own.logs if self.actions is not None else None,
+                                    readonly=self.readonly))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(help_rows(self), str(self.paths.config_file)))

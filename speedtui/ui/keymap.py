@@ -69,6 +69,8 @@ KEYS: tuple[Key, ...] = (
         palette_help="Call a service from one of this console's nodes"),
     Key("app", "m", "send", "Message", id="app.send", changes=True, bar="Message", palette="Send message",
         palette_help="Send a MESSAGE from one of this console's nodes"),
+    Key("app", "L", "logs", "Logs", id="app.logs", show=False, palette="Logs of the console's nodes",
+        palette_help="Output and health lines of the nodes this console started, followed live"),
     Key("app", "t", "next_theme", "Theme", id="app.theme", show=False),
     Key("app", "q", "quit", "Quit", id="app.quit"),
     # ---------------------------------------------------------------- Leases
@@ -115,6 +117,13 @@ KEYS: tuple[Key, ...] = (
     Key("traces", "E", "export", "Export", id="traces.export", show=False, palette="Export traces",
         palette_help="The filtered traces as JSON lines"),
     Key("traces", "escape", "clear_filter", "Clear filter", show=False),
+    # ---------------------------------------------------------------- Logs (of the console's own nodes)
+    Key("logs", "slash", "focus_search", "Search", id="logs.search"),
+    Key("logs", "n", "next_match", "Next match", id="logs.next"),
+    Key("logs", "N", "previous_match", "Previous match", id="logs.previous"),
+    Key("logs", "s", "next_node", "Next node", id="logs.node"),
+    Key("logs", "f", "toggle_follow", "Follow", id="logs.follow"),
+    Key("logs", "escape", "close", "Close", id="logs.close"),
     # ---------------------------------------------------------------- Analytics, Audit, Security, Durable
     Key("analytics", "a", "run", "Run analysis", id="analytics.run", palette="Run analytics",
         palette_help="Analyse the journals with the Spark pipeline", palette_shows_view=True),
@@ -131,7 +140,7 @@ KEYS: tuple[Key, ...] = (
 # the command palette lists the app's keys first (views, jump, time travel), then the themes, help,
 # what changes nothing, what changes the environment, and the exports and readers last
 PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.replay", "app.analytics", "app.audit",
-                 "app.security", "app.durable", "app.jump", "app.past", "themes", "app.help", "traces.pause",
+                 "app.security", "app.durable", "app.jump", "app.past", "app.logs", "themes", "app.help", "traces.pause",
                  "fabrics.all", "app.launch", "app.stop", "app.grant", "app.call", "app.send", "leases.reap",
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
                  "durable.verify")

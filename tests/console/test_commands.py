@@ -2,14 +2,12 @@
 line the console runs or writes to its audit log means what it says."""
 
 import shlex
-import subprocess
-import sys
 
 from speed_runtime.cli import build_parser
 
 from speedtui.models.commands import (NodeSpec, call_command, node_command, reap_command, send_command,
                                       speed_call_command)
-from speedtui.services.processes import _drain, speed_command
+from speedtui.services.processes import speed_command
 
 
 def parsed(cmd):
@@ -58,15 +56,13 @@ def test_reap_command_parses():
     assert (ns.command, ns.names, ns.dir) == ("reap", ["ghost", "old one"], "/r oot")
 
 
-def test_drain_keeps_reading_a_childs_text_output():
-    """The console's node processes are opened in text mode: the reader must take str lines (it
-    died on the first line after "ready", and the child's stdout was never drained again)."""
-    code = "import sys\nfor i in range(5): print(f'line {i}', flush=True)\n"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    sink = []
-    try:
-        _drain(proc, sink)
-    finally:
-        proc.wait(30)
-        proc.stdout.close()
-    assert sink == [f"line {i}" for i in range(5)]
+def test_node_command_carries_every_launch_option():
+    """The launch dialog's options reach the line `speed node` reads, as `speed node` reads them."""
+    spec = NodeSpec("n", features=("quota", "chunks"), quota=("rate=200", "pending=64"), threat=("threshold=20",),
+                    durable=True, durable_on_tmpfs=True, echo_messages=True, operators=("PUB",))
+    ns = parsed(node_command("/r", "/k", spec))
+    assert ns.feature == ["quota", "chunks"] and ns.quota == [("rate", 200), ("pending", 64)]
+    assert ns.threat == [("threshold", 20)] and ns.durable and ns.durable_on_tmpfs and ns.echo_messages
+    assert ns.operator == ["PUB"]
+    plain = parsed(node_command("/r", "/k", NodeSpec("n")))
+    assert plain.feature == [] and not plain.durable and not plain.durable_on_tmpfs and not plain.echo_messages

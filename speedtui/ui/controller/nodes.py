@@ -9,6 +9,7 @@ from typing import Callable
 
 from ...models.commands import NodeSpec
 from ...services.operator import OperatorChoice
+from ...services.own_nodes import ActionError
 from ...services.processes import console_node_name
 from ..screens.confirm import ConfirmScreen
 from ..screens.forms import LaunchScreen, PickScreen
@@ -27,10 +28,18 @@ class NodeActions:
         self.reopen = reopen  # "call" | "send": the dialog to open again once the console's node runs
 
     def launch(self) -> None:
-        if self.runner.acts() is None:
+        acts = self.runner.acts()
+        if acts is None:
             return
         fabrics = sorted({g for r in self.state.registry.rows for g in r.groups})
-        self.port.push_screen(LaunchScreen(str(self.root), self.state.key_path, self.state.graph().names, fabrics),
+        try:  # every process it launches trusts the console's own key: the line shown says so
+            own_key = acts.own_operator_public()
+        except ActionError:
+            own_key = None  # launching a process says why, in one sentence
+        key = self.operator.key
+        self.port.push_screen(LaunchScreen(str(self.root), self.state.key_path, self.state.graph().names, fabrics,
+                                           operator_public=key.public_text if key is not None else None,
+                                           operator_fingerprint=self.operator.fingerprint, own_key_public=own_key),
                               self._launch_chosen)
 
     def _launch_chosen(self, spec: NodeSpec | None) -> None:

@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Label, RadioSet, Select, Static
 from ...models.access import AccessGraph, grant_preview
 from ...models.commands import NodeSpec, node_command
 from ...services.actions import DEMO_SERVICE_NAMES
+from ...services.launch import LAUNCH_FEATURES, LaunchError, check_spec, parse_seconds, parse_settings
 from ..widgets.toggles import OnOffCheckbox as Checkbox
 from ..widgets.toggles import OnOffRadioButton as RadioButton
 
@@ -37,56 +38,155 @@ class PreviewDialog(ModalScreen):
 
 
 class LaunchScreen(PreviewDialog):
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    """What `speed node` can be asked, as a form: the line it makes is shown below and kept
+    current; each field is checked by `speed node`'s own parser and the runtime's settings
+    (``services/launch.py``), a problem one sentence beside its field. A separate process is
+    started with exactly the line shown (the console's own operator key included)."""
 
-    def __init__(self, root: str, key_path: str, names: list[str], fabrics: list[str]) -> None:
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    FIELDS = ("name", "groups", "allow", "features", "quota", "threat", "durable", "operator", "lease", "heartbeat",
+              "line")
+
+    def __init__(self, root: str, key_path: str, names: list[str], fabrics: list[str],
+                 operator_public: str | None = None, operator_fingerprint: str | None = None,
+                 own_key_public: str | None = None) -> None:
         super().__init__()
         self.root = root
         self.key_path = key_path
         self.names = names
         self.fabrics = fabrics
+        self.operator_public = operator_public  # the operator key the console holds (offered by default)
+        self.operator_fingerprint = operator_fingerprint
+        self.own_key_public = own_key_public  # the console's own key, trusted by every process it launches
+        self.tried = False  # "a node needs a name" only once Launch was pressed
+
+    def _row(self, label: str, widget) -> ComposeResult:
+        with Horizontal(classes="ln-row"):
+            yield Label(label)
+            yield widget
+
+    def _error(self, field: str) -> Static:
+        return Static(id=f"ln-err-{field}", classes="ln-error")
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="launch-dialog"):
-            yield Static("Launch a node", classes="dialog-title")
+            yield Static("Launch a node (speed node)", classes="dialog-title")
             with VerticalScroll():
-                yield Label("name")
-                yield Input(placeholder="e.g. billing", id="ln-name")
-                yield Label("fabrics (groups), comma separated")
-                yield Input(id="ln-groups", suggester=SuggestFromList(self.fabrics))
-                yield Label("allow (nodes that may write to it), comma separated")
-                yield Input(id="ln-allow", suggester=SuggestFromList(self.names))
+                yield from self._row("name", Input(placeholder="e.g. billing", id="ln-name", compact=True))
+                yield self._error("name")
+                with RadioSet(id="ln-where", compact=True):
+                    yield RadioButton("in this console", value=True, id="ln-inproc")
+                    yield RadioButton("separate `speed node` process", id="ln-proc")
+                yield Static(id="ln-only-process", classes="ln-note")
+                yield from self._row("fabrics (groups)", Input(id="ln-groups", placeholder="comma separated",
+                                                                suggester=SuggestFromList(self.fabrics), compact=True))
+                yield self._error("groups")
+                yield from self._row("allow", Input(id="ln-allow", placeholder="nodes that may write to it",
+                                                    suggester=SuggestFromList(self.names), compact=True))
+                yield self._error("allow")
                 yield Label("demo services")
                 with Horizontal(classes="checks"):
                     for s in DEMO_SERVICE_NAMES:
                         yield Checkbox(s, value=s == "echo", id=f"ln-svc-{s}", compact=True)
+                yield Label("features (extensions)")
+                with Horizontal(classes="checks"):
+                    for f in LAUNCH_FEATURES:
+                        yield Checkbox(f, id=f"ln-feat-{f}", compact=True)
+                yield self._error("features")
+                yield from self._row("quota", Input(id="ln-quota", placeholder="pending=64 rate=200 (feature quota)",
+                                                    compact=True))
+                yield self._error("quota")
+                yield from self._row("threat", Input(id="ln-threat", placeholder="threshold=100 release=50",
+                                                     compact=True))
+                yield self._error("threat")
+                with Horizontal(classes="checks"):
+                    yield Checkbox("durable", id="ln-durable", compact=True)
+                    yield Checkbox("durable on tmpfs (lost at a reboot)", id="ln-tmpfs", compact=True)
+                yield self._error("durable")
+                with Horizontal(classes="checks"):
+                    if self.operator_public:
+                        yield Checkbox(f"trust the operator key {self.operator_fingerprint or ''}".strip(),
+                                       value=True, id="ln-operator", compact=True)
+                    else:
+                        yield Static(Text("no operator key loaded: speedtui --operator-key PATH", style="dim"))
+                yield self._error("operator")
+                with Horizontal(classes="ln-row"):
+                    yield Label("lease (s)")
+                    yield Input(id="ln-lease", placeholder="30", compact=True, classes="half")
+                    yield Label(" heartbeat (s)")
+                    yield Input(id="ln-heartbeat", placeholder="5", compact=True, classes="half")
+                yield self._error("lease")
+                yield self._error("heartbeat")
                 with Horizontal(classes="checks"):
                     yield Checkbox("tracing", value=True, id="ln-trace", compact=True)
-                    with RadioSet(id="ln-where", compact=True):
-                        yield RadioButton("in this console", value=True, id="ln-inproc")
-                        yield RadioButton("separate `speed node` process", id="ln-proc")
-                yield Static(id="ln-preview", classes="preview")
+                    yield Checkbox("echo messages (stdout)", id="ln-echo", compact=True)
+            yield self._error("line")
+            yield Static(id="ln-preview", classes="preview")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Launch", id="ln-go", variant="primary")
-                yield Button("Cancel", id="ln-cancel")
+                yield Button("Launch", id="ln-go", variant="primary", compact=True)
+                yield Button("Cancel", id="ln-cancel", compact=True)
 
     def on_mount(self) -> None:
-        self._preview()
+        self.refresh_preview()
         self.query_one("#ln-name", Input).focus()  # typing goes to the name at once
 
-    def spec(self) -> NodeSpec:
-        return NodeSpec(
-            name=self.query_one("#ln-name", Input).value.strip(),
-            groups=split_list(self.query_one("#ln-groups", Input).value),
-            allow=split_list(self.query_one("#ln-allow", Input).value),
-            services=tuple(s for s in DEMO_SERVICE_NAMES if self.query_one(f"#ln-svc-{s}", Checkbox).value),
-            trace=self.query_one("#ln-trace", Checkbox).value,
-            in_process=self.query_one("#ln-inproc", RadioButton).value,
+    def _value(self, field: str) -> str:
+        return self.query_one(f"#ln-{field}", Input).value
+
+    def _ticked(self, wid: str) -> bool:
+        found = self.query(f"#ln-{wid}")
+        return bool(found) and found.first(Checkbox).value
+
+    def read(self) -> tuple[NodeSpec, dict[str, str]]:
+        """The spec the fields make and what is wrong with it (field → one sentence)."""
+        problems: dict[str, str] = {}
+        parsed: dict[str, object] = {}
+        for field, parse in (("lease", parse_seconds), ("heartbeat", parse_seconds), ("quota", parse_settings),
+                             ("threat", parse_settings)):
+            try:
+                parsed[field] = parse(self._value(field))
+            except LaunchError as exc:
+                problems[field] = str(exc)
+                parsed[field] = None if field in ("lease", "heartbeat") else ()
+        in_process = self.query_one("#ln-inproc", RadioButton).value
+        operators = ((self.operator_public,) if self.operator_public and self._ticked("operator") else ())
+        if not in_process and self.own_key_public and self.own_key_public not in operators:
+            operators += (self.own_key_public,)  # what the console adds to every process it launches
+        spec = NodeSpec(
+            name=self._value("name").strip(),
+            groups=split_list(self._value("groups")),
+            allow=split_list(self._value("allow")),
+            services=tuple(s for s in DEMO_SERVICE_NAMES if self._ticked(f"svc-{s}")),
+            trace=self._ticked("trace"),
+            in_process=in_process,
+            lease_seconds=parsed["lease"], heartbeat_seconds=parsed["heartbeat"],  # type: ignore[arg-type]
+            operators=operators,
+            features=tuple(f for f in LAUNCH_FEATURES if self._ticked(f"feat-{f}")),
+            quota=parsed["quota"], threat=parsed["threat"],  # type: ignore[arg-type]
+            durable=self._ticked("durable"), durable_on_tmpfs=self._ticked("tmpfs"),
+            echo_messages=self._ticked("echo") and not in_process,
         )
+        problems = {**check_spec(spec, self.root, self.key_path), **problems}  # a field's own sentence first
+        if not self.tried and not spec.name:
+            problems.pop("name", None)
+        return spec, problems
+
+    def spec(self) -> NodeSpec:
+        return self.read()[0]
 
     def _preview(self) -> None:
-        s = self.spec()
-        t = Text("equivalent: ", style="dim")
+        s, problems = self.read()
+        for field in self.FIELDS:
+            err = self.query_one(f"#ln-err-{field}", Static)
+            text = problems.get(field, "")
+            err.update(Text(text))
+            err.display = bool(text)
+        note = self.query_one("#ln-only-process", Static)
+        only = ("echo messages (a process prints each message it receives on its stdout, in its log)"
+                if self._ticked("echo") and s.in_process else "")
+        note.update(Text(f"only a separate process has: {only}" if only else ""))
+        note.display = bool(only)
+        t = Text("speed node line: " if not s.in_process else "equivalent: ", style="dim")
         t.append(node_command(self.root, self.key_path, NodeSpec(**{**s.__dict__, "name": s.name or "NAME"})).shell())
         if s.name in self.names:
             t.append(f"\n{s.name} is already registered: launching fails unless its lease is stale", style="yellow")
@@ -102,9 +202,12 @@ class LaunchScreen(PreviewDialog):
         if event.button.id == "ln-cancel":
             self.dismiss(None)
             return
-        s = self.spec()
-        if not s.name:
-            self.notify("a node needs a name", severity="error")
+        self.tried = True
+        s, problems = self.read()
+        self.refresh_preview()
+        if problems:
+            first = next(f for f in self.FIELDS if f in problems)
+            self.notify(f"{first}: {problems[first]}", severity="error")
             return
         self.dismiss(s)
 

@@ -30,6 +30,8 @@ VIEW_HELP = [
     ("Time travel", "@ (in Traces: at the selected record): the registry and traffic at a past moment, from the "
                     "journals and this console's registry scans; [ ] step, { } previous/next event, + - step "
                     "size, @ pick a moment, Esc back to live."),
+    ("Logs", "L: stdout, stderr and health lines of the nodes this console started, followed live; s picks a "
+             "node, / searches (n / N next and previous match), f follows, Esc closes."),
 ]
 
 
