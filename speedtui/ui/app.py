@@ -46,6 +46,8 @@ from .views.traces import TracesView
 from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
+STEADY_NOTIFICATION_SECONDS = 3600.0  # a steady app's notifications (snapshots, screenshots) stay
+
 
 class SpeedApp(App):
     CSS_PATH = "app.tcss"
@@ -158,6 +160,8 @@ class SpeedApp(App):
         """Every notification is plain text with its control characters written out, whatever its
         caller asks: many quote what members wrote (names, file names, errors, entries), and markup
         there would be theirs (a `[@click=...]` link runs any action of the app when clicked)."""
+        if self.steady:  # a snapshot shows the same notifications however long the machine took to draw it
+            timeout = STEADY_NOTIFICATION_SECONDS
         super().notify(visible_lines(str(message)), title=visible(str(title)), severity=severity, timeout=timeout,
                        markup=False)
 
