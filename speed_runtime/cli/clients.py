@@ -151,7 +151,9 @@ def _send_durable(args: argparse.Namespace, data: Any) -> int:
             msg_id = node.send(args.target, data, durable=True, ttl=args.ttl, confirm=True, timeout=args.timeout)
         except DeliveryTimeoutError:
             print(f"stored durable message in {args.name}'s outbox for {args.target}; not receipted within "
-                  f"{args.timeout:g} s: it is delivered when both run (`speed outbox` lists it)", file=sys.stderr)
+                  f"{args.timeout:g} s: it is delivered when both run, and a copy {args.target} takes later is receipted "
+                  f"in its ledger; {args.name} takes the receipt the next time it runs (`speed outbox` lists it)",
+                  file=sys.stderr)
             return EXIT_OK
     print(f"durable message {msg_id} to {args.target}: handled (receipted)", file=sys.stderr)
     return EXIT_OK
