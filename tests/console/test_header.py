@@ -74,5 +74,5 @@ async def test_a_fabric_filter_is_read_whole_beside_an_operator_key_at_120_colum
 def test_where_even_that_is_short_the_operator_fingerprint_keeps_8_digits_before_the_filter_is_cut():
     info = HeaderInfo("/dev/shm/speed", "aa9974689b32b62a", (("online", 4),), fabric="finance",
                       operator="16ccdefa0b1e09bb")
-    text = header_text(info, 76).plain
-    assert len(text) <= 76 and text.endswith("key aa9974689b32b62a  op 16ccdefa…  fabric: finance")
+    text = header_text(info, 77).plain
+    assert len(text) <= 77 and text.endswith("key aa9974689b32b62a  op 16ccdefa…  fabric: finance")
