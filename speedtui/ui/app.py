@@ -56,6 +56,8 @@ class SpeedApp(App):
                  initial_view: str = "leases", steady: bool = False, pace_gc: bool = True) -> None:
         super().__init__()
         self.services = services  # built by make_app; ended by shutdown
+        if not services.readonly:  # the action bar carries these keys: the footer does not repeat them
+            keymap.hide_bar_keys(self._bindings)
         # what the parts are handed (the app routes; it does not do)
         self.root, self.key, self.readonly = services.root, services.key, services.readonly
         self.clock, self.paths, self.config = services.clock, services.paths, services.config
@@ -112,6 +114,17 @@ class SpeedApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return keymap.offered("app", action, self.readonly)
 
+    def label_action_bar(self, screen: Screen) -> None:
+        """A button's key is shown only while that key does what the button does (not while the
+        focused view binds it to something else): no key is shown twice on the screen."""
+        active = screen.active_bindings
+        for k in keymap.bar_keys():
+            found = active.get(k.keys.split(",")[0])
+            label = keymap.bar_label(k, taken=found is not None and found.node is not self)
+            for button in self.query(f"#act-{k.name}").results(Button):
+                if str(button.label) != label:  # (a relabel lays the bar out again)
+                    button.label = label
+
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""
         if bid.startswith("act-"):
@@ -141,6 +154,8 @@ class SpeedApp(App):
         self.set_interval(self.refresh_interval, self.drain, name="drain")
         self.set_interval(1.0, self.tick, name="tick")
         self.nav.focus_view(self.initial_view)
+        if not self.readonly:
+            self.screen.bindings_updated_signal.subscribe(self, self.label_action_bar)
         if self.gc_pacer is not None:
             # a second in, the widget tree and styles are built: freeze them out of the collector's walk
             self.set_timer(1.0, self.gc_pacer.start, name="gc-start")

@@ -9,7 +9,8 @@ in (a view by its id, ``access-matrix``). Its ``id`` is what the config file's `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from textual.binding import Binding
 from textual.keys import format_key
@@ -70,7 +71,7 @@ KEYS: tuple[Key, ...] = (
     Key("app", "m", "send", "Message", id="app.send", changes=True, bar="Message", palette="Send message",
         palette_help="Send a MESSAGE from one of this console's nodes"),
     Key("app", "t", "next_theme", "Theme", id="app.theme", show=False),
-    Key("app", "q", "quit", "Quit", id="app.quit"),
+    Key("app", "q", "quit", "Quit", id="app.quit", bar="Quit"),
     # ---------------------------------------------------------------- Leases
     Key("leases", "slash", "focus_filter", "Filter", id="leases.filter"),
     Key("leases", "s", "cycle_sort", "Sort", id="leases.sort"),
@@ -136,7 +137,7 @@ PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.r
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
                  "durable.verify")
 
-ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.jump", "app.help")
+ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.jump", "app.help", "app.quit")
 
 _BY_NAME = {(k.scope, k.name): k for k in KEYS}
 _BY_ID = {k.id: k for k in KEYS if k.id}
@@ -166,7 +167,26 @@ def offered(scope: str, action: str, readonly: bool) -> bool:
 
 def action_bar() -> list[tuple[str, str]]:
     """(command, label) of the action bar's buttons."""
-    return [(_BY_ID[i].name, f"{_BY_ID[i].first_key} {_BY_ID[i].bar}") for i in ACTION_BAR]
+    return [(_BY_ID[i].name, bar_label(_BY_ID[i], taken=False)) for i in ACTION_BAR]
+
+
+def bar_keys() -> list[Key]:
+    return [_BY_ID[i] for i in ACTION_BAR]
+
+
+def bar_label(k: Key, taken: bool) -> str:
+    """A button's label: its key and name; its name only where the focused view binds that key to
+    something else (the Access matrix's d revokes the pair: the bar's "Stop" is then not d)."""
+    return k.bar if taken else f"{k.first_key} {k.bar}"
+
+
+def hide_bar_keys(bindings: Any) -> None:
+    """The one-key-bar rule: the action bar shows the app's keys it carries (launch, stop, grant,
+    call, message, jump, help), so the footer does not show them again; it shows the view's keys
+    (and quit, and the palette). For the app's BindingsMap when the action bar is shown."""
+    on_bar = {_BY_ID[i].action for i in ACTION_BAR}
+    for name, found in bindings.key_to_bindings.items():
+        found[:] = [replace(b, show=False) if b.action in on_bar else b for b in found]
 
 
 def palette_keys() -> list[Key | None]:
