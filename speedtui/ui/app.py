@@ -109,7 +109,7 @@ class SpeedApp(App):
             with Horizontal(id="actionbar"):
                 for bid, label in keymap.action_bar():
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
-        yield SpeedFooter()
+        yield SpeedFooter(show_command_palette=self.readonly)  # else the action bar has it
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return keymap.offered("app", action, self.readonly)
@@ -122,8 +122,9 @@ class SpeedApp(App):
             found = active.get(k.keys.split(",")[0])
             label = keymap.bar_label(k, taken=found is not None and found.node is not self)
             for button in self.query(f"#act-{k.name}").results(Button):
-                if str(button.label) != label:  # (a relabel lays the bar out again)
+                if str(button.label) != label:
                     button.label = label
+                    button.refresh(layout=True)  # its width follows its label (a label alone only repaints)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""

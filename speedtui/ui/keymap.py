@@ -46,8 +46,10 @@ class Key:
 
     @property
     def first_key(self) -> str:
-        """How its first key is written on a button or in a palette entry (``?`` for question_mark)."""
-        return format_key(self.keys.split(",")[0])
+        """How its first key is written on a button or in a palette entry (``?`` for question_mark,
+        ``^p`` for ctrl+p, as the footer writes them)."""
+        first = self.keys.split(",")[0]
+        return "^" + format_key(first[5:]) if first.startswith("ctrl+") else format_key(first)
 
 
 KEYS: tuple[Key, ...] = (
@@ -56,7 +58,7 @@ KEYS: tuple[Key, ...] = (
           palette_help=f"Show the {label} view") for i, (vid, label) in enumerate(VIEWS)),
     Key("app", "question_mark,f1", "help", "Help", id="app.help", bar="Help", palette="Help",
         palette_help="Views, keys and the config file"),
-    Key("app", "colon", "jump", "Jump", id="app.jump", show=False, bar="Jump", palette="Jump",
+    Key("app", "colon", "jump", "Jump", id="app.jump", palette="Jump",
         palette_help="To a node, a service or a view, with completion"),
     Key("app", "at", "time_travel", "Time travel", id="app.past", show=False, palette="Time travel",
         palette_help="The registry and traffic at a past moment, from the journals"),
@@ -72,6 +74,9 @@ KEYS: tuple[Key, ...] = (
         palette_help="Send a MESSAGE from one of this console's nodes"),
     Key("app", "t", "next_theme", "Theme", id="app.theme", show=False),
     Key("app", "q", "quit", "Quit", id="app.quit", bar="Quit"),
+    # Textual's own key, on the action bar (the footer's palette hint, docked over the view's keys
+    # where they overflow, was split mid-word: "^ppale tte"); the footer shows it without the bar
+    Key("app", "ctrl+p", "command_palette", "Palette", id="app.palette", show=False, bar="Palette"),
     # ---------------------------------------------------------------- Leases
     Key("leases", "slash", "focus_filter", "Filter", id="leases.filter"),
     Key("leases", "s", "cycle_sort", "Sort", id="leases.sort"),
@@ -102,7 +107,7 @@ KEYS: tuple[Key, ...] = (
     Key("access-matrix", "d", "revoke", "Revoke pair", id="access.cell_revoke", changes=True),
     # ---------------------------------------------------------------- Traces
     Key("traces", "slash", "focus_filter", "Filter", id="traces.filter"),
-    Key("traces", "p", "pause", "Pause/resume", id="traces.pause", palette="Pause/resume traces",
+    Key("traces", "p", "pause", "Pause", id="traces.pause", palette="Pause/resume traces",
         palette_help="Freeze the traces view"),
     Key("traces", "f", "follow", "Follow", id="traces.follow"),
     Key("traces", "o", "order", "Order", id="traces.order"),
@@ -137,7 +142,7 @@ PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.r
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
                  "durable.verify")
 
-ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.jump", "app.help", "app.quit")
+ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.help", "app.palette", "app.quit")
 
 _BY_NAME = {(k.scope, k.name): k for k in KEYS}
 _BY_ID = {k.id: k for k in KEYS if k.id}
@@ -185,8 +190,8 @@ def hide_bar_keys(bindings: Any) -> None:
     call, message, jump, help), so the footer does not show them again; it shows the view's keys
     (and quit, and the palette). For the app's BindingsMap when the action bar is shown."""
     on_bar = {_BY_ID[i].action for i in ACTION_BAR}
-    for name, found in bindings.key_to_bindings.items():
-        found[:] = [replace(b, show=False) if b.action in on_bar else b for b in found]
+    for name, found in list(bindings.key_to_bindings.items()):  # new lists: the class's map shares the old
+        bindings.key_to_bindings[name] = [replace(b, show=False) if b.action in on_bar else b for b in found]
 
 
 def palette_keys() -> list[Key | None]:

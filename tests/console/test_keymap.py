@@ -32,8 +32,8 @@ def test_a_read_only_console_offers_exactly_what_changes_nothing():
             ("leases", "reap"), ("traces", "replay"), ("access", "grant"), ("audit", "rerun"),
             ("security", "lift")} <= changing
     assert keymap.action_bar() == [("launch", "n Launch"), ("stop_node", "d Stop"), ("grant", "g Grant"),
-                                   ("call", "F Call"), ("send", "m Message"), ("jump", ": Jump"), ("help", "? Help"),
-                                   ("quit", "q Quit")]
+                                   ("call", "F Call"), ("send", "m Message"), ("help", "? Help"),
+                                   ("command_palette", "^p Palette"), ("quit", "q Quit")]
 
 
 def shown_keys(app) -> list[str]:
@@ -61,11 +61,17 @@ def test_no_key_is_shown_twice_in_any_view(fixture_app):
                 await pilot.pause()
                 keys = shown_keys(app)
                 assert len(keys) == len(set(keys)), (view, sorted(keys))
-                assert {"n", "d", "g", "F", "m", "?", "q"} <= set(keys), (view, keys)  # each still once
+                assert {"n", "d", "g", "F", "m", "?", "q", "^p", ":"} <= set(keys), (view, keys)  # each once
             await pilot.press("3")
             await pilot.pause()
             assert app.view_widget("access").query_one("#access-matrix").has_focus
             keys = shown_keys(app)
             assert len(keys) == len(set(keys)) and "d" in keys, keys
+        app = fixture_app(steady=True, readonly=True)  # no action bar: the footer shows them, once
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            keys = shown_keys(app)
+            assert not app.query(".actbtn") and len(keys) == len(set(keys)), keys
+            assert {"?", "q", "^p", ":"} <= set(keys) and not {"n", "d", "g", "F", "m"} & set(keys), keys
 
     asyncio.run(check())
