@@ -316,9 +316,10 @@ class AnalyticsView(Vertical):
         tot = s.get("traffic_over_time") or {}
         buckets = tot.get("buckets") or []
         chart = self.query_one("#an-chart", TimeChart)
-        tr = s.get("time_range") or {}
-        chart.set_series([(b["t"], b["envelopes"]) for b in buckets], tot.get("bucket_seconds") or 60,
-                         (tr.get("start"), tr.get("end")))
+        # the axis spans the traffic (the report's window also covers lease records: two hours of
+        # axis put a minute of traffic in one bar at its edge)
+        chart.set_series([(b["t"], b["envelopes"]) for b in buckets if b.get("envelopes")],
+                         tot.get("bucket_seconds") or 60)
         chart.display = bool(buckets)
 
     def refresh_view(self, force: bool = False) -> None:
