@@ -142,7 +142,7 @@ async def test_durable_view_lists_outboxes_with_target_state_age_and_expiry(fixt
         await wait_for(pilot, lambda: view.receipts is not None, what="the verification")
         assert "billing ← reports (stream abababab, ledger of reports): 1 receipts, 1 handled: verified" \
             in view.receipts.plain
-        assert "1 of them still in billing's outbox: reports's ledger holds their receipts" in view.receipts.plain
+        assert "1 of these receipts not taken by billing yet: their messages stay in its outbox" in view.receipts.plain
         entry = [e for e in AuditLog(app.paths.audit_log(app.root)).entries() if e.action == "receipts"][-1]
         assert entry.command.startswith("speed receipts reports --dir ") and "--key" in entry.command
 

@@ -97,14 +97,14 @@ class DurableView(Vertical):
         t.append(f"{len(self.items)} in outboxes", style="bold")
         if taken:  # the target took them; the sender has not taken the receipts (it exited before they came)
             t.append(f" ({len(self.items) - taken} waiting, {taken} receipted, not yet taken by the sender)")
-        t.append(f", {len(self.pending)} in inboxes", style="bold")
-        t.append(f"  durable nodes: {', '.join(durable) if durable else 'none in the registry'}")
+        t.append(f" · {len(self.pending)} in inboxes", style="bold")
+        t.append(f" · durable nodes: {', '.join(durable) if durable else 'none in the registry'}")
         if self.error:
-            t.append(f"  {self.error}", style="bold red")
+            t.append(f" · {self.error}", style="bold red")
         elif self.listed_at is None:
-            t.append("  reading the outboxes…", style="dim")
+            t.append(" · reading the outboxes…", style="dim")
         else:
-            t.append(f"  read at {fmt_ts(self.listed_at)}", style="dim")
+            t.append(f" · read at {fmt_ts(self.listed_at)}", style="dim")
         self.query_one("#durable-status", Static).update(t)
 
     def show_history(self, key: Any) -> None:
@@ -148,8 +148,8 @@ class DurableView(Vertical):
                 out.append(f"BROKEN at receipt {r.first_break}: {r.reason}", style="bold red")
         for sender in sorted({i.node for i in self.items if i.target == m.name and i.receipted}):
             n = sum(1 for i in self.items if i.target == m.name and i.node == sender and i.receipted)
-            out.append(f"\n  {n} of them still in {sender}'s outbox: {m.name}'s ledger holds their receipts, "
-                       f"{sender} has not taken them yet (it does the next time it runs)", style="yellow")
+            out.append(f"\n  {n} of these receipts not taken by {sender} yet: their messages stay in its outbox "
+                       "until it runs again", style="yellow")
         self.receipts = out
         self.query_one("#durable-receipts", Static).update(out)
 
