@@ -242,6 +242,19 @@ def test_the_report_cuts_no_label_at_80_columns():
         assert label.replace(" ", "\u00a0") in text, label
 
 
+def test_the_reports_names_are_never_broken_mid_word_at_80_columns():
+    """A service drawn as "calculateT" / "ax" on two lines: names keep whole, numbers and codes give way."""
+    from rich.console import Console
+
+    from speedtui.environments.fixture import sample_summary
+    from speedtui.ui.views.analytics import summary_renderable
+    console = Console(width=78, record=True)
+    console.print(summary_renderable(sample_summary()))
+    rows = console.export_text().splitlines()
+    assert any(row.split()[:2] == ["billing", "calculateTax"] for row in rows if row.strip())
+    assert any(row.split()[:2] == ["gateway", "billing"] for row in rows if row.strip())  # top talkers
+
+
 def test_the_report_says_what_its_figures_cover():
     """Issue 28 item 5: "journals from 4 of 6 nodes", who keeps none, and the calls counted from callees."""
     from speedtui.ui.views.analytics import coverage_line, summary_renderable
