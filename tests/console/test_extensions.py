@@ -129,7 +129,7 @@ async def test_durable_view_lists_outboxes_with_target_state_age_and_expiry(fixt
                         ("billing", "reports", "leaving", "waiting", "abababab", "2", "40s", "23h59m", "118"),
                         ("ledger", "archive", "missing", "waiting", "cdcdcdcd", "7", "3h00m", "21h00m", "2048")]
         status = view.query_one("#durable-status").render().plain
-        assert "3 in outboxes (2 waiting, 1 receipted, not yet taken by the sender)" in status
+        assert "3 in outboxes: 2 waiting, 1 receipted (receipt not taken) · 0 in inboxes" in status
         assert "durable nodes: billing, ledger, reports" in status
         assert view.query_one("#durable-history").render().plain.startswith(
             "billing → reports #1: receipted handled, receipt not taken by billing (it takes it the next time it runs)")

@@ -96,7 +96,7 @@ class DurableView(Vertical):
         taken = sum(1 for i in self.items if i.receipted)
         t.append(f"{len(self.items)} in outboxes", style="bold")
         if taken:  # the target took them; the sender has not taken the receipts (it exited before they came)
-            t.append(f" ({len(self.items) - taken} waiting, {taken} receipted, not yet taken by the sender)")
+            t.append(f": {len(self.items) - taken} waiting, {taken} receipted (receipt not taken)")
         t.append(f" · {len(self.pending)} in inboxes", style="bold")
         t.append(f" · durable nodes: {', '.join(durable) if durable else 'none in the registry'}")
         if self.error:
@@ -109,7 +109,7 @@ class DurableView(Vertical):
 
     def show_history(self, key: Any) -> None:
         """The selected message's durable records (its sender's and its target's journals)."""
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Text()  # wraps: at 80 columns what became of it takes two lines
         if key is not None:
             node, target, stream, number = key
             events = [r for r in self.state.traces.durable if r.stream == stream and r.number == number
