@@ -109,7 +109,7 @@ async def test_security_view_shows_scores_states_sparklines_and_reasons(fixture_
         mallory = next(r for r in rows if r[1] == "mallory")
         assert mallory[:4] == ("billing", "mallory", "-", "no score") and mallory[5] == "1"
         detail = view.query_one("#security-detail").render().plain
-        assert "quarantined score 100" in detail and "does not trust its operator key" in detail
+        assert "quarantined  score 100" in detail and "does not trust its operator key" in detail
         await pilot.press("l")  # gateway is not the console's node, nor trusts a key: one sentence, nothing sent
         await wait_for(pilot, lambda: any("nor one that trusts its operator key" in n and "--operator" in n
                                           for n in notes), what="the sentence")
