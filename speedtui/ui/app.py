@@ -46,6 +46,17 @@ from .widgets.footer import SpeedFooter
 from .widgets.header import SpeedHeader
 
 
+class MainScreen(Screen):
+    """The views' screen. With the action bar, it binds the bar's keys again, unshown: its footer
+    shows the view's keys only (keymap.bar_bindings)."""
+
+    def __init__(self, action_bar: bool) -> None:
+        super().__init__()
+        for binding in keymap.bar_bindings() if action_bar else ():
+            for key in binding.key.split(","):  # new lists: the class's map shares its own
+                self._bindings.key_to_bindings[key] = [*self._bindings.key_to_bindings.get(key, []), binding]
+
+
 class SpeedApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "SPEED console"
@@ -56,8 +67,6 @@ class SpeedApp(App):
                  initial_view: str = "leases", steady: bool = False, pace_gc: bool = True) -> None:
         super().__init__()
         self.services = services  # built by make_app; ended by shutdown
-        if not services.readonly:  # the action bar carries these keys: the footer does not repeat them
-            keymap.hide_bar_keys(self._bindings)
         # what the parts are handed (the app routes; it does not do)
         self.root, self.key, self.readonly = services.root, services.key, services.readonly
         self.clock, self.paths, self.config = services.clock, services.paths, services.config
@@ -114,13 +123,16 @@ class SpeedApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return keymap.offered("app", action, self.readonly)
 
+    def get_default_screen(self) -> Screen:
+        return MainScreen(action_bar=not self.readonly)
+
     def label_action_bar(self, screen: Screen) -> None:
         """A button's key is shown only while that key does what the button does (not while the
         focused view binds it to something else): no key is shown twice on the screen."""
         active = screen.active_bindings
         for k in keymap.bar_keys():
             found = active.get(k.keys.split(",")[0])
-            label = keymap.bar_label(k, taken=found is not None and found.node is not self)
+            label = keymap.bar_label(k, taken=found is not None and found.node not in (self, screen))
             for button in self.query(f"#act-{k.name}").results(Button):
                 if str(button.label) != label:
                     button.label = label

@@ -9,8 +9,7 @@ in (a view by its id, ``access-matrix``). Its ``id`` is what the config file's `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from textual.binding import Binding
 from textual.keys import format_key
@@ -185,13 +184,12 @@ def bar_label(k: Key, taken: bool) -> str:
     return k.bar if taken else f"{k.first_key} {k.bar}"
 
 
-def hide_bar_keys(bindings: Any) -> None:
-    """The one-key-bar rule: the action bar shows the app's keys it carries (launch, stop, grant,
-    call, message, jump, help), so the footer does not show them again; it shows the view's keys
-    (and quit, and the palette). For the app's BindingsMap when the action bar is shown."""
-    on_bar = {_BY_ID[i].action for i in ACTION_BAR}
-    for name, found in list(bindings.key_to_bindings.items()):  # new lists: the class's map shares the old
-        bindings.key_to_bindings[name] = [replace(b, show=False) if b.action in on_bar else b for b in found]
+def bar_bindings() -> list[Binding]:
+    """The one-key-bar rule: the screen that shows the action bar binds the keys the bar carries
+    (launch, stop, grant, call, message, help, palette, quit) again, to the app's actions, unshown,
+    so its footer does not repeat them and shows the view's keys (a screen without the bar, such as
+    time travel, still shows them in its footer)."""
+    return [Binding(k.keys, f"app.{k.action}", k.description, show=False, id=k.id) for k in bar_keys()]
 
 
 def palette_keys() -> list[Key | None]:

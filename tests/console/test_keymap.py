@@ -67,6 +67,11 @@ def test_no_key_is_shown_twice_in_any_view(fixture_app):
             assert app.view_widget("access").query_one("#access-matrix").has_focus
             keys = shown_keys(app)
             assert len(keys) == len(set(keys)) and "d" in keys, keys
+            await pilot.press("at")  # time travel: a screen without the bar shows the app's keys itself
+            await wait_for(pilot, lambda: not app.screen.query(".actbtn"), what="the time travel screen")
+            await pilot.pause()
+            keys = shown_keys(app)
+            assert len(keys) == len(set(keys)) and "?" in keys, keys
         app = fixture_app(steady=True, readonly=True)  # no action bar: the footer shows them, once
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.pause()
