@@ -151,7 +151,9 @@ def _send_durable(args: argparse.Namespace, data: Any) -> int:
             msg_id = node.send(args.target, data, durable=True, ttl=args.ttl, confirm=True, timeout=args.timeout)
         except DeliveryTimeoutError:
             print(f"stored durable message in {args.name}'s outbox for {args.target}; not receipted within "
-                  f"{args.timeout:g} s: it is delivered when both run (`speed outbox` lists it)", file=sys.stderr)
+                  f"{args.timeout:g} s: it is delivered when both run, and a copy {args.target} takes later is receipted "
+                  f"in its ledger; {args.name} takes the receipt the next time it runs (`speed outbox` lists it)",
+                  file=sys.stderr)
             return EXIT_OK
     print(f"durable message {msg_id} to {args.target}: handled (receipted)", file=sys.stderr)
     return EXIT_OK
@@ -174,11 +176,17 @@ def cmd_outbox(args: argparse.Namespace) -> int:
             states[item.target] = "missing" if entry is None else judge(entry, now, facts).state
     rows = [{"node": i.node, "target": i.target, "targetState": states[i.target], "stream": i.stream, "id": i.id,
              "ageSeconds": round(now - i.created, 1), "expiresInSeconds": round(i.expires_at - now, 1),
-             "size": i.size} for i in items]
-    table = [("NODE", "TARGET", "TARGET STATE", "ID", "WAITING", "EXPIRES IN", "BYTES")]
+             "size": i.size, "receipted": i.receipted or None} for i in items]
+    table = [("NODE", "TARGET", "TARGET STATE", "ID", "WAITING", "EXPIRES IN", "BYTES", "MESSAGE")]
     table += [(r["node"], r["target"], r["targetState"], str(r["id"]), f"{r['ageSeconds']:.1f}s",
-               f"{r['expiresInSeconds']:.0f}s", str(r["size"])) for r in rows]
-    return print_rows(args.json, rows, table, f"no durable messages wait in the outboxes of {args.dir}")
+               f"{r['expiresInSeconds']:.0f}s", str(r["size"]), i.state) for r, i in zip(rows, items)]
+    code = print_rows(args.json, rows, table, f"no durable messages wait in the outboxes of {args.dir}")
+    taken = sum(1 for i in items if i.receipted)
+    if taken and not args.json:  # why a message its target took is still listed, once
+        print(f"{taken} of {len(items)} already receipted by their target: each stays in its sender's outbox until "
+              "the sender takes the receipt, the next time it runs", file=sys.stderr)
+    return code
+
 
 
 def cmd_receipts(args: argparse.Namespace) -> int:

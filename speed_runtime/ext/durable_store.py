@@ -23,8 +23,8 @@ import threading
 from collections import OrderedDict
 from typing import Iterable, NamedTuple
 
-from ..core.durable import (ChainReport, Receipt, durable_flag, is_stream, lineage_ids, outbox_meta,
-                            receipt_from_json, receipt_key, verify_chain)
+from ..core.durable import (ChainReport, Receipt, StreamLedger, durable_flag, is_stream, lineage_ids, outbox_meta,
+                            receipt_from_json, receipt_key, replay_ledger, verify_chain)
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
 from ..core.names import is_valid_name
@@ -310,6 +310,19 @@ class OutboxItem(NamedTuple):
     created: float     # Unix seconds
     expires_at: float  # Unix seconds
     size: int          # payload bytes
+    # what the target's ledger says of it: "" none (it waits for the target), else the receipt's status
+    # ("handled", "failed", "expired") or "finished" (at or below the ledger's floor, its receipt no
+    # longer kept): the target took it, and the sender has not taken the receipt yet (it gets it again
+    # with its next copy, the next time it runs)
+    receipted: str = ""
+
+    @property
+    def state(self) -> str:
+        """What became of it, in the words of `speed outbox` and the console's Durable view."""
+        if not self.receipted:
+            return "waiting for its target"
+        how = "receipted" if self.receipted == "finished" else f"receipted {self.receipted}"
+        return f"{how}, receipt not taken by {self.node}"
 
 
 class PendingCopy(NamedTuple):
@@ -334,7 +347,9 @@ def _node_names(root: str, names: Iterable[str] | None) -> list[str]:
 
 def list_outboxes(root: str, names: Iterable[str] | None = None) -> list[OutboxItem]:
     """Every message waiting in the outboxes of `names` (default: every node of ROOT), oldest id
-    first per target. Reads the entries' clear header lines only: no key needed, no payload read."""
+    first per target, each with what the target's ledger says of it (`OutboxItem.receipted`). Reads
+    the entries' clear header lines and the ledgers' clear lines only: no key needed, no payload read
+    (`verify_receipts` checks the receipts' MACs)."""
     out = []
     for node in _node_names(root, names):
         base = os.path.join(root, node, "durable", "outbox")
@@ -350,16 +365,39 @@ def list_outboxes(root: str, names: Iterable[str] | None = None) -> list[OutboxI
                 continue
             try:
                 files = sorted(n for n in os.listdir(fd) if n.endswith(".msg") and not n.startswith("."))
+                ledger: dict[str, StreamLedger] | None = None  # the target's, read once there is an entry
                 for name in files:
                     try:
                         meta = outbox_meta(read_small(fd, name, 2 << 20))
                     except (OSError, ValueError):
                         continue
+                    if ledger is None:
+                        ledger = read_ledger(root, target, node)
                     out.append(OutboxItem(node, target, meta["stream"], meta["id"], meta.get("created", 0.0),
-                                          meta.get("expiresAt", 0) / 1000, meta.get("size", 0)))
+                                          meta.get("expiresAt", 0) / 1000, meta.get("size", 0),
+                                          _receipted(ledger, meta["stream"], meta["id"])))
             finally:
                 os.close(fd)
     return out
+
+
+def read_ledger(root: str, receiver: str, sender: str) -> dict[str, StreamLedger]:
+    """What `receiver`'s ledger of `sender` holds, per stream (as the receiver rebuilds it when it
+    starts: `core.durable.replay_ledger`); empty when there is none or it cannot be read."""
+    try:  # never through a link, never a FIFO (it would block), never more than a log can hold
+        lines = read_small(os.open(os.path.join(root, receiver, "durable", "ledger"), _DIR), f"{sender}.log",
+                           MAX_LOG_BYTES, close_dir=True).splitlines()
+    except OSError:
+        return {}
+    return replay_ledger(lines, receiver, sender)
+
+
+def _receipted(ledger: dict[str, StreamLedger], stream: str, msg_id: int) -> str:
+    book = ledger.get(stream)
+    seen = book.seen(msg_id) if book is not None else False
+    if seen is False:
+        return ""
+    return "finished" if seen is True else seen.status
 
 
 def list_pending(root: str, names: Iterable[str] | None = None) -> list[PendingCopy]:

@@ -41,6 +41,9 @@ FAILED_ID = "dead0000-0000-4000-8000-000000000003"  # billing → reports, never
 # durable messages waiting in outboxes: (sender, target, stream, id, age, payload bytes)
 OUTBOX = [("billing", "reports", "ab" * 16, 1, 56.0, 42), ("billing", "reports", "ab" * 16, 2, 40.0, 118),
           ("ledger", "archive", "cd" * 16, 7, 3 * 3600.0, 2048)]
+# ...of which reports's ledger has receipted billing's message 1 (handled 30 s ago): billing, a sender
+# that had exited, has not taken the receipt, so the message is still in its outbox
+RECEIPTED = [("billing", "reports", "ab" * 16, 1, 30.0)]
 
 NODES = [
     # name, groups, allow, services, status, heartbeat age, uptime, counters
@@ -213,6 +216,20 @@ def write_outboxes(root: Path, now: float) -> None:
         meta = {"target": target, "stream": stream, "id": mid, "created": now - age,
                 "expiresAt": int((now - age + 86_400) * 1000), "size": size, "type": "MESSAGE"}
         (box / f"{mid:020d}.msg").write_bytes(seal_outbox_entry(meta, bytes(size), key, bytes([mid]) * 12))
+    write_ledgers(root, now)
+
+
+def write_ledgers(root: Path, now: float) -> None:
+    """The receivers' ledgers (real receipts under the fixture's key, as a durable node writes them)."""
+    from speed_runtime.core.durable import ZERO_MAC, ledger_line, make_receipt, receipt_key
+
+    rkey = receipt_key(FIXED_KEY)
+    for sender, target, stream, mid, age in RECEIPTED:
+        ledger = root / target / "durable" / "ledger"
+        ledger.mkdir(mode=0o700, parents=True, exist_ok=True)
+        receipt = make_receipt(rkey, target, sender, stream, 1, mid, "handled", int((now - age) * 1000), ZERO_MAC)
+        (ledger / f"{sender}.log").write_bytes(ledger_line("claim", {"stream": stream, "id": mid})
+                                               + ledger_line("receipt", {**receipt.to_json(), "base": mid}))
 
 
 def build(root: Path, now: float = FIXED_NOW, health: bool = True) -> tuple[Path, Path]:

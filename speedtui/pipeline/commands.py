@@ -8,6 +8,7 @@ User errors print one sentence on stderr (``error: ...``) and return 2; no trace
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -60,7 +61,9 @@ def add_subcommands(subparsers) -> None:
                    help="only records at or after TIME (ISO 8601 or epoch seconds)")
     p.add_argument("--until", metavar="TIME", default=None,
                    help="only records before TIME (ISO 8601 or epoch seconds)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true",
+                   help="print the result only: no progress, and Spark's and Java's own output goes to the "
+                        "environment's analytics log")
     p.set_defaults(func=cmd_analyze)
 
     a = subparsers.add_parser(
@@ -86,6 +89,33 @@ def add_subcommands(subparsers) -> None:
     s.add_argument("--malformed", type=float, default=0.0, metavar="FRACTION",
                    help="add this fraction of torn/invalid lines (e.g. 0.001)")
     s.set_defaults(func=cmd_simulate)
+
+
+@contextlib.contextmanager
+def output_to(log: str | None):
+    """With a log path (--quiet): while the job runs, this process's stdout and stderr (file
+    descriptors 1 and 2, which the JVM it starts inherits: its "Using incubator modules" and
+    "restricted mode" warnings are written there, past log4j) go to the environment's analytics
+    log; the result and the error sentences are printed after, on the terminal."""
+    if log is None:
+        yield
+        return
+    os.makedirs(os.path.dirname(log), mode=0o700, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
 
 
 def _err(msg: str) -> int:
@@ -145,17 +175,18 @@ def cmd_analyze(args) -> int:
         if direct and (args.rebuild or args.store):
             return _err("--rebuild and --store go with the incremental store: leave out --traces, "
                         "--full, --since and --until.")
-        report, store, _log = env_locations(root)
+        report, store, log = env_locations(root)
         out = args.out or (DEFAULT_OUT if args.traces else report)
         if not remote:
             check_java()
         progress = None if args.quiet else _StderrProgress()
-        if direct:
-            summary = run_pipeline(traces, out, master=args.master, since=since, until=until,
-                                   progress=progress, remote=remote)
-        else:
-            summary = run_incremental(traces, args.store or store, out, master=args.master,
-                                      progress=progress, rebuild=args.rebuild, remote=remote)
+        with output_to(log if args.quiet else None):
+            if direct:
+                summary = run_pipeline(traces, out, master=args.master, since=since, until=until,
+                                       progress=progress, remote=remote)
+            else:
+                summary = run_incremental(traces, args.store or store, out, master=args.master,
+                                          progress=progress, rebuild=args.rebuild, remote=remote)
     except PipelineError as exc:
         return _err(str(exc))
     except KeyboardInterrupt:

@@ -49,6 +49,17 @@ from .widgets.header import SpeedHeader
 STEADY_NOTIFICATION_SECONDS = 3600.0  # a steady app's notifications (snapshots, screenshots) stay
 
 
+class MainScreen(Screen):
+    """The views' screen. With the action bar, it binds the bar's keys again, unshown: its footer
+    shows the view's keys only (keymap.bar_bindings)."""
+
+    def __init__(self, action_bar: bool) -> None:
+        super().__init__()
+        for binding in keymap.bar_bindings() if action_bar else ():
+            for key in binding.key.split(","):  # new lists: the class's map shares its own
+                self._bindings.key_to_bindings[key] = [*self._bindings.key_to_bindings.get(key, []), binding]
+
+
 class SpeedApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "SPEED console"
@@ -110,10 +121,25 @@ class SpeedApp(App):
             with Horizontal(id="actionbar"):
                 for bid, label in keymap.action_bar():
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
-        yield SpeedFooter()
+        yield SpeedFooter(show_command_palette=self.readonly)  # else the action bar has it
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return keymap.offered("app", action, self.readonly)
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen(action_bar=not self.readonly)
+
+    def label_action_bar(self, screen: Screen) -> None:
+        """A button's key is shown only while that key does what the button does (not while the
+        focused view binds it to something else): no key is shown twice on the screen."""
+        active = screen.active_bindings
+        for k in keymap.bar_keys():
+            found = active.get(k.keys.split(",")[0])
+            label = keymap.bar_label(k, taken=found is not None and found.node not in (self, screen))
+            for button in self.query(f"#act-{k.name}").results(Button):
+                if str(button.label) != label:
+                    button.label = label
+                    button.refresh(layout=True)  # its width follows its label (a label alone only repaints)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         bid = event.button.id or ""
@@ -144,6 +170,8 @@ class SpeedApp(App):
         self.set_interval(self.refresh_interval, self.drain, name="drain")
         self.set_interval(1.0, self.tick, name="tick")
         self.nav.focus_view(self.initial_view)
+        if not self.readonly:
+            self.screen.bindings_updated_signal.subscribe(self, self.label_action_bar)
         if self.gc_pacer is not None:
             # a second in, the widget tree and styles are built: freeze them out of the collector's walk
             self.set_timer(1.0, self.gc_pacer.start, name="gc-start")

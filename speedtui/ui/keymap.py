@@ -45,8 +45,10 @@ class Key:
 
     @property
     def first_key(self) -> str:
-        """How its first key is written on a button or in a palette entry (``?`` for question_mark)."""
-        return format_key(self.keys.split(",")[0])
+        """How its first key is written on a button or in a palette entry (``?`` for question_mark,
+        ``^p`` for ctrl+p, as the footer writes them)."""
+        first = self.keys.split(",")[0]
+        return "^" + format_key(first[5:]) if first.startswith("ctrl+") else format_key(first)
 
 
 KEYS: tuple[Key, ...] = (
@@ -55,7 +57,7 @@ KEYS: tuple[Key, ...] = (
           palette_help=f"Show the {label} view") for i, (vid, label) in enumerate(VIEWS)),
     Key("app", "question_mark,f1", "help", "Help", id="app.help", bar="Help", palette="Help",
         palette_help="Views, keys and the config file"),
-    Key("app", "colon", "jump", "Jump", id="app.jump", show=False, bar="Jump", palette="Jump",
+    Key("app", "colon", "jump", "Jump", id="app.jump", palette="Jump",
         palette_help="To a node, a service or a view, with completion"),
     Key("app", "at", "time_travel", "Time travel", id="app.past", show=False, palette="Time travel",
         palette_help="The registry and traffic at a past moment, from the journals"),
@@ -72,7 +74,10 @@ KEYS: tuple[Key, ...] = (
     Key("app", "L", "logs", "Logs", id="app.logs", show=False, palette="Logs of the console's nodes",
         palette_help="Output and health lines of the nodes this console started, followed live"),
     Key("app", "t", "next_theme", "Theme", id="app.theme", show=False),
-    Key("app", "q", "quit", "Quit", id="app.quit"),
+    Key("app", "q", "quit", "Quit", id="app.quit", bar="Quit"),
+    # Textual's own key, on the action bar (the footer's palette hint, docked over the view's keys
+    # where they overflow, was split mid-word: "^ppale tte"); the footer shows it without the bar
+    Key("app", "ctrl+p", "command_palette", "Palette", id="app.palette", show=False, bar="Palette"),
     # ---------------------------------------------------------------- Leases
     Key("leases", "slash", "focus_filter", "Filter", id="leases.filter"),
     Key("leases", "s", "cycle_sort", "Sort", id="leases.sort"),
@@ -103,7 +108,7 @@ KEYS: tuple[Key, ...] = (
     Key("access-matrix", "d", "revoke", "Revoke pair", id="access.cell_revoke", changes=True),
     # ---------------------------------------------------------------- Traces
     Key("traces", "slash", "focus_filter", "Filter", id="traces.filter"),
-    Key("traces", "p", "pause", "Pause/resume", id="traces.pause", palette="Pause/resume traces",
+    Key("traces", "p", "pause", "Pause", id="traces.pause", palette="Pause/resume traces",
         palette_help="Freeze the traces view"),
     Key("traces", "f", "follow", "Follow", id="traces.follow"),
     Key("traces", "o", "order", "Order", id="traces.order"),
@@ -145,7 +150,7 @@ PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.r
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
                  "durable.verify")
 
-ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.jump", "app.help")
+ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.help", "app.palette", "app.quit")
 
 _BY_NAME = {(k.scope, k.name): k for k in KEYS}
 _BY_ID = {k.id: k for k in KEYS if k.id}
@@ -175,7 +180,25 @@ def offered(scope: str, action: str, readonly: bool) -> bool:
 
 def action_bar() -> list[tuple[str, str]]:
     """(command, label) of the action bar's buttons."""
-    return [(_BY_ID[i].name, f"{_BY_ID[i].first_key} {_BY_ID[i].bar}") for i in ACTION_BAR]
+    return [(_BY_ID[i].name, bar_label(_BY_ID[i], taken=False)) for i in ACTION_BAR]
+
+
+def bar_keys() -> list[Key]:
+    return [_BY_ID[i] for i in ACTION_BAR]
+
+
+def bar_label(k: Key, taken: bool) -> str:
+    """A button's label: its key and name; its name only where the focused view binds that key to
+    something else (the Access matrix's d revokes the pair: the bar's "Stop" is then not d)."""
+    return k.bar if taken else f"{k.first_key} {k.bar}"
+
+
+def bar_bindings() -> list[Binding]:
+    """The one-key-bar rule: the screen that shows the action bar binds the keys the bar carries
+    (launch, stop, grant, call, message, help, palette, quit) again, to the app's actions, unshown,
+    so its footer does not repeat them and shows the view's keys (a screen without the bar, such as
+    time travel, still shows them in its footer)."""
+    return [Binding(k.keys, f"app.{k.action}", k.description, show=False, id=k.id) for k in bar_keys()]
 
 
 def palette_keys() -> list[Key | None]:

@@ -30,7 +30,7 @@ def sections(text):
     out = {}
     for block in text.plain.split("\n\n")[1:]:  # the first block is the legend
         head, *body = block.split("\n")
-        out[head.split("  ")[0]] = body
+        out[head.split(" · ")[0]] = body
     return out
 
 
@@ -125,6 +125,13 @@ def test_nodes_appear_under_every_fabric_they_belong_to_and_ungrouped_have_their
     assert all("loner" not in ln for name in ("x", "y") for ln in secs[name])
     # solo allows hub, so hub may write solo, across fabrics: listed there, with its direction
     assert any("hub ──▶ solo" in ln for ln in secs["across fabrics"])
+
+
+def test_a_fabrics_name_and_its_count_are_apart_by_a_visible_separator():
+    """Not by spaces only: in the screenshots "analytics  2 nodes" was read as "analytics2 nodes"."""
+    g = graph(entry("hub", ["analytics"], ["a"]), entry("a", ["analytics"], ["hub"]), entry("gw", ["edge"]))
+    heads = [block.split("\n")[0] for block in access_picture(g, 80).plain.split("\n\n")[1:]]
+    assert heads == ["analytics · 2 nodes", "edge · 1 node"]
 
 
 def test_fabric_filter_shows_only_that_fabric():

@@ -242,6 +242,19 @@ def test_the_report_cuts_no_label_at_80_columns():
         assert label.replace(" ", "\u00a0") in text, label
 
 
+def test_the_reports_names_are_never_broken_mid_word_at_80_columns():
+    """A service drawn as "calculateT" / "ax" on two lines: names keep whole, numbers and codes give way."""
+    from rich.console import Console
+
+    from speedtui.environments.fixture import sample_summary
+    from speedtui.ui.views.analytics import summary_renderable
+    console = Console(width=78, record=True)
+    console.print(summary_renderable(sample_summary()))
+    rows = console.export_text().splitlines()
+    assert any(row.split()[:2] == ["billing", "calculateTax"] for row in rows if row.strip())
+    assert any(row.split()[:2] == ["gateway", "billing"] for row in rows if row.strip())  # top talkers
+
+
 def test_the_report_says_what_its_figures_cover():
     """Issue 28 item 5: "journals from 4 of 6 nodes", who keeps none, and the calls counted from callees."""
     from speedtui.ui.views.analytics import coverage_line, summary_renderable
@@ -255,3 +268,30 @@ def test_the_report_says_what_its_figures_cover():
                                            "spc_calls_from_callees": 0})
     rendered = summary_renderable(doc).renderables
     assert any(str(r) == "covers  journals from 2 of 3 nodes · no journal: x" for r in rendered)
+
+
+@run_async
+async def test_the_traffic_chart_spans_the_traffic_not_the_reports_window(fixture_app, fixture_env, monkeypatch):
+    """The fixture's report covers 22:00-23:59 (lease records) and its traffic one minute, 23:59:
+    the axis was two hours wide with all traffic in one bar at its edge."""
+    from speedtui.environments.fixture import sample_summary
+
+    root, _key, paths = fixture_env
+    summary = sample_summary()
+    assert summary["time_range"]["start_iso"] == "2025-12-31T22:00:00Z"
+    assert [b["t"] for b in summary["traffic_over_time"]["buckets"]] == [1767225540]  # 23:59
+    report = paths.env_dir(root) / "analytics"
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text(json.dumps(summary))
+    monkeypatch.setenv("SPEED_ANALYTICS_PREWARM", "0")
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("6")
+        chart = app.view_widget("analytics").query_one("#an-chart")
+        await wait_for(pilot, lambda: chart.display and chart.size.height > 0, what="the chart")
+        lines = [line.plain for line in chart.render().split("\n")]
+        assert lines[-1].split() == ["23:59"]  # the one label: where the traffic is
+        axis = lines[-2]
+        bar = len(axis.rstrip()) - axis.index("└") - 1  # the axis is as long as the data: one bar
+        assert 1 <= bar <= 4 and axis.rstrip().endswith("└┬" + "─" * (bar - 1))
+        assert lines[1].rstrip().endswith("┤" + "█" * bar)  # the peak's row: the bar at the axis' start

@@ -71,6 +71,30 @@ async def test_the_envelope_inspector_opens_with_its_sealed_bytes(tmp_path):
         assert "sealed bytes (154)" in shot and "authentic" in shot
 
 
+# the explainer's fixes are read whole at 80x24: three missing things, each fix under its check
+@run_async
+async def test_explainer_fixes_are_whole_at_80_columns(tmp_path):
+    from textual.geometry import Region
+
+    from speedtui.models.access import explain
+
+    root, paths, app = fixture_app_at(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        view = app.view_widget("access")
+        view.set_pair("audit", "gateway", "nosuch")
+        await pilot.pause()
+        await pilot.pause()
+        result = view.query_one("#ex-result")
+        fixes = explain(app.state.graph(), "audit", "gateway", "nosuch").missing
+        assert len(fixes) == 3
+        assert result.scroll_y == 0
+        drawn = result.render_lines(Region(0, 0, result.size.width, result.size.height))  # what the pane shows
+        shot = " ".join(" ".join(strip.text for strip in drawn).split())
+        for fix in fixes:  # drawn, wrapped at most: every word in order
+            assert " ".join(fix.split()) in shot, fix
+
+
 # the explainer's g never offers a node a grant of itself
 @run_async
 async def test_explainer_grant_is_never_a_self_grant(tmp_path):

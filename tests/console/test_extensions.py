@@ -109,7 +109,7 @@ async def test_security_view_shows_scores_states_sparklines_and_reasons(fixture_
         mallory = next(r for r in rows if r[1] == "mallory")
         assert mallory[:4] == ("billing", "mallory", "-", "no score") and mallory[5] == "1"
         detail = view.query_one("#security-detail").render().plain
-        assert "quarantined score 100" in detail and "does not trust its operator key" in detail
+        assert "quarantined  score 100" in detail and "does not trust its operator key" in detail
         await pilot.press("l")  # gateway is not the console's node, nor trusts a key: one sentence, nothing sent
         await wait_for(pilot, lambda: any("nor one that trusts its operator key" in n and "--operator" in n
                                           for n in notes), what="the sentence")
@@ -124,19 +124,25 @@ async def test_durable_view_lists_outboxes_with_target_state_age_and_expiry(fixt
         view = app.view_widget("durable")
         await wait_for(pilot, lambda: view.listed_at is not None, what="the outboxes")
         rows = table_rows(view, "#durable-outbox")
-        assert rows == [("billing", "reports", "leaving", "abababab", "1", "56s", "23h59m", "42"),
-                        ("billing", "reports", "leaving", "abababab", "2", "40s", "23h59m", "118"),
-                        ("ledger", "archive", "missing", "cdcdcdcd", "7", "3h00m", "21h00m", "2048")]
+        # reports's ledger has receipted message 1 (billing exited before the receipt came): not "waiting"
+        assert rows == [("billing", "reports", "leaving", "receipted", "abababab", "1", "56s", "23h59m", "42"),
+                        ("billing", "reports", "leaving", "waiting", "abababab", "2", "40s", "23h59m", "118"),
+                        ("ledger", "archive", "missing", "waiting", "cdcdcdcd", "7", "3h00m", "21h00m", "2048")]
         status = view.query_one("#durable-status").render().plain
-        assert "3 waiting in outboxes" in status and "durable nodes: billing, ledger, reports" in status
+        assert "3 in outboxes: 2 waiting, 1 receipted (receipt not taken) · 0 in inboxes" in status
+        assert "durable nodes: billing, ledger, reports" in status
+        assert view.query_one("#durable-history").render().plain.startswith(
+            "billing → reports #1: receipted handled, receipt not taken by billing (it takes it the next time it runs)")
         await pilot.press("r")  # asked for: audited with the equivalent command
         await wait_for(pilot, lambda: [e for e in AuditLog(app.paths.audit_log(app.root)).entries()
                                        if e.action == "outbox"], what="the audit entry")
         entry = [e for e in AuditLog(app.paths.audit_log(app.root)).entries() if e.action == "outbox"][-1]
         assert entry.command == f"speed outbox --dir {app.root}" and entry.result == "3 waiting"
-        await pilot.press("v")  # the selected row's target: reports has issued no receipts
+        await pilot.press("v")  # the selected row's target: reports's ledger holds the receipt billing lacks
         await wait_for(pilot, lambda: view.receipts is not None, what="the verification")
-        assert "receipts issued by reports: none found" in view.receipts.plain
+        assert "billing ← reports (stream abababab, ledger of reports): 1 receipts, 1 handled: verified" \
+            in view.receipts.plain
+        assert "1 of these receipts not taken by billing yet: their messages stay in its outbox" in view.receipts.plain
         entry = [e for e in AuditLog(app.paths.audit_log(app.root)).entries() if e.action == "receipts"][-1]
         assert entry.command.startswith("speed receipts reports --dir ") and "--key" in entry.command
 
@@ -277,7 +283,7 @@ async def test_a_durable_message_waits_for_its_offline_target_and_its_receipts_v
             await wait_for(pilot, lambda: [r for r in table_rows(view, "#durable-outbox")
                                            if r[:2] == ("shipper", "depot")], what="the waiting message")
             row = table_rows(view, "#durable-outbox")[0]
-            assert row[2] == "missing" and row[4] == str(msg_id)
+            assert row[2] == "missing" and row[3] == "waiting" and row[5] == str(msg_id)
             leases = app.view_widget("leases")
             await pilot.press("1")
             await wait_for(pilot, lambda: f"shipper {DURABLE_MARK}" in {r[0] for r in table_rows(leases,

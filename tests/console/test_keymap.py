@@ -32,4 +32,51 @@ def test_a_read_only_console_offers_exactly_what_changes_nothing():
             ("leases", "reap"), ("traces", "replay"), ("access", "grant"), ("audit", "rerun"),
             ("security", "lift")} <= changing
     assert keymap.action_bar() == [("launch", "n Launch"), ("stop_node", "d Stop"), ("grant", "g Grant"),
-                                   ("call", "F Call"), ("send", "m Message"), ("jump", ": Jump"), ("help", "? Help")]
+                                   ("call", "F Call"), ("send", "m Message"), ("help", "? Help"),
+                                   ("command_palette", "^p Palette"), ("quit", "q Quit")]
+
+
+def shown_keys(app) -> list[str]:
+    """Every key the screen shows: the footer's keys (those drawn) and the action bar's."""
+    footer = [k.key_display for k in app.screen.query("FooterKey") if k.region.width > 0]
+    on_bar = [keymap.key(i) for i in keymap.ACTION_BAR]
+    bar = [str(b.label).split(" ")[0] for b in app.screen.query(".actbtn")
+           if any(str(b.label) == f"{k.first_key} {k.bar}" for k in on_bar)]
+    return footer + bar
+
+
+def test_no_key_is_shown_twice_in_any_view(fixture_app):
+    """The footer and the action bar repeated n, d, g, F, m, ? one above the other; in Access the
+    bar's "d Stop" stood above the matrix's "d Revoke pair". One key, one place on the screen."""
+    import asyncio
+
+    from .conftest import wait_for
+
+    async def check():
+        app = fixture_app(steady=True)
+        async with app.run_test(size=(120, 36)) as pilot:
+            for number, (view, _label) in enumerate(keymap.VIEWS, start=1):
+                await pilot.press(str(number))
+                await wait_for(pilot, lambda: app.active_view() == view, what=view)
+                await pilot.pause()
+                keys = shown_keys(app)
+                assert len(keys) == len(set(keys)), (view, sorted(keys))
+                assert {"n", "d", "g", "F", "m", "?", "q", "^p", ":"} <= set(keys), (view, keys)  # each once
+            await pilot.press("3")
+            await pilot.pause()
+            assert app.view_widget("access").query_one("#access-matrix").has_focus
+            keys = shown_keys(app)
+            assert len(keys) == len(set(keys)) and "d" in keys, keys
+            await pilot.press("at")  # time travel: a screen without the bar shows the app's keys itself
+            await wait_for(pilot, lambda: not app.screen.query(".actbtn"), what="the time travel screen")
+            await pilot.pause()
+            keys = shown_keys(app)
+            assert len(keys) == len(set(keys)) and "?" in keys, keys
+        app = fixture_app(steady=True, readonly=True)  # no action bar: the footer shows them, once
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            keys = shown_keys(app)
+            assert not app.query(".actbtn") and len(keys) == len(set(keys)), keys
+            assert {"?", "q", "^p", ":"} <= set(keys) and not {"n", "d", "g", "F", "m"} & set(keys), keys
+
+    asyncio.run(check())

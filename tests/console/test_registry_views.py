@@ -55,14 +55,18 @@ async def test_lease_detail_grows_and_shrinks(tmp_path):
         assert bigger > before and detail.size.height == before  # the table is back to all its rows
 
 
-# the fabrics tree has a cursor at once, j/k move it, Enter filters without folding
+# the fabrics tree: a fabric's name, health and counts (and a node's name and what it offers) read
+# apart; a cursor at once, j/k move it, Enter filters without folding
 @run_async
-async def test_fabrics_tree_keys(tmp_path):
+async def test_fabrics_tree_labels_and_keys(tmp_path):
     root, paths, app = fixture_app_at(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")
         await pilot.pause()
         tree = app.view_widget("fabrics").query_one("#fabrics-tree")
+        analytics = tree.root.children[0]
+        assert analytics.label.plain == "analytics · down · 0/2 online, 1 leaving, 1 stale"
+        assert [c.label.plain for c in analytics.children][1] == "◐ reports · services: echo · allows 1"
         assert tree.cursor_line == 0 and tree.cursor_node is not None
         await pilot.press("j")
         assert tree.cursor_line == 1

@@ -278,6 +278,30 @@ def test_speed_send_durable_stores_for_an_offline_target_and_delivers_on_a_later
     assert sorted(m["durableId"] for m in lines(rx, 2)) == [1, 2]
 
 
+def test_a_message_receipted_after_its_cli_sender_exited_is_listed_as_receipted_not_waiting(droot, dkey, dprocs):
+    """`speed send --durable` waits --timeout for the receipt, then exits; a receiver that takes the
+    copy later receipts it in its ledger and sends the receipt nowhere (the sender's entry is gone),
+    so the message stays in the sender's outbox. The listing says the target receipted it."""
+    rx = dprocs.start("rx", allow=["tx"], echo=True, extra=["--durable"])
+    os.kill(rx.proc.pid, signal.SIGSTOP)  # a busy receiver: it takes the copy after the sender gave up
+    try:
+        stored = speed("send", "rx", '{"n": 1}', "--durable", "--as", "tx", "--timeout", "1", "--dir", droot,
+                       "--key", dkey)
+        assert stored.returncode == 0 and "not receipted within 1 s" in stored.stderr
+    finally:
+        os.kill(rx.proc.pid, signal.SIGCONT)
+    assert lines(rx, 1)[0]["durableId"] == 1
+    wait_until(lambda: [i.receipted for i in list_outboxes(droot)] == ["handled"], 20, "the receipt in rx's ledger")
+    assert [(i.node, i.target, i.id, i.state) for i in list_outboxes(droot)] == \
+        [("tx", "rx", 1, "receipted handled, receipt not taken by tx")]
+    listed = speed("outbox", "--dir", droot)
+    assert "receipted handled, receipt not taken by tx" in listed.stdout
+    assert "1 of 1 already receipted by their target" in listed.stderr
+    assert json.loads(speed("outbox", "--dir", droot, "--json").stdout)[0]["receipted"] == "handled"
+    chains = {where: r for where, r in verify_receipts(droot, load_key(dkey).raw, "rx")}
+    assert chains["ledger of rx"].count == 1 and "stored by tx" not in chains  # what `v` shows beside it
+
+
 def test_a_forged_receipt_is_rejected_and_the_message_stays_until_the_real_one(droot, dkey, dprocs):
     from speed_runtime.core import durable as d
     from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal

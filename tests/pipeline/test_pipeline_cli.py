@@ -102,3 +102,22 @@ def test_unwritable_out(tmp_path):
     p = run_cli(["analyze", "--traces", str(tmp_path / "t"), "--out", str(tmp_path / "file" / "rep")])
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "cannot create report directory" in p.stderr
+
+
+def test_analyze_quiet_prints_the_result_only_with_a_real_local_spark(tmp_path):
+    """A JVM the pipeline starts writes its own warnings (\"WARNING: Using incubator modules\",
+    \"restricted mode\") to the stderr it inherits, past log4j: with --quiet they go to the
+    environment's analytics log, and the terminal gets the result and nothing else."""
+    from speedtui.environments.fixture import build
+
+    root, _key = build(tmp_path / "root")
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "SPEED_ANALYTICS_REMOTE"}
+    env.update(XDG_DATA_HOME=str(data), PYTHONPATH=REPO)
+    p = subprocess.run([sys.executable, "-c", DRIVER, "analyze", "--dir", str(root), "--embedded", "--quiet"],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    assert p.stdout.startswith("records ") and "SPC calls" in p.stdout and "WARN" not in p.stdout
+    logs = list(data.rglob("analytics.log"))
+    assert len(logs) == 1 and oct(logs[0].stat().st_mode & 0o777) == "0o600"

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
-from ...models.access import AccessGraph, explain, grants_needed
+from ...models.access import AccessGraph, Verdict, explain, grants_needed
 from ...services.exports import csv_lines
 from ..messages import ExportRows, GrantRequested
 from ..state import ConsoleState
@@ -26,6 +28,28 @@ def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
     for a in names:
         out.append([a, *("" if a == b else ("yes" if g.may_write(a, b) else "no") for b in names)])
     return out
+
+
+def explanation(v: Verdict) -> Text | Group:
+    """The verdict, then each check; under a failed one what fixes it, whole: a fix wraps with a
+    hanging indent (a grid column), and when something fails the passing checks share one line, so
+    the fixes fit the pane at 80x24."""
+    passed = [ln.strip()[2:] for ln in v.lines[1:] if ln.strip().startswith("✓")]
+    if v.ok:
+        return Text("\n").join([Text(v.lines[0], style="bold green"), *(Text(ln, style="green") for ln in v.lines[1:])])
+    parts: list = [Text(v.lines[0], style="bold red")]
+    if passed:
+        parts.append(Text("  ✓ " + " · ".join(passed), style="green"))
+    fixes = iter(v.missing)
+    for ln in v.lines[1:]:
+        if ln.strip().startswith("✗"):
+            parts.append(Text(ln, style="red"))
+            fix = Table.grid()
+            fix.add_column(no_wrap=True)
+            fix.add_column()  # wraps under its own start
+            fix.add_row(Text("      fix: ", style="bold"), Text(next(fixes, "")))
+            parts.append(fix)
+    return Group(*parts)
 
 
 class AccessView(Vertical):
@@ -138,16 +162,7 @@ class AccessView(Vertical):
             out.update(Text("pick a caller and a target (and a service) to explain a call, or Enter on a "
                             "cell of the matrix", style="dim"))
             return
-        v = explain(self.state.graph(), caller, target, service or None)
-        t = Text()
-        t.append(v.lines[0] + "\n", style="bold green" if v.ok else "bold red")
-        for ln in v.lines[1:]:
-            t.append(ln + "\n", style="green" if "✓" in ln else "red")
-        if v.missing:
-            t.append("to fix:\n", style="bold")
-            for m in v.missing:
-                t.append(f"  • {m}\n")
-        out.update(t)
+        out.update(explanation(explain(self.state.graph(), caller, target, service or None)))
 
     def action_edit_explainer(self) -> None:
         self.query_one("#ex-caller", Input).focus()

@@ -44,7 +44,7 @@ def access_picture(g: AccessGraph, width: int, fabric: str | None = None) -> Tex
             continue
         out.append("\n")
         _line(out, width, (fab or "(ungrouped)", TITLE_STYLE),
-              (f"  {len(names)} node{'s' if len(names) != 1 else ''}", NOTE_STYLE))
+              (f" · {len(names)} node{'s' if len(names) != 1 else ''}", NOTE_STYLE))
         edges = g.edges(names)
         if not _diagram(out, width, names, edges):
             _compact(out, width, names, edges)

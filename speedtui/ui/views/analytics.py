@@ -53,10 +53,12 @@ def _add_row(t: Table, *cells: Any) -> None:
     t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 
-def _column(t: Table, header: str, left: bool = False) -> None:
+def _column(t: Table, header: str, left: bool = False, name: bool = False) -> None:
     """A header is never cut (its width is the least the column gets); a cell too wide for a
-    narrow terminal wraps onto a second line instead of losing its end to an ellipsis."""
-    t.add_column(header, justify="left" if left else "right", min_width=len(header), overflow="fold")
+    narrow terminal wraps onto a second line instead of losing its end to an ellipsis. A name
+    (node, service, reason) is never broken mid-word: the other columns give way first."""
+    t.add_column(header, justify="left" if left or name else "right", min_width=len(header), overflow="fold",
+                 no_wrap=name)
 
 
 def summary_renderable(s: dict) -> Group:
@@ -64,7 +66,7 @@ def summary_renderable(s: dict) -> Group:
     tr = s.get("time_range") or {}
     head = Text()
     head.append("report ", style="bold")
-    head.append(f"generated {s.get('generated_at', '?')}  window {tr.get('start_iso')} → {tr.get('end_iso')}",
+    head.append(f"generated {s.get('generated_at', '?')} · window {tr.get('start_iso')} → {tr.get('end_iso')}",
                 style="dim")
     if s.get("message"):
         head.append(f"\n{s['message']}", style="yellow")
@@ -77,7 +79,7 @@ def summary_renderable(s: dict) -> Group:
         value = _pct(totals[k]) if k.endswith("rate") else f"{totals[k]:,}" if isinstance(totals[k], int) \
             else str(totals[k])
         label = TOTALS.get(k, k.replace("_", " ")).replace(" ", "\u00a0")  # a label is never split
-        line.append(("  ·  " if i else "") + f"{label} ")
+        line.append((" · " if i else "") + f"{label} ")
         line.append(value, style="bold")
     parts.append(line)
     cov = s.get("coverage")
@@ -86,7 +88,7 @@ def summary_renderable(s: dict) -> Group:
     if s.get("spc"):
         t = _table("SPC by target and service (latency in ms)")
         for c in ("target", "service", "calls", "ok", "err", "none", "succ", "p50", "p95", "p99", "codes"):
-            _column(t, c, left=c in ("target", "service", "codes"))
+            _column(t, c, left=c == "codes", name=c in ("target", "service"))
         for r in s["spc"][:15]:
             _add_row(t, r["target"], r["service"], str(r["calls"]), str(r["successes"]), str(r["errors"]),
                      str(r["no_response"]), _pct(r["success_rate"]), _ms(r["p50_ms"]), _ms(r["p95_ms"]),
@@ -95,14 +97,14 @@ def summary_renderable(s: dict) -> Group:
     if s.get("top_talkers"):
         t = _table("top talkers")
         for c in ("source", "target", "envelopes", "bytes"):
-            _column(t, c, left=c in ("source", "target"))
+            _column(t, c, name=c in ("source", "target"))
         for r in s["top_talkers"][:10]:
             _add_row(t, r["source"], r["target"], str(r["envelopes"]), str(r["bytes"]))
         parts.append(t)
     rej = s.get("rejections") or {}
     if rej.get("by_reason"):
         t = _table(f"rejections ({rej.get('total', 0)})")
-        _column(t, "reason", left=True)
+        _column(t, "reason", name=True)
         _column(t, "count", left=True)
         top = max(rej["by_reason"].values())
         for reason, n in rej["by_reason"].items():
@@ -114,7 +116,7 @@ def summary_renderable(s: dict) -> Group:
     if s.get("availability"):
         t = _table("availability")
         for c in ("node", "availability", "sessions", "restarts", "crashes", "left", "lost", "late", "online"):
-            _column(t, c, left=c == "node")
+            _column(t, c, name=c == "node")
         for r in s["availability"][:20]:
             _add_row(t, r["node"], _pct(r["availability"]), str(r["sessions"]), str(r["restarts"]),
                      str(r["crashes"]), str(r["graceful_departures"]), str(r["lost_leases"]), str(r["late_renewals"]),
@@ -144,7 +146,7 @@ def _data_table(title: str, columns: tuple[str, ...], rows: list[tuple], left: i
     """A plain table; the first `left` columns are left-aligned, the rest are numbers."""
     t = _table(title)
     for i, c in enumerate(columns):
-        _column(t, c, left=i < left)
+        _column(t, c, name=i < left)
     for r in rows:
         _add_row(t, *(("-" if v is None else str(v)) for v in r))
     return t
@@ -316,9 +318,10 @@ class AnalyticsView(Vertical):
         tot = s.get("traffic_over_time") or {}
         buckets = tot.get("buckets") or []
         chart = self.query_one("#an-chart", TimeChart)
-        tr = s.get("time_range") or {}
-        chart.set_series([(b["t"], b["envelopes"]) for b in buckets], tot.get("bucket_seconds") or 60,
-                         (tr.get("start"), tr.get("end")))
+        # the axis spans the traffic (the report's window also covers lease records: two hours of
+        # axis put a minute of traffic in one bar at its edge)
+        chart.set_series([(b["t"], b["envelopes"]) for b in buckets if b.get("envelopes")],
+                         tot.get("bucket_seconds") or 60)
         chart.display = bool(buckets)
 
     def refresh_view(self, force: bool = False) -> None:

@@ -21,12 +21,17 @@ from .common import fmt_ts
 from .. import keymap
 
 OUTBOX_COLS = [Column("node", "NODE", 12), Column("target", "TARGET", 12), Column("state", "STATE", 8),
-               Column("stream", "STREAM", 8), Column("id", "ID", 6), Column("age", "WAITING", 8),
+               Column("message", "MESSAGE", 9), Column("stream", "STREAM", 8), Column("id", "ID", 6), Column("age", "WAITING", 8),
                Column("expires", "EXPIRES IN", 10), Column("size", "BYTES", 8, flex=True)]
 PENDING_COLS = [Column("node", "RECEIVER", 12), Column("sender", "SENDER", 12), Column("age", "WAITING", 8),
                 Column("size", "BYTES", 8), Column("file", "INBOX FILE", 40, flex=True)]
 STATE_STYLE = {"online": "green", "leaving": "yellow", "stale": "red", "missing": "bold red"}
 RELIST_SECONDS = 3.0  # while the view is shown, the outboxes are read again this often
+
+
+def message_state(item: Any) -> Text:
+    """Short for the table; the detail line says it whole (`OutboxItem.state`)."""
+    return Text("receipted", style="green") if item.receipted else Text("waiting", style="yellow")
 
 
 class DurableView(Vertical):
@@ -77,7 +82,7 @@ class DurableView(Vertical):
 
         self.query_one("#durable-outbox", FastTable).set_rows([
             Row((i.node, i.target, i.stream, i.id), (
-                Text(i.node, style="bold"), i.target, target_state(i.target), i.stream[:8], str(i.id),
+                Text(i.node, style="bold"), i.target, target_state(i.target), message_state(i), i.stream[:8], str(i.id),
                 fmt_duration(max(0.0, now - i.created)),
                 Text(fmt_duration(i.expires_at - now), style="red" if i.expires_at - now < 60 else ""),
                 str(i.size)))
@@ -88,24 +93,31 @@ class DurableView(Vertical):
             for p in self.pending])
         durable = sorted(r.name for r in self.state.registry.rows if r.durable)
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"{len(self.items)} waiting in outboxes, {len(self.pending)} in inboxes", style="bold")
-        t.append(f"  durable nodes: {', '.join(durable) if durable else 'none in the registry'}")
+        taken = sum(1 for i in self.items if i.receipted)
+        t.append(f"{len(self.items)} in outboxes", style="bold")
+        if taken:  # the target took them; the sender has not taken the receipts (it exited before they came)
+            t.append(f": {len(self.items) - taken} waiting, {taken} receipted (receipt not taken)")
+        t.append(f" · {len(self.pending)} in inboxes", style="bold")
+        t.append(f" · durable nodes: {', '.join(durable) if durable else 'none in the registry'}")
         if self.error:
-            t.append(f"  {self.error}", style="bold red")
+            t.append(f" · {self.error}", style="bold red")
         elif self.listed_at is None:
-            t.append("  reading the outboxes…", style="dim")
+            t.append(" · reading the outboxes…", style="dim")
         else:
-            t.append(f"  read at {fmt_ts(self.listed_at)}", style="dim")
+            t.append(f" · read at {fmt_ts(self.listed_at)}", style="dim")
         self.query_one("#durable-status", Static).update(t)
 
     def show_history(self, key: Any) -> None:
         """The selected message's durable records (its sender's and its target's journals)."""
-        out = Text(no_wrap=True, overflow="ellipsis")
+        out = Text()  # wraps: at 80 columns what became of it takes two lines
         if key is not None:
             node, target, stream, number = key
             events = [r for r in self.state.traces.durable if r.stream == stream and r.number == number
                       and (r.node == node or (r.node == target and r.peer == node))]
             out.append(f"{node} → {target} #{number}: ", style="bold")
+            item = next((i for i in self.items if (i.node, i.target, i.stream, i.id) == key), None)
+            if item is not None and item.receipted:  # the sender takes the receipt the next time it runs
+                out.append(f"{item.state} (it takes it the next time it runs) · ", style="green")
             out.append(" · ".join(f"{r.event}{f' ({r.status})' if r.status else ''} {fmt_ts(r.ts)} by {r.node}"
                                   for r in events[-3:]) or "no durable records journaled yet", style="" if events
                        else "dim")
@@ -134,6 +146,10 @@ class DurableView(Vertical):
                 out.append("verified", style="bold green")
             else:
                 out.append(f"BROKEN at receipt {r.first_break}: {r.reason}", style="bold red")
+        for sender in sorted({i.node for i in self.items if i.target == m.name and i.receipted}):
+            n = sum(1 for i in self.items if i.target == m.name and i.node == sender and i.receipted)
+            out.append(f"\n  {n} of these receipts not taken by {sender} yet: their messages stay in its outbox "
+                       "until it runs again", style="yellow")
         self.receipts = out
         self.query_one("#durable-receipts", Static).update(out)
 

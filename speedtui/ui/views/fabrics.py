@@ -62,8 +62,9 @@ class FabricsView(Vertical):
             label = Text()
             chosen = self.state.fabric == f.name
             label.append(f"{FILTER_MARK if chosen else ''}{f.label}", style="bold magenta" if chosen else "bold")
-            label.append(f"  {f.health}", style=HEALTH_STYLE[f.health])
-            label.append(f"  ({f.summary()})", style="dim")
+            label.append(" · ", style="dim")  # a visible separator: names and counts never read as one word
+            label.append(f.health, style=HEALTH_STYLE[f.health])
+            label.append(f" · {f.summary()}", style="dim")
             branch = tree.root.add(label, data=f.name, expand=expanded is None or f.name in expanded)
             for r in f.nodes:
                 t = Text()
@@ -71,9 +72,9 @@ class FabricsView(Vertical):
                 t.append(r.name)
                 extra = []
                 if r.services:
-                    extra.append("services: " + ",".join(r.services))
+                    extra.append("services: " + ", ".join(r.services))
                 extra.append(f"allows {len(r.allow)}")
-                t.append("  " + "  ".join(extra), style="dim")
+                t.append(" · " + " · ".join(extra), style="dim")
                 branch.add_leaf(t, data=("node", r.name))
         if first or cursor < 0:
             cursor = 0  # a cursor from the start, not only after the first arrow key

@@ -88,12 +88,12 @@ class SecurityView(Vertical):
             out.append("select a row: its threat events from the receiver's journal", style="dim")
         else:
             out.append(f"{t.sender} at {t.receiver}: ", style="bold")
-            out.append(f"score {t.score:.1f}, {t.state}" if t.score is not None else
+            out.append(f"score {t.score:.0f}, {t.state}" if t.score is not None else
                        f"{t.receiver} keeps no threat score (it does not enable quota)")
-            out.append(f"  (from its {'registry entry' if t.source == 'registry' else 'journal'})", style="dim")
+            out.append(f" · from its {'registry entry' if t.source == 'registry' else 'journal'}", style="dim")
             events = [r for r in self.state.traces.threats if r.node == t.receiver and r.peer == t.sender]
             for r in events[-HISTORY_LINES:]:
-                out.append(f"\n  {fmt_ts(r.ts)}  {r.event:<11} score {r.score or 0:.0f}"
+                out.append(f"\n  {fmt_ts(r.ts)}  {r.event:<12} score {r.score or 0:>3.0f}"  # reasons in one column
                            + (f"  {r.reason}" if r.reason else ""),
                            style="bold red" if r.event == "quarantined" else "")
             if not events:

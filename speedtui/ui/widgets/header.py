@@ -35,18 +35,33 @@ def shorten_path(path: str, cells: int) -> str:
 
 def header_text(info: HeaderInfo, width: int) -> Text:
     """The header's left part in `width` cells: the counts lose their words first (and "operator"
-    becomes "op"), then the directory keeps only its end; the fingerprints and the badges always stay."""
+    becomes "op"), then the directory keeps only its end, then the operator key's fingerprint its
+    first 8 digits (`16ccdefa…`), so that a fabric filter and a pause are still read whole; the key's
+    fingerprint and the badges always stay."""
     counts = dict(info.counts)
     for wordy in (True, False):
         t = _compose(info, counts, wordy, info.dir_label)
         if t.cell_len <= width:
             return t
     spare = width - (t.cell_len - len(info.dir_label))
-    floor = MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused or info.operator else MIN_DIR_CELLS
-    return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)))
+    floor = _dir_floor(info)
+    t = _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)))
+    if t.cell_len <= width or not info.operator:
+        return t
+    return _compose(info, counts, False, shorten_path(info.dir_label, max(spare, floor)), short_operator=True)
 
 
-def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: str) -> Text:
+def whole_cells(info: HeaderInfo) -> int:
+    """The cells the header's left part needs to show every part whole but the directory."""
+    return _compose(info, dict(info.counts), False, shorten_path(info.dir_label, _dir_floor(info))).cell_len
+
+
+def _dir_floor(info: HeaderInfo) -> int:
+    return MIN_DIR_CELLS_SQUEEZED if info.fabric is not None or info.paused or info.operator else MIN_DIR_CELLS
+
+
+def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: str,
+             short_operator: bool = False) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" SPEED ", style="bold reverse")
     if info.demo:
@@ -61,7 +76,7 @@ def _compose(info: HeaderInfo, counts: dict[str, int], wordy: bool, dir_label: s
     t.append(info.fingerprint, style="bold")
     if info.operator:
         t.append("  operator " if wordy else "  op ", style="dim")
-        t.append(info.operator, style="bold")
+        t.append(info.operator[:8] + "…" if short_operator else info.operator, style="bold")
     if info.fabric is not None:
         t.append(f"  fabric: {info.fabric or '(ungrouped)'}", style="bold magenta")
     if info.paused:
@@ -78,6 +93,7 @@ class SpeedHeader(Horizontal):
     SpeedHeader.-narrow Sparkline { display: none; }
     """
     NARROW = 110  # below this many columns the sparkline gives its cells to the fingerprint
+    RATE_CELLS, SPARK_CELLS = 13, 24  # as in DEFAULT_CSS
 
     def __init__(self, dir_label: str, fingerprint: str, readonly: bool, demo: bool,
                  operator: str | None = None) -> None:
@@ -107,6 +123,7 @@ class SpeedHeader(Horizontal):
             return
         self._latest = HeaderInfo(self.dir_label, self.fingerprint, tuple(sorted(counts.items())), self.demo,
                                   self.readonly, fabric, paused, self.operator)
+        self._fit_sparkline()
         self._paint_info()
         # the current second is still filling: only complete seconds are shown, so the rate
         # repaints once a second under traffic instead of on every drain (10 a second)
@@ -131,6 +148,15 @@ class SpeedHeader(Horizontal):
         self._info_sig = sig
         self._info.update(header_text(self._latest, width), layout=False)
 
+    def _fit_sparkline(self) -> None:
+        """The sparkline gives its cells to the text on a narrow terminal, and whenever the text
+        would not fit whole beside it (an operator key and a fabric filter at 120 columns)."""
+        beside = self.size.width - self.RATE_CELLS - self.SPARK_CELLS
+        narrow = self.size.width < self.NARROW or (self._latest is not None and whole_cells(self._latest) > beside)
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
+            self.call_after_refresh(self._paint_info)  # the info part's new width is known after layout
+
     def on_resize(self) -> None:
-        self.set_class(self.size.width < self.NARROW, "-narrow")
+        self._fit_sparkline()
         self.call_after_refresh(self._paint_info)  # the info part's new width is known after layout

@@ -4,7 +4,8 @@
     chart.set_series([(t, value), ...], bucket_seconds=60)
 
 Bars use eighth blocks, so a 6-row plot still shows 48 levels. When there are more buckets than
-columns, neighbouring buckets are added up and the caption says the wider bucket. Times are UTC.
+columns, neighbouring buckets are added up and the caption says the wider bucket; when there are
+few, each is at most MAX_BAR_CELLS wide and the axis ends with the data. Times are UTC.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
+MAX_BAR_CELLS = 3  # a bucket is at most this wide: a few buckets are bars, not blocks across the pane
 
 
 def compact(v: float) -> str:
@@ -68,7 +70,7 @@ def chart_lines(points: list[tuple[int, float]], bucket: int, width: int, height
         values = [sum(values[i:i + per]) for i in range(0, n, per)]
         vmax = max(values)
         ylabels = [compact(vmax), compact(vmax / 2), "0"]
-    cw = max(1, plot_w // len(values))                   # columns per (merged) bucket
+    cw = max(1, min(MAX_BAR_CELLS, plot_w // len(values)))  # columns per (merged) bucket
     plot_h = height - 3
     lines = [Text(f"{caption} per {span_text(bucket * per)} (UTC), peak {compact(vmax)}", style=label)]
     mid_row = plot_h // 2
@@ -92,7 +94,7 @@ def chart_lines(points: list[tuple[int, float]], bucket: int, width: int, height
         line.append("".join(cells), style=bar)
         lines.append(line)
     used = cw * len(values)
-    with_date = (t0 // 86400) != ((t0 + n * bucket) // 86400)
+    with_date = (t0 // 86400) != ((t0 + (n - 1) * bucket) // 86400)  # the last bucket's start, not its end
     lab_len = len(_time_label(t0, with_date))
     every = max(1, math.ceil((lab_len + 2) / cw))        # buckets between time labels
     ticks = list(range(0, len(values), every))
