@@ -102,9 +102,10 @@ class DemoEnvironment:
             self.procs[name] = proc
         return True
 
-    def _end(self, proc: subprocess.Popen) -> None:
-        """Stop ``proc`` (SIGTERM, then SIGKILL), let its reader take the last lines, close its pipes."""
-        _terminate(proc, close=False)
+    def _end(self, proc: subprocess.Popen, signalled: bool = False) -> None:
+        """Stop ``proc`` (SIGTERM unless ``signalled``, then SIGKILL), let its reader take the last
+        lines, close its pipes."""
+        _terminate(proc, close=False, signalled=signalled)
         with self._lock:
             reader = self.readers.pop(proc.pid, None)
         if reader is not None:
@@ -136,7 +137,7 @@ class DemoEnvironment:
                 except ProcessLookupError:
                     pass
         for p in procs:
-            self._end(p)
+            self._end(p, signalled=True)
         if self.base is not None:
             shutil.rmtree(self.base, ignore_errors=True)
             self.base = None

@@ -91,10 +91,14 @@ def follow_output(proc: subprocess.Popen, on_line: Callable[[str, str], None],
     on_end(code)
 
 
-def _terminate(proc: subprocess.Popen, timeout: float = 10.0, close: bool = True) -> None:
+def _terminate(proc: subprocess.Popen, timeout: float = 10.0, close: bool = True, signalled: bool = False) -> None:
+    """SIGTERM (unless ``signalled``: sent already), then SIGKILL after ``timeout``. Never a second
+    SIGTERM: one that comes while a `speed node` is ending after the first meets the default
+    action (Python restores it as the interpreter finalizes) and the node "ended by SIGTERM"."""
     if proc.poll() is None:
         try:
-            proc.send_signal(signal.SIGTERM)
+            if not signalled:
+                proc.send_signal(signal.SIGTERM)
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()

@@ -278,4 +278,4 @@ def test_the_demo_s_nodes_have_logs_with_the_killed_node_s_status(tmp_path):
                    timeout=60, what="flaky's log: killed")
     finally:
         app.services.shutdown()
-    assert all("exited with status 0" in s for s in logs.states() if s.startswith("gateway"))
+    assert all("exited with status 0" in s for s in logs.states() if s.startswith("gateway")), logs.states()
