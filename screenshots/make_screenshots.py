@@ -59,9 +59,26 @@ SHOTS = [
     ("jump.svg", ["colon", "b", "i", "l"], None),
     ("time-travel.svg", ["down"], "past"),
     ("lock-holder.svg", [], "lock"),
+    ("logs.svg", ["L", "slash", *"amount", "enter", "n"], "logs"),
     ("theme-light.svg", ["4"], "light"),
     ("theme-high-contrast.svg", [], "high-contrast"),
 ]
+
+
+def sample_logs():
+    """What two nodes the console started wrote: a `speed node` process and an in-process node."""
+    from speedtui.services.own_nodes import NodeLogs
+
+    logs = NodeLogs(clock=lambda: FIXED_NOW)
+    logs.open("billing", "process", 4242)
+    logs.add("billing", "stdout", "ready billing id=6f1c2d9e-0000-4000-8000-000000000001 pid=4242")
+    logs.open("ops", "in-process")
+    logs.add("ops", "health", "lease registered")
+    for i in range(4):
+        logs.add("billing", "stdout", f'{{"from": "ops", "seq": {i + 1}, "data": {{"amount": {100 * (i + 1)}}}}}')
+    logs.add("billing", "stderr", "speed: node billing: slow handler: 1 message waited 2.1 s")
+    logs.add("ops", "health", "lease renewed late (0.4 s)")
+    return logs
 
 
 def seed_history(paths: Paths, root: Path) -> None:
@@ -107,6 +124,8 @@ async def shoot(out: Path, name: str, keys: list[str], extra: str | None, demo: 
         elif extra == "lock":  # another process stopped while holding the registry lock
             app.bridge.push_lock(LockState(4242, 12.0))
             app.drain()
+        elif extra == "logs":  # the logs of the nodes the console started
+            app.actions.own.logs = sample_logs()
         for k in keys:
             await pilot.press(k)
         if extra == "durable":  # the outboxes are read by a worker
