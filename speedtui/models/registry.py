@@ -133,8 +133,9 @@ def fmt_counters(c: dict[str, Any]) -> str:
 
 
 COLUMNS: list[tuple[str, str, int]] = [
-    # key, label, width (NAME and STATUS stay when the table scrolls right; the first eleven fit
-    # 120 columns, COUNTERS takes what is left of wider screens)
+    # key, label, width: the least each column has (NAME and STATUS stay when the table scrolls
+    # right; the first eleven fit 120 columns; where there is room, cut columns widen to fit
+    # their cells, then COUNTERS takes what is left)
     ("name", "NAME", 13),
     ("status", "STATUS", 9),
     ("remaining", "LEASE", 7),
@@ -145,7 +146,7 @@ COLUMNS: list[tuple[str, str, int]] = [
     ("groups", "FABRICS", 12),
     ("services", "SERVICES", 14),
     ("allow", "ALLOW", 5),
-    ("counters", "COUNTERS", 20),
+    ("counters", "COUNTERS", 10),
     ("runtime", "RUNTIME", 24),
 ]
 FROZEN_COLUMNS = 2
