@@ -19,6 +19,8 @@ from ..messages import CopyText, ExportRows, ReapRequested
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from ..widgets.rendered_pane import RenderedPane
+from ...models.rates import fmt_rate
+from ...models.security import sparkline
 from ...models.traces import RECOVERED
 from .common import HEALTH_ICON, fmt_datetime, fmt_ts, pretty_json, status_text
 from .. import keymap
@@ -35,6 +37,18 @@ def lease_cell(r: NodeRow) -> Text:
     return Text("expired", style="red")
 
 
+RATE_SPARK = 6  # the recent rates the RATE cell draws
+
+
+def rate_cell(r: NodeRow) -> Text:
+    """Envelopes per second and a sparkline of its recent rates (each relative to the highest)."""
+    t = Text(f"{fmt_rate(r.rate):>6}", style="bold" if r.rate else "")
+    if r.rates:
+        # sparkline draws integer series: milli-envelopes per second keep a slow node's bars
+        t.append(" " + sparkline(int(x * 1000) for x in r.rates[-RATE_SPARK:]), style="cyan")
+    return t
+
+
 def name_cell(r: NodeRow) -> Text:
     t = Text(r.name, style="bold")
     if r.durable:
@@ -48,7 +62,7 @@ def node_row(r: NodeRow) -> Row:
                  style="red" if r.pid_alive is False else "")
     cells = {
         "status": status_text(r.status, r.health), "name": name_cell(r), "remaining": lease_cell(r),
-        "hb_age": fmt_duration(r.hb_age), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
+        "hb_age": fmt_duration(r.hb_age), "rate": rate_cell(r), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
         "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
         "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
     }

@@ -1,0 +1,45 @@
+"""Snapshots of the tables' own features at 80x24 and 120x36, from the deterministic fixture:
+the RATE column with its sparklines (sorted by rate), cells of members' wide glyphs and long
+values (columns kept apart, cut only where the view has no room). Update with
+`pytest tests/console/test_table_snapshots.py --snapshot-update`."""
+
+import pytest
+
+from speedtui.environments.fixture import FIXED_NOW
+from speedtui.paths import Paths
+from speedtui.services import runtime as rt
+from speedtui.services.clock import FrozenClock
+from speedtui.ui.app import make_app
+
+from .test_rates import fixture_rates
+from .test_table_cells import build_wide
+
+SIZES = [(80, 24), (120, 36)]
+sized = pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+
+
+@sized
+def test_leases_rates_sorted_busiest_first(size, snap_compare, fixture_app):
+    async def before(pilot):
+        fixture_rates(pilot.app)
+        pilot.app.registry.sort_column = "rate"
+        pilot.app.view_widget("leases").refresh_view(force=True)
+        await pilot.pause()
+
+    assert snap_compare(fixture_app(steady=True), run_before=before, terminal_size=size)
+
+
+def wide_app(tmp_path):
+    root, key_path, paths = build_wide(tmp_path)
+    return make_app(root, rt.load_key(key_path), paths=paths, dir_label="/fixture/speed", steady=True,
+                    clock=FrozenClock(FIXED_NOW))
+
+
+@sized
+def test_leases_with_wide_glyphs_and_long_values(size, snap_compare, tmp_path):
+    assert snap_compare(wide_app(tmp_path), terminal_size=size)
+
+
+@sized
+def test_traces_with_wide_glyphs_and_long_values(size, snap_compare, tmp_path):
+    assert snap_compare(wide_app(tmp_path), press=["4"], terminal_size=size)
