@@ -83,6 +83,9 @@ KEYS: tuple[Key, ...] = (
     Key("leases", "plus", "detail_size(1)", "Detail bigger", id="leases.detail_bigger", show=False),
     Key("leases", "minus", "detail_size(-1)", "Detail smaller", id="leases.detail_smaller", show=False),
     Key("leases", "escape", "clear_filter", "Clear filter", show=False),
+    # n / N only while the filter has a word to find (else n is the app's launch)
+    Key("leases", "n", "next_match(1)", "Next match", id="leases.next_match"),
+    Key("leases", "N", "next_match(-1)", "Previous match", id="leases.previous_match", show=False),
     # ---------------------------------------------------------------- Fabrics
     Key("fabrics", "a", "all_fabrics", "All fabrics", id="fabrics.all", palette="All fabrics",
         palette_help="Clear the fabric filter"),
@@ -115,6 +118,11 @@ KEYS: tuple[Key, ...] = (
     Key("traces", "E", "export", "Export", id="traces.export", show=False, palette="Export traces",
         palette_help="The filtered traces as JSON lines"),
     Key("traces", "escape", "clear_filter", "Clear filter", show=False),
+    Key("traces", "n", "next_match(1)", "Next match", id="traces.next_match"),
+    Key("traces", "N", "next_match(-1)", "Previous match", id="traces.previous_match", show=False),
+    # the envelope inspector (a dialog over Traces): the traces filter's words in it
+    Key("envelope", "n", "next_match(1)", "Next match", id="envelope.next_match"),
+    Key("envelope", "N", "next_match(-1)", "Previous match", id="envelope.previous_match", show=False),
     # ---------------------------------------------------------------- Analytics, Audit, Security, Durable
     Key("analytics", "a", "run", "Run analysis", id="analytics.run", palette="Run analytics",
         palette_help="Analyse the journals with the Spark pipeline", palette_shows_view=True),

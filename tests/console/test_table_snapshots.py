@@ -1,6 +1,7 @@
 """Snapshots of the tables' own features at 80x24 and 120x36, from the deterministic fixture:
 the RATE column with its sparklines (sorted by rate), cells of members' wide glyphs and long
-values (columns kept apart, cut only where the view has no room). Update with
+values (columns kept apart, cut only where the view has no room), search words marked in the
+Leases rows and detail (after n), the Traces rows and the envelope inspector. Update with
 `pytest tests/console/test_table_snapshots.py --snapshot-update`."""
 
 import pytest
@@ -43,3 +44,20 @@ def test_leases_with_wide_glyphs_and_long_values(size, snap_compare, tmp_path):
 @sized
 def test_traces_with_wide_glyphs_and_long_values(size, snap_compare, tmp_path):
     assert snap_compare(wide_app(tmp_path), press=["4"], terminal_size=size)
+
+
+@sized
+def test_leases_search_marks_rows_and_detail_after_n(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["slash", *"echo", "enter", "n"], terminal_size=size)
+
+
+@sized
+def test_traces_search_marks_rows(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["4", "slash", *"node:gateway tax", "enter", "n"],
+                        terminal_size=size)
+
+
+@sized
+def test_envelope_inspector_marks_the_search_words(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["4", "slash", *"tax", "enter", "enter", "n"],
+                        terminal_size=size)
