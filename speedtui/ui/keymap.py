@@ -71,6 +71,13 @@ KEYS: tuple[Key, ...] = (
         palette_help="Send a MESSAGE from one of this console's nodes"),
     Key("app", "t", "next_theme", "Theme", id="app.theme", show=False),
     Key("app", "q", "quit", "Quit", id="app.quit"),
+    # ---------------------------------------------------------------- every table (FastTable)
+    Key("table", "i", "cells", "Cells whole", id="table.cells", show=False, palette="Row's cells whole",
+        palette_help="The selected row's every cell, uncut, in a dialog"),
+    Key("table", "w", "wide", "Wide mode", id="table.wide", show=False, palette="Wide mode",
+        palette_help="Every column as wide as its cells (the table scrolls right), or fitted again"),
+    Key("table", "W", "columns", "Columns", id="table.columns", show=False, palette="Columns",
+        palette_help="Which columns the table shows, and how wide"),
     # ---------------------------------------------------------------- Leases
     Key("leases", "slash", "focus_filter", "Filter", id="leases.filter"),
     Key("leases", "s", "cycle_sort", "Sort", id="leases.sort"),
@@ -142,7 +149,7 @@ PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.r
                  "app.security", "app.durable", "app.jump", "app.past", "themes", "app.help", "traces.pause",
                  "fabrics.all", "app.launch", "app.stop", "app.grant", "app.call", "app.send", "leases.reap",
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
-                 "durable.verify")
+                 "durable.verify", "table.cells", "table.wide", "table.columns")
 
 ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.jump", "app.help")
 

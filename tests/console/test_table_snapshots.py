@@ -1,7 +1,8 @@
 """Snapshots of the tables' own features at 80x24 and 120x36, from the deterministic fixture:
 the RATE column with its sparklines (sorted by rate), cells of members' wide glyphs and long
 values (columns kept apart, cut only where the view has no room), search words marked in the
-Leases rows and detail (after n), the Traces rows and the envelope inspector. Update with
+Leases rows and detail (after n), the Traces rows and the envelope inspector; a row's cells whole (i), the columns
+dialog (W) and wide mode (w). Update with
 `pytest tests/console/test_table_snapshots.py --snapshot-update`."""
 
 import pytest
@@ -61,3 +62,25 @@ def test_traces_search_marks_rows(size, snap_compare, fixture_app):
 def test_envelope_inspector_marks_the_search_words(size, snap_compare, fixture_app):
     assert snap_compare(fixture_app(steady=True), press=["4", "slash", *"tax", "enter", "enter", "n"],
                         terminal_size=size)
+
+
+@sized
+def test_cells_whole_dialog(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["down", "down", "i"], terminal_size=size)
+
+
+@sized
+def test_traces_cells_whole_dialog_of_wide_values(size, snap_compare, tmp_path):
+    # a record whose every field is long and wide: each one whole, folded where it has no space
+    assert snap_compare(wide_app(tmp_path), press=["4", "down", "down", "down", "i"], terminal_size=size)
+
+
+@sized
+def test_columns_dialog_status_hidden_host_widened(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["W", "down", "space", *["down"] * 5, "right", "right"],
+                        terminal_size=size)
+
+
+@sized
+def test_wide_mode(size, snap_compare, fixture_app):
+    assert snap_compare(fixture_app(steady=True), press=["w"], terminal_size=size)

@@ -28,6 +28,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from .. import keymap
 from .scrolling import set_virtual_size
 
 
@@ -122,6 +123,7 @@ class FastTable(ScrollView, can_focus=True):
         Binding("home", "edge(0)", "Top", show=False),
         Binding("end", "edge(1)", "Bottom", show=False),
         Binding("enter", "select", "Select", show=False),
+        *keymap.bindings("table"),
     ]
 
     cursor = reactive(0, always_update=True, repaint=False)
@@ -151,6 +153,9 @@ class FastTable(ScrollView, can_focus=True):
         self.frozen = frozen  # leading columns that do not scroll horizontally
         self.mark_cursor = mark_cursor  # "▶" on the cursor row: the selection reads without colour
         self._widths: tuple[Any, tuple[int, ...]] = (-1, ())  # (what they were computed from, widths)
+        self.hidden: set[str] = set()  # columns not shown (W)
+        self.extra: dict[str, int] = {}  # cells a column was widened by (W; negative: narrowed)
+        self.wide = False  # w: every column as wide as its cells
         self._rows_version = 0
         self.rows: list[Row] = []
         self.sort_column: str | None = None
@@ -197,7 +202,7 @@ class FastTable(ScrollView, can_focus=True):
 
     def _total_width(self) -> int:
         widths = self._widths[1] if self._widths[0] != -1 else [c.width for c in self.columns]
-        return sum(w + GAP for w in widths) + self._lead()
+        return sum(w + GAP for w in widths if w) + self._lead()
 
     def _lead(self) -> int:
         return 2 if self.mark_cursor else 0
@@ -207,9 +212,11 @@ class FastTable(ScrollView, can_focus=True):
         return self.rows[top:top + max(1, self.scrollable_content_region.height - 1)]
 
     def widths(self) -> tuple[int, ...]:
-        """Each column's width in the current view, from the rows on screen (``column_widths``)."""
+        """Each column's width in the current view, from the rows on screen (``column_widths``);
+        0 for a hidden column. Wide mode: every shown column as wide as its widest cell."""
         view = self.scrollable_content_region.width
-        sig = (view, self._rows_version, int(self.scroll_offset.y), self.sort_column)
+        sig = (view, self._rows_version, int(self.scroll_offset.y), self.sort_column, self.wide,
+               frozenset(self.hidden), tuple(sorted(self.extra.items())))
         if self._widths[0] == sig:
             return self._widths[1]
         # the header's label whole (and the sort arrow after it)
@@ -220,10 +227,23 @@ class FastTable(ScrollView, can_focus=True):
                 w = cell_len(_CLUSTER_MARKS.sub("", val.plain if isinstance(val, Text) else str(val)))
                 if w > natural[i]:
                     natural[i] = w
-        # a flex column gives up what its cells on screen do not use
-        floors = [min(c.width, natural[i]) if c.flex else c.width for i, c in enumerate(self.columns)]
-        widths = column_widths(floors, natural, [c.flex for c in self.columns], view, self._lead(),
-                               least=[min(f, max(3, n)) for f, n in zip(floors, labels)])
+        shown = [i for i, c in enumerate(self.columns) if c.key not in self.hidden]
+        # a widened (narrowed) column's floor moves by what the user gave it
+        declared = [max(1, c.width + self.extra.get(c.key, 0)) for c in self.columns]
+        if self.wide:
+            room = max(1, view - self._lead())
+            part = [min(room, max(declared[i], natural[i])) for i in shown]
+        else:
+            # a flex column gives up what its cells on screen do not use (unless it was widened)
+            floors = [min(declared[i], natural[i]) if c.flex and not self.extra.get(c.key) else declared[i]
+                      for i, c in enumerate(self.columns)]
+            part = list(column_widths([floors[i] for i in shown], [natural[i] for i in shown],
+                                      [self.columns[i].flex for i in shown], view, self._lead(),
+                                      least=[min(floors[i], max(3, labels[i])) for i in shown]))
+        full = [0] * len(self.columns)
+        for i, w in zip(shown, part):
+            full[i] = w
+        widths = tuple(full)
         if widths != self._widths[1]:
             self._strips.clear()  # lines drawn with the old widths
             self._widths = (sig, widths)
@@ -231,6 +251,53 @@ class FastTable(ScrollView, can_focus=True):
         else:
             self._widths = (sig, widths)
         return widths
+
+    # ------------------------------------------------------------------ columns (w, W) and cells (i)
+    def set_shown(self, key: str, shown: bool) -> bool:
+        """Show or hide a column; the last shown column stays. Whether it changed."""
+        if shown == (key not in self.hidden):
+            return False
+        if not shown and len(self.hidden) + 1 >= len(self.columns):
+            return False
+        (self.hidden.discard if shown else self.hidden.add)(key)
+        self.refresh()
+        return True
+
+    def widen(self, key: str, cells: int) -> int:
+        """Make a column ``cells`` wider (narrower when negative, down to one cell): its floor, so
+        it takes that room before any other column grows into the view. Its new floor."""
+        column = next(c for c in self.columns if c.key == key)
+        extra = max(1 - column.width, self.extra.get(key, 0) + cells)
+        if extra:
+            self.extra[key] = extra
+        else:
+            self.extra.pop(key, None)
+        self.refresh()
+        return column.width + extra
+
+    def action_wide(self) -> None:
+        """w: wide mode (every shown column as wide as its widest cell on screen; the table
+        scrolls right) or back."""
+        self.wide = not self.wide
+        self.refresh()
+        self.notify("wide mode: every column whole, → scrolls" if self.wide else "columns fitted to the view")
+
+    def action_columns(self) -> None:
+        """W: which columns are shown and how wide (a dialog)."""
+        from ..screens.cells import ColumnsScreen  # the dialog knows the table, not the reverse at import
+
+        self.app.push_screen(ColumnsScreen(self))
+
+    def action_cells(self) -> None:
+        """i: the selected row's cells whole, one per line, in a dialog."""
+        from ..screens.cells import CellsScreen
+
+        if not (0 <= self.cursor < len(self.rows)):
+            self.notify("select a row to see its cells whole", severity="warning")
+            return
+        row = self.rows[self.cursor]
+        self.app.push_screen(CellsScreen([(c.label, row.cells[i] if i < len(row.cells) else "")
+                                          for i, c in enumerate(self.columns)]))
 
     def _fit_virtual_size(self) -> None:
         set_virtual_size(self, Size(self._total_width(), len(self.rows) + 1))
@@ -289,10 +356,12 @@ class FastTable(ScrollView, can_focus=True):
     def _column_at(self, x: int) -> str | None:
         widths = self.widths()
         pos = self._lead()
-        frozen_end = pos + sum(w + GAP for w in widths[:self.frozen])
+        frozen_end = pos + sum(w + GAP for w in widths[:self.frozen] if w)
         if x >= frozen_end:
             x += int(self.scroll_offset.x)
         for c, w in zip(self.columns, widths):
+            if not w:  # hidden
+                continue
             if pos <= x < pos + w + GAP:
                 return c.key
             pos += w + GAP
@@ -319,6 +388,8 @@ class FastTable(ScrollView, can_focus=True):
         widths = self.widths()
         for i in range(len(self.columns))[columns]:
             c, width = self.columns[i], widths[i]
+            if not width:  # hidden
+                continue
             t = terminal_cells(cells[i] if i < len(cells) else "")
             if header and self.sort_column == c.key:
                 # the arrow always shows: the label gives way to it
