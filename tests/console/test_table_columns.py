@@ -5,6 +5,8 @@ fixture (and the wide-glyph environment of test_table_cells for long values)."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from speedtui.environments.fixture import FIXED_NOW
 from speedtui.services import runtime as rt
 from speedtui.services.clock import FrozenClock
@@ -65,12 +67,18 @@ async def test_i_shows_the_selected_rows_cells_whole_in_every_table_view(tmp_pat
         assert seen >= 7
 
 
-@run_async
-async def test_W_hides_shows_and_widens_columns_and_keeps_one(fixture_app):
+@asynccontextmanager
+async def leases_at_120(fixture_app):
+    """(app, pilot, the Leases table) of the fixture at 120x36."""
     app = fixture_app(steady=True)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
-        table = app.view_widget("leases").query_one(FastTable)
+        yield app, pilot, app.view_widget("leases").query_one(FastTable)
+
+
+@run_async
+async def test_W_hides_shows_and_widens_columns_and_keeps_one(fixture_app):
+    async with leases_at_120(fixture_app) as (app, pilot, table):
         assert "STATUS" in drawn(table)[0]
         await pilot.press("W")
         await wait_for(pilot, lambda: isinstance(app.screen, ColumnsScreen), what="the columns dialog")
@@ -100,10 +108,7 @@ async def test_W_hides_shows_and_widens_columns_and_keeps_one(fixture_app):
 
 @run_async
 async def test_w_wide_mode_shows_every_cell_whole_and_back(fixture_app):
-    app = fixture_app(steady=True)
-    async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause()
-        table = app.view_widget("leases").query_one(FastTable)
+    async with leases_at_120(fixture_app) as (app, pilot, table):
         services = [c.key for c in table.columns].index("services")
         longest = max(len(str(getattr(r.cells[services], "plain", r.cells[services]))) for r in table.rows)
         assert table.widths()[services] < longest, "fitted: SERVICES is cut at 120 columns"
@@ -119,13 +124,11 @@ async def test_w_wide_mode_shows_every_cell_whole_and_back(fixture_app):
 
 @run_async
 async def test_the_table_keys_are_in_the_help_and_the_palette(fixture_app):
-    app = fixture_app(steady=True)
-    async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause()
+    async with leases_at_120(fixture_app) as (app, pilot, table):
         ids = {bid for _key, _what, bid in help_rows(app)}
         assert {"table.cells", "table.wide", "table.columns"} <= ids
         commands = {c.title: c for c in palette_commands(app)}
         assert "key w in every table" in commands["Wide mode"].help
         commands["Wide mode"].callback()
         await pilot.pause()
-        assert app.view_widget("leases").query_one(FastTable).wide
+        assert table.wide
