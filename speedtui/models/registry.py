@@ -206,9 +206,12 @@ class RegistryModel:
 
     def update(self, records: Iterable["RegistryRecord"], now: float, facts: HostFacts | None = None) -> None:
         self.records = list(records)
-        self.rates.observe(Reading(r.name, r.entry.last_heartbeat, r.entry.startup_timestamp,
-                                   r.entry.extra.get("counters") or {})
-                           for r in self.records if r.entry is not None and isinstance(r.entry.extra.get("counters"), dict))
+        readings = []
+        for r in self.records:
+            counters = r.entry.extra.get("counters") if r.entry is not None else None
+            if isinstance(counters, dict):
+                readings.append(Reading(r.name, r.entry.last_heartbeat, r.entry.startup_timestamp, counters))
+        self.rates.observe(readings)
         self.refresh(now, facts)
 
     def refresh(self, now: float, facts: HostFacts | None = None) -> None:

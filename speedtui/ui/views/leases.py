@@ -63,7 +63,8 @@ def node_row(r: NodeRow, words: tuple[str, ...] = ()) -> Row:
                  style="red" if r.pid_alive is False else "")
     cells = {
         "status": status_text(r.status, r.health), "name": name_cell(r), "remaining": lease_cell(r),
-        "hb_age": fmt_duration(r.hb_age), "rate": rate_cell(r), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
+        "hb_age": fmt_duration(r.hb_age), "rate": rate_cell(r), "pid": pid_t, "host": r.host or "-",
+        "runtime": r.runtime or "-",
         "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
         "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
     }
