@@ -202,7 +202,7 @@ class FastTable(ScrollView, can_focus=True):
         return True
 
     def _total_width(self) -> int:
-        widths = self._widths[1] if self._widths[0] != -1 else [c.width for c in self.columns]
+        widths = self._widths[1] or [c.width for c in self.columns]
         return sum(w + GAP for w in widths if w) + self._lead()
 
     def _lead(self) -> int:
@@ -304,6 +304,11 @@ class FastTable(ScrollView, can_focus=True):
         row = self.rows[self.cursor]
         self.app.push_screen(CellsScreen([(c.label, row.cells[i] if i < len(row.cells) else "")
                                           for i, c in enumerate(self.columns)]))
+
+    def remeasure(self) -> None:
+        """Measure the columns afresh at the next paint (a new filter: other rows, not more rows)."""
+        self._widths = (-1, self._widths[1])
+        self.refresh()
 
     def _fit_virtual_size(self) -> None:
         set_virtual_size(self, Size(self._total_width(), len(self.rows) + 1))
