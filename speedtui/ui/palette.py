@@ -86,7 +86,7 @@ def help_rows(app: Any) -> list[tuple[str, str, str]]:
         if binding.id and binding.id not in seen and enabled:
             seen.add(binding.id)
             rows.append((app.get_key_display(binding), binding.description or binding.action, binding.id))
-    for vid, label in [*keymap.VIEWS, ("table", "Every table")]:
+    for vid, label in [*keymap.VIEWS, ("table", "Every table"), ("envelope", "Envelope inspector")]:
         for b in keymap.bindings(vid):
             if b.id and b.id not in seen and keymap.offered(vid, b.action.split("(")[0], app.readonly):
                 seen.add(b.id)

@@ -127,7 +127,8 @@ async def test_w_wide_mode_shows_every_cell_whole_and_back(fixture_app):
 async def test_the_table_keys_are_in_the_help_and_the_palette(fixture_app):
     async with leases_at_120(fixture_app) as (app, pilot, table):
         ids = {bid for _key, _what, bid in help_rows(app)}
-        assert {"table.cells", "table.wide", "table.columns"} <= ids
+        assert {"table.cells", "table.wide", "table.columns", "leases.next_match", "traces.next_match",
+                "envelope.next_match"} <= ids
         commands = {c.title: c for c in palette_commands(app)}
         assert "key w in every table" in commands["Wide mode"].help
         commands["Wide mode"].callback()
