@@ -168,23 +168,3 @@ def test_terminal_cells_drops_the_marks_terminals_do_not_measure_as_rich_does():
     assert bold == {1, 2, 3}, "each glyph keeps its style"
     assert t.plain.startswith("a" + FAMILY), "the row's own text is left as it was"
 
-
-@run_async
-async def test_columns_do_not_narrow_with_each_repaint_but_a_new_filter_measures_afresh(tmp_path):
-    from speedtui.ui.views.leases import LeaseRows
-
-    root, key_path = build(tmp_path / "root", FIXED_NOW)
-    app = make_app(root, rt.load_key(key_path), paths=Paths(tmp_path / "c", tmp_path / "d"),
-                   dir_label="/fixture/speed", steady=True, clock=FrozenClock(FIXED_NOW))
-    async with app.run_test(size=(160, 36)) as pilot:
-        await pilot.pause()
-        table = app.view_widget("leases").query_one(FastTable)
-        fabrics = [c.key for c in table.columns].index("groups")
-        wide = table.widths()[fabrics]
-        assert wide >= len("analytics,finance")
-        # the same view repainted with rows whose fabrics are short (a moving tail, a countdown)
-        short = [r for r in table.rows.nodes if len(",".join(r.groups)) <= 7]
-        table.set_rows(LeaseRows(short))
-        assert table.widths()[fabrics] == wide, "a repaint does not narrow a column"
-        table.remeasure()  # a new filter: other rows
-        assert table.widths()[fabrics] < wide

@@ -271,7 +271,6 @@ class LeasesView(Vertical):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "leases-filter":
             self.state.registry.filter_text = event.value
-            self.query_one(FastTable).remeasure()
             self.refresh_view(force=True)
             self.refresh_bindings()  # n / N are offered while there is a word to find
 

@@ -244,7 +244,6 @@ class TracesView(Vertical):
             self._built_rows.clear()  # rows are built with the words marked
             self.refresh_bindings()  # n / N are offered while there is a word to find
         self._shown_total = -1
-        self.query_one(TraceTable).remeasure()
         self.refresh_view(force=True)
 
     def refresh_view(self, force: bool = False) -> None:

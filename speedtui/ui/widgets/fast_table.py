@@ -157,7 +157,6 @@ class FastTable(ScrollView, can_focus=True):
         self.extra: dict[str, int] = {}  # cells a column was widened by (W; negative: narrowed)
         self.wide = False  # w: every column as wide as its cells
         self._rows_version = 0
-        self._natural: list[int] = []  # each column's widest cell on screen, as last measured
         self.rows: list[Row] = []
         self.sort_column: str | None = None
         self.sort_reverse = False
@@ -222,17 +221,12 @@ class FastTable(ScrollView, can_focus=True):
             return self._widths[1]
         # the header's label whole (and the sort arrow after it)
         labels = [cell_len(c.label) + (c.key == self.sort_column) for c in self.columns]
-        # new rows under the same view (a tail that moves, countdowns) only widen columns: a
-        # column does not narrow and widen again with every repaint; scrolling, resizing or
-        # changing the columns measures afresh
-        steady = self._widths[0] != -1 and self._widths[0][0] == sig[0] and self._widths[0][2:] == sig[2:]
-        natural = [max(a, b) for a, b in zip(labels, self._natural)] if steady else list(labels)
+        natural = list(labels)
         for row in self._rows_on_screen():
             for i, val in enumerate(row.cells[:len(natural)]):
                 w = cell_len(_CLUSTER_MARKS.sub("", val.plain if isinstance(val, Text) else str(val)))
                 if w > natural[i]:
                     natural[i] = w
-        self._natural = natural
         shown = [i for i, c in enumerate(self.columns) if c.key not in self.hidden]
         # a widened (narrowed) column's floor moves by what the user gave it
         declared = [max(1, c.width + self.extra.get(c.key, 0)) for c in self.columns]
@@ -304,11 +298,6 @@ class FastTable(ScrollView, can_focus=True):
         row = self.rows[self.cursor]
         self.app.push_screen(CellsScreen([(c.label, row.cells[i] if i < len(row.cells) else "")
                                           for i, c in enumerate(self.columns)]))
-
-    def remeasure(self) -> None:
-        """Measure the columns afresh at the next paint (a new filter: other rows, not more rows)."""
-        self._widths = (-1, self._widths[1])
-        self.refresh()
 
     def _fit_virtual_size(self) -> None:
         set_virtual_size(self, Size(self._total_width(), len(self.rows) + 1))
