@@ -14,6 +14,7 @@ from speed_runtime.core.entry import RegistryEntry
 from speed_runtime.core.visible import visible, visible_data
 
 from .liveness import STALE, HostFacts, Liveness, judge, lease_seconds, pid_alive, reason_text, uptime
+from .rates import RateTracker, Reading
 
 
 
@@ -52,6 +53,8 @@ class NodeRow:
     health: str = ""  # the node's latest report of a problem with itself (a health record), if any
     features: tuple[str, ...] = ()  # extensions of the contract it speaks (§9): durable, quota, chunks…
     operators: tuple[str, ...] = ()  # fingerprints of the operators it trusts (the `control` extension)
+    rate: float | None = None  # envelopes per second between its last two heartbeats (models/rates.py)
+    rates: tuple[float, ...] = ()  # its recent rates, oldest first
 
     @property
     def durable(self) -> bool:
@@ -75,9 +78,11 @@ def _static(rec: "RegistryRecord") -> dict[str, Any]:
 
 
 def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
-              static: dict[str, Any] | None = None, health: str = "") -> NodeRow:
+              static: dict[str, Any] | None = None, health: str = "", rate: float | None = None,
+              rates: tuple[float, ...] = ()) -> NodeRow:
     """One row: the runtime's verdict on the record's entry, now, with this host's facts
-    (without facts only the wall-clock rules apply: no pid is judged)."""
+    (without facts only the wall-clock rules apply: no pid is judged); ``rate``: its envelope
+    rate (left out once it is stale: a dead node's last rate is not its rate)."""
     st = static if static is not None else _static(rec)
     e = rec.entry
     if e is None:  # its name is the file's: anything a member chose
@@ -92,6 +97,7 @@ def build_row(rec: "RegistryRecord", now: float, facts: HostFacts | None = None,
         groups=st["groups"], services=st["services"], allow=st["allow"], counters=st["counters"], node_id=e.id,
         lease_seconds=lease_seconds(e), raw=st["raw"], reason=visible(reason_text(v, e)), verdict=v, health=health,
         features=st["features"], operators=st["operators"],
+        rate=None if v.state == STALE else rate, rates=() if v.state == STALE else rates,
     )
 
 
@@ -133,19 +139,21 @@ def fmt_counters(c: dict[str, Any]) -> str:
 
 
 COLUMNS: list[tuple[str, str, int]] = [
-    # key, label, width (NAME and STATUS stay when the table scrolls right; the first eleven fit
-    # 120 columns, COUNTERS takes what is left of wider screens)
+    # key, label, width: the least each column has (NAME and STATUS stay when the table scrolls
+    # right; the first eleven fit 120 columns; where there is room, cut columns widen to fit
+    # their cells, then COUNTERS takes what is left)
     ("name", "NAME", 13),
     ("status", "STATUS", 9),
     ("remaining", "LEASE", 7),
     ("hb_age", "HB AGE", 6),
+    ("rate", "RATE", 13),
     ("pid", "PID", 7),
     ("host", "HOST", 10),
     ("uptime", "UPTIME", 6),
     ("groups", "FABRICS", 12),
     ("services", "SERVICES", 14),
     ("allow", "ALLOW", 5),
-    ("counters", "COUNTERS", 20),
+    ("counters", "COUNTERS", 10),
     ("runtime", "RUNTIME", 24),
 ]
 FROZEN_COLUMNS = 2
@@ -159,6 +167,8 @@ def sort_key(column: str) -> Callable[[NodeRow], Any]:
         return lambda r: (r.status == "stale", r.remaining, r.name)
     if column == "status":
         return lambda r: (_STATUS_ORDER.get(r.status, 9), r.name)
+    if column == "rate":  # the busiest first, nodes without a rate last
+        return lambda r: (r.rate is None, -(r.rate or 0.0), r.name)
     if column in ("remaining", "hb_age", "uptime", "pid"):
         return lambda r: (getattr(r, column) is None, getattr(r, column) or 0, r.name)
     if column in ("groups", "services"):
@@ -190,11 +200,18 @@ class RegistryModel:
     filter_text: str = ""
     fabric: str | None = None  # fabric filter (None: all, "" : ungrouped)
     health: Mapping[str, str] = field(default_factory=dict)  # node → its latest unresolved health problem
+    rates: RateTracker = field(default_factory=RateTracker, repr=False)
     _static_cache: dict = field(default_factory=dict, repr=False)
     _by_name: dict | None = field(default=None, repr=False)
 
     def update(self, records: Iterable["RegistryRecord"], now: float, facts: HostFacts | None = None) -> None:
         self.records = list(records)
+        readings = []
+        for r in self.records:
+            counters = r.entry.extra.get("counters") if r.entry is not None else None
+            if isinstance(counters, dict):
+                readings.append(Reading(r.name, r.entry.last_heartbeat, r.entry.startup_timestamp, counters))
+        self.rates.observe(readings)
         self.refresh(now, facts)
 
     def refresh(self, now: float, facts: HostFacts | None = None) -> None:
@@ -206,7 +223,8 @@ class RegistryModel:
             hit = cache.get(id(r))
             st = hit[1] if hit is not None and hit[0] is r else _static(r)
             fresh[id(r)] = (r, st)
-            rows.append(build_row(r, now, facts, static=st, health=health.get(r.name, "")))
+            rows.append(build_row(r, now, facts, static=st, health=health.get(r.name, ""),
+                                  rate=self.rates.rate(r.name), rates=self.rates.series(r.name)))
         self._static_cache = fresh
         self.rows = rows
         self._by_name = None

@@ -270,7 +270,7 @@ class SpeedApp(App):
         self.controller.nodes.reap(m.name)
 
     def on_open_envelope(self, m: msg.OpenEnvelope) -> None:
-        self.controller.traces.envelope(m.record)
+        self.controller.traces.envelope(m.record, m.words)
 
     def on_open_call_link(self, m: msg.OpenCallLink) -> None:
         self.controller.traces.call_link(m.record)

@@ -78,6 +78,13 @@ KEYS: tuple[Key, ...] = (
     # Textual's own key, on the action bar (the footer's palette hint, docked over the view's keys
     # where they overflow, was split mid-word: "^ppale tte"); the footer shows it without the bar
     Key("app", "ctrl+p", "command_palette", "Palette", id="app.palette", show=False, bar="Palette"),
+    # ---------------------------------------------------------------- every table (FastTable)
+    Key("table", "i", "cells", "Cells whole", id="table.cells", show=False, palette="Row's cells whole",
+        palette_help="The selected row's every cell, uncut, in a dialog"),
+    Key("table", "w", "wide", "Wide mode", id="table.wide", show=False, palette="Wide mode",
+        palette_help="Every column as wide as its cells (the table scrolls right), or fitted again"),
+    Key("table", "W", "columns", "Columns", id="table.columns", show=False, palette="Columns",
+        palette_help="Which columns the table shows, and how wide"),
     # ---------------------------------------------------------------- Leases
     Key("leases", "slash", "focus_filter", "Filter", id="leases.filter"),
     Key("leases", "s", "cycle_sort", "Sort", id="leases.sort"),
@@ -90,6 +97,9 @@ KEYS: tuple[Key, ...] = (
     Key("leases", "plus", "detail_size(1)", "Detail bigger", id="leases.detail_bigger", show=False),
     Key("leases", "minus", "detail_size(-1)", "Detail smaller", id="leases.detail_smaller", show=False),
     Key("leases", "escape", "clear_filter", "Clear filter", show=False),
+    # n / N only while the filter has a word to find (else n is the app's launch)
+    Key("leases", "n", "next_match(1)", "Next match", id="leases.next_match"),
+    Key("leases", "N", "next_match(-1)", "Previous match", id="leases.previous_match", show=False),
     # ---------------------------------------------------------------- Fabrics
     Key("fabrics", "a", "all_fabrics", "All fabrics", id="fabrics.all", palette="All fabrics",
         palette_help="Clear the fabric filter"),
@@ -122,6 +132,11 @@ KEYS: tuple[Key, ...] = (
     Key("traces", "E", "export", "Export", id="traces.export", show=False, palette="Export traces",
         palette_help="The filtered traces as JSON lines"),
     Key("traces", "escape", "clear_filter", "Clear filter", show=False),
+    Key("traces", "n", "next_match(1)", "Next match", id="traces.next_match"),
+    Key("traces", "N", "next_match(-1)", "Previous match", id="traces.previous_match", show=False),
+    # the envelope inspector (a dialog over Traces): the traces filter's words in it
+    Key("envelope", "n", "next_match(1)", "Next match", id="envelope.next_match"),
+    Key("envelope", "N", "next_match(-1)", "Previous match", id="envelope.previous_match", show=False),
     # ---------------------------------------------------------------- Logs (of the console's own nodes)
     Key("logs", "slash", "focus_search", "Search", id="logs.search"),
     Key("logs", "n", "next_match", "Next match", id="logs.next"),
@@ -148,7 +163,7 @@ PALETTE_ORDER = ("app.leases", "app.fabrics", "app.access", "app.traces", "app.r
                  "app.security", "app.durable", "app.jump", "app.past", "app.logs", "themes", "app.help", "traces.pause",
                  "fabrics.all", "app.launch", "app.stop", "app.grant", "app.call", "app.send", "leases.reap",
                  "traces.replay", "analytics.run", "traces.export", "access.export", "durable.refresh",
-                 "durable.verify")
+                 "durable.verify", "table.cells", "table.wide", "table.columns")
 
 ACTION_BAR = ("app.launch", "app.stop", "app.grant", "app.call", "app.send", "app.help", "app.palette", "app.quit")
 

@@ -68,6 +68,7 @@ class ReapRequested(Message):
 @dataclass
 class OpenEnvelope(Message):
     record: TraceRecord
+    words: tuple[str, ...] = ()  # the traces filter's words, highlighted in the inspector
 
 
 @dataclass

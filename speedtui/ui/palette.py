@@ -30,6 +30,18 @@ def _runs(app: Any, k: keymap.Key) -> Callable[[], object]:
         if k.name == "show":
             return partial(app.action_show, k.action.split("'")[1])
         return getattr(app, f"action_{k.name}")
+    if k.scope == "table":  # every table: the one with focus, else the shown view's first
+        def run_on_table() -> None:
+            from .widgets.fast_table import FastTable
+
+            table = (app.focused if isinstance(app.focused, FastTable)
+                     else next(iter(app.view_widget(app.active_view()).query(FastTable)), None))
+            if table is None:
+                app.notify("this view has no table", severity="warning")
+            else:
+                getattr(table, f"action_{k.name}")()
+
+        return run_on_table
     view = k.scope
 
     def run() -> None:
@@ -54,7 +66,8 @@ def palette_commands(app: Any) -> Iterable[SystemCommand]:
             key = key_of(app, k.id or "")
             help_text = f"key {key} · {k.palette_help}" if key else k.palette_help
         else:
-            help_text = f"key {k.first_key} in {keymap.VIEW_LABELS[k.scope]} · {k.palette_help}"
+            where = "every table" if k.scope == "table" else keymap.VIEW_LABELS[k.scope]
+            help_text = f"key {k.first_key} in {where} · {k.palette_help}"
         yield SystemCommand(k.palette, help_text, _runs(app, k))
     # the palette reads its titles as markup, and members name nodes (files) and services: escaped
     for target in sorted(app.nav.jump_targets().values(), key=lambda t: (t.kind, t.name)):
@@ -73,7 +86,7 @@ def help_rows(app: Any) -> list[tuple[str, str, str]]:
         if binding.id and binding.id not in seen and enabled:
             seen.add(binding.id)
             rows.append((app.get_key_display(binding), binding.description or binding.action, binding.id))
-    for vid, label in (*keymap.VIEWS, ("logs", "Logs (L)")):
+    for vid, label in (*keymap.VIEWS, ("logs", "Logs (L)"), ("table", "Every table"), ("envelope", "Envelope inspector")):
         for b in keymap.bindings(vid):
             if b.id and b.id not in seen and keymap.offered(vid, b.action.split("(")[0], app.readonly):
                 seen.add(b.id)

@@ -71,7 +71,10 @@ async def test_sort_by_header_click_and_filter_typing(fixture_app):
     app = fixture_app(steady=True)
     async with app.run_test(size=SIZE) as pilot:
         table = app.view_widget("leases").query_one("#leases-table")
-        await pilot.click("#leases-table", offset=(40, 0))  # the PID column header
+        await pilot.pause()
+        pid = [c.key for c in table.columns].index("pid")
+        x = sum(w + 1 for w in table.widths()[:pid] if w) + 1  # the PID column header (columns follow their cells)
+        await pilot.click("#leases-table", offset=(x, 0))
         await wait_for(pilot, lambda: app.registry.sort_column == "pid", what="sort by pid")
         await pilot.press("slash", "l", "e", "d")
         await wait_for(pilot, lambda: [r.key for r in table.rows] == ["ledger"], what="filtered")

@@ -42,8 +42,8 @@ class TraceActions:
         self.port.action_show("replay")
         self.runner.after_action()
 
-    def envelope(self, rec: TraceRecord) -> None:
-        self.port.push_screen(EnvelopeScreen(rec, self.key.secret if self.key else None),
+    def envelope(self, rec: TraceRecord, words: tuple[str, ...] = ()) -> None:
+        self.port.push_screen(EnvelopeScreen(rec, self.key.secret if self.key else None, words),
                               partial(self._envelope_closed, rec))
 
     def _envelope_closed(self, rec: TraceRecord, choice: str | None) -> None:

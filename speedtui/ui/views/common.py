@@ -36,3 +36,16 @@ def pretty_json(obj: object) -> str:
     """An entry or a payload as the operator reads it: indented, letters as they are, no control
     character (members wrote it: ``visible_json``)."""
     return visible_json(obj, indent=2, sort_keys=True)
+
+
+MATCH_STYLE = "bold black on yellow"  # a search word where it appears (models/search.search_words)
+
+
+def highlighted(value: "str | Text", words: tuple[str, ...]) -> "str | Text":
+    """``value`` with every one of ``words`` marked (case-insensitive), as a new Text; ``value``
+    itself when there is no word."""
+    if not words:
+        return value
+    t = value.copy() if isinstance(value, Text) else Text(value)
+    t.highlight_words(words, MATCH_STYLE, case_sensitive=False)
+    return t

@@ -19,8 +19,11 @@ from ..messages import CopyText, ExportRows, ReapRequested
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
 from ..widgets.rendered_pane import RenderedPane
+from ...models.rates import fmt_rate
+from ...models.security import sparkline
 from ...models.traces import RECOVERED
-from .common import HEALTH_ICON, fmt_datetime, fmt_ts, pretty_json, status_text
+from ...models.search import matching_lines, next_match, search_words
+from .common import HEALTH_ICON, fmt_datetime, fmt_ts, highlighted, pretty_json, status_text
 from .. import keymap
 
 SORT_KEYS = [c[0] for c in COLUMNS]
@@ -35,6 +38,18 @@ def lease_cell(r: NodeRow) -> Text:
     return Text("expired", style="red")
 
 
+RATE_SPARK = 6  # the recent rates the RATE cell draws
+
+
+def rate_cell(r: NodeRow) -> Text:
+    """Envelopes per second and a sparkline of its recent rates (each relative to the highest)."""
+    t = Text(f"{fmt_rate(r.rate):>6}", style="bold" if r.rate else "")
+    if r.rates:
+        # sparkline draws integer series: milli-envelopes per second keep a slow node's bars
+        t.append(" " + sparkline(int(x * 1000) for x in r.rates[-RATE_SPARK:]), style="cyan")
+    return t
+
+
 def name_cell(r: NodeRow) -> Text:
     t = Text(r.name, style="bold")
     if r.durable:
@@ -42,24 +57,27 @@ def name_cell(r: NodeRow) -> Text:
     return t
 
 
-def node_row(r: NodeRow) -> Row:
+def node_row(r: NodeRow, words: tuple[str, ...] = ()) -> Row:
     pid = "-" if r.pid is None else str(r.pid)
     pid_t = Text(pid + ("" if r.pid_alive is None else (" ✓" if r.pid_alive else " ✗")),
                  style="red" if r.pid_alive is False else "")
     cells = {
         "status": status_text(r.status, r.health), "name": name_cell(r), "remaining": lease_cell(r),
-        "hb_age": fmt_duration(r.hb_age), "pid": pid_t, "host": r.host or "-", "runtime": r.runtime or "-",
+        "hb_age": fmt_duration(r.hb_age), "rate": rate_cell(r), "pid": pid_t, "host": r.host or "-",
+        "runtime": r.runtime or "-",
         "uptime": fmt_duration(r.uptime), "groups": ",".join(r.groups) or "-",
         "services": ",".join(r.services) or "-", "allow": str(len(r.allow)), "counters": fmt_counters(r.counters),
     }
-    return Row(key=r.name, cells=tuple(cells[k] for k in SORT_KEYS))
+    return Row(key=r.name, cells=tuple(highlighted(cells[k], words) for k in SORT_KEYS))
 
 
 class LeaseRows(Sequence):
-    """Lazy rows over the sorted NodeRows: Text cells are built only for drawn lines."""
+    """Lazy rows over the sorted NodeRows: Text cells are built only for drawn lines (the search
+    words marked in them)."""
 
-    def __init__(self, rows: list[NodeRow]) -> None:
+    def __init__(self, rows: list[NodeRow], words: tuple[str, ...] = ()) -> None:
         self.nodes = rows
+        self.words = words
         self._cache: dict[int, Row] = {}
         self._index = None
 
@@ -73,7 +91,7 @@ class LeaseRows(Sequence):
             i += len(self)
         row = self._cache.get(i)
         if row is None:
-            row = self._cache[i] = node_row(self.nodes[i])
+            row = self._cache[i] = node_row(self.nodes[i], self.words)
         return row
 
     def key_at(self, i: int) -> str:
@@ -100,6 +118,8 @@ class LeasesView(Vertical):
         self._head_plain: str | None = None
         self._detail_timer = None
         self._detail_share = 40  # percent of the view the detail pane may take at least (+/-)
+        self._match_line: int | None = None  # the detail's line n / N went to last
+        self._head_words: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
@@ -119,7 +139,13 @@ class LeasesView(Vertical):
         t.sort_column = self.state.registry.sort_column
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next_match":  # only with a word to find: else n is the app's launch
+            return bool(self.words())
         return keymap.offered("leases", action, self.state.readonly)
+
+    def words(self) -> tuple[str, ...]:
+        """The filter's words, marked in the rows and the detail (models/search.py)."""
+        return search_words(self.state.registry.filter_text)
 
     def refresh_view(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -139,8 +165,9 @@ class LeasesView(Vertical):
             table.empty_text = empty
             table.refresh()
         old = table.rows.nodes if isinstance(table.rows, LeaseRows) else None
-        if old != visible:
-            table.set_rows(LeaseRows(visible))
+        words = self.words()
+        if old != visible or table.rows.words != words:
+            table.set_rows(LeaseRows(visible, words))
             if old is None or len(old) != len(visible):
                 table.refresh(layout=True)  # the table is as tall as its rows: the detail takes the rest
         self.show_detail(table.cursor_key)
@@ -155,12 +182,14 @@ class LeasesView(Vertical):
         self._show_head(row)
         # the entry and its history repaint only when they change, not with every countdown
         # tick: highlighting and laying out the JSON was the costliest paint in this view
+        words = self.words()
         sig = (name, None if row is None else (row.raw, row.error, row.reason, row.health),
-               self.state.traces.lease_version)
+               self.state.traces.lease_version, words)
         if sig == self._detail_sig:
             return
         moved = self._detail_sig is None or sig[0] != self._detail_sig[0]
         self._detail_sig = sig
+        self._match_line = None  # n starts again from the top of what is shown
         body = self.query_one("#leases-detail-body", RenderedPane)
         if moved:  # another node: its entry from the top
             body.scroll_to(y=0, animate=False, immediate=True)
@@ -187,9 +216,11 @@ class LeasesView(Vertical):
             h.append("  nothing journaled by other nodes\n", style="dim")
         for rec in seen:
             h.append(f"  {fmt_ts(rec.ts)}  {rec.event:<16} seen by {rec.node}\n")
-        parts = [h, Text("entry:", style="bold")]
+        parts = [highlighted(h, words), Text("entry:", style="bold")]
         if row.raw is not None:
-            parts.append(Syntax(pretty_json(row.raw), "json", theme="ansi_dark", background_color="default"))
+            entry = Syntax(pretty_json(row.raw), "json", theme="ansi_dark", background_color="default")
+            # searching: the highlighted JSON as Text, the words marked in it
+            parts.append(highlighted(entry.highlight(entry.code), words) if words else entry)
         if row.raw and isinstance(row.raw.get("startupTimestamp"), (int, float)):
             parts.append(Text(f"started {fmt_datetime(row.raw['startupTimestamp'])}", style="dim"))
         body.update(Group(*parts))
@@ -215,7 +246,9 @@ class LeasesView(Vertical):
                 head.append(f"  features: {', '.join(row.features)}", style="magenta")
                 if row.durable:
                     head.append(f" {DURABLE_MARK}", style="bold magenta")
-        if head.plain != self._head_plain:
+        head = highlighted(head, self.words())
+        if head.plain != self._head_plain or self._head_words != self.words():
+            self._head_words = self.words()
             self._head_plain = head.plain
             # one line whatever it says: the countdown repaints it without a relayout of the pane
             self.query_one("#leases-detail-head", Static).update(head, layout=False)
@@ -239,6 +272,7 @@ class LeasesView(Vertical):
         if event.input.id == "leases-filter":
             self.state.registry.filter_text = event.value
             self.refresh_view(force=True)
+            self.refresh_bindings()  # n / N are offered while there is a word to find
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.query_one(FastTable).focus()
@@ -306,6 +340,17 @@ class LeasesView(Vertical):
                             separators=(",", ":")) for r in hist]
         self.post_message(ExportRows(f"lease-history-{row.name}", "jsonl", lines,
                                      f"{len(lines)} lease records of {row.name}"))
+
+    def action_next_match(self, step: int) -> None:
+        """n / N: the detail pane's next (previous) line holding a search word, at its top."""
+        body = self.query_one("#leases-detail-body", RenderedPane)
+        lines = [strip.text for strip in body.lines]
+        line = next_match(matching_lines(lines, self.words()), self._match_line, forward=step > 0)
+        if line is None:
+            self.notify("no line of the detail holds the filter's words", severity="warning")
+            return
+        self._match_line = line
+        body.scroll_to(y=line, animate=False, immediate=True)
 
     def action_detail_size(self, step: int) -> None:
         """+ / -: the detail pane takes more or less of the view (the table keeps at least a fifth)."""

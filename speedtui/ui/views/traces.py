@@ -18,11 +18,12 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 
 from ...models.query import parse_query
+from ...models.search import matching_lines, search_words
 from ...models.traces import TraceRecord
 from ..messages import CallFromTrace, ExportRows, OpenCallLink, OpenEnvelope, ReplayRequested, TracesPaused
 from ..state import ConsoleState
 from ..widgets.fast_table import Column, FastTable, Row
-from .common import fmt_ts
+from .common import fmt_ts, highlighted
 from .. import keymap
 
 COLUMNS = [Column("ts", "TIME", 12), Column("node", "JOURNAL", 12), Column("flow", "FROM → TO", 20),
@@ -114,8 +115,10 @@ class TraceRows(Sequence):
     when drawn.  A row's key is (time, record id), so the cursor is found by bisection."""
 
     def __init__(self, records: list[TraceRecord], newest_first: bool, built: dict[int, Row],
-                 now: float | None = None, expanded: set[str] | frozenset[str] = frozenset()) -> None:
+                 now: float | None = None, expanded: set[str] | frozenset[str] = frozenset(),
+                 words: tuple[str, ...] = ()) -> None:
         self.records = records
+        self.words = words  # the filter's words, marked in the cells
         self.expanded = expanded
         self.newest_first = newest_first
         self.now = now  # relative times are counted from here
@@ -139,7 +142,10 @@ class TraceRows(Sequence):
         if row is None:
             if len(self._built) > 2000:
                 self._built.clear()
-            row = self._built[rec.id] = trace_row(rec, self.now, rec.message_id in self.expanded)
+            row = trace_row(rec, self.now, rec.message_id in self.expanded)
+            if self.words:
+                row = Row(row.key, tuple(highlighted(c, self.words) for c in row.cells), row.style)
+            self._built[rec.id] = row
         return row
 
     def key_at(self, i: int) -> Any:
@@ -210,6 +216,7 @@ class TracesView(Vertical):
         self.min_repaint = 0.25  # at most ~4 repaints a second of a moving tail
         self._built_rows: dict[int, Row] = {}
         self._status_plain: str | None = None
+        self.words: tuple[str, ...] = ()  # the filter's words (models/search.py)
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="toolbar"):
@@ -224,11 +231,18 @@ class TracesView(Vertical):
         yield Static(id="traces-status", classes="statusline")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "next_match":  # only with a word to find: else n is the app's launch
+            return bool(self.words)
         return keymap.offered("traces", action, self.state.readonly)
 
     # ---- data
     def apply_filter(self) -> None:
         self.state.traces.set_filter(parse_query(self._filter_text, self.state.fabric_nodes()))
+        words = search_words(self._filter_text)
+        if words != self.words:
+            self.words = words
+            self._built_rows.clear()  # rows are built with the words marked
+            self.refresh_bindings()  # n / N are offered while there is a word to find
         self._shown_total = -1
         self.refresh_view(force=True)
 
@@ -248,7 +262,7 @@ class TracesView(Vertical):
         if self.relative:
             self._built_rows.clear()  # relative times move: rows are rebuilt at each paint
         rows = TraceRows(list(store.view), self.newest_first, self._built_rows,
-                         self.state.now() if self.relative else None, store.expanded)
+                         self.state.now() if self.relative else None, store.expanded, self.words)
         table.empty_text = self._empty_text()
         following = self.follow
         table.set_rows(rows, keep_key=not following)
@@ -353,7 +367,7 @@ class TracesView(Vertical):
         if rec is not None and rec.kind == "message":
             self.toggle_message(rec)
         elif rec is not None:
-            self.post_message(OpenEnvelope(rec))
+            self.post_message(OpenEnvelope(rec, self.words))
 
     def toggle_message(self, rec: TraceRecord) -> None:
         """Enter on a chunked message's row shows its envelopes under it (again: folds them)."""
@@ -365,6 +379,20 @@ class TracesView(Vertical):
         self._built_rows.clear()  # its rows' ▸/▾ marks change
         self.follow = False  # the cursor stays on the message's row
         self.refresh_view(force=True)
+
+    def action_next_match(self, step: int) -> None:
+        """n / N: the next (previous) row whose cells, as drawn, hold a search word (wrapping).
+        Rows are looked at from the cursor on and built as they are reached: the filter keeps
+        only matching records, so the next one is near, and 20,000 rows are never built at once."""
+        table = self.query_one(TraceTable)
+        rows = table.rows
+        for k in range(1, len(rows) + 1):
+            i = (table.cursor + step * k) % len(rows)
+            if matching_lines([row_text(rows[i])], self.words):
+                table.user_moved(i)
+                table.cursor = i
+                return
+        self.notify("no row shows the filter's words", severity="warning")
 
     def action_follow_call(self) -> None:
         rec = self.selected()
@@ -393,6 +421,11 @@ class TracesView(Vertical):
         lines = [visible_json(record_dict(r), separators=(",", ":")) for r in self.state.traces.view]
         what = f"{len(lines)} trace records" + (f" matching {self._filter_text!r}" if self._filter_text else "")
         self.post_message(ExportRows("traces", "jsonl", lines, what))
+
+
+def row_text(row: Row) -> str:
+    """A row's cells as drawn, one line of text."""
+    return " ".join(c.plain if isinstance(c, Text) else str(c) for c in row.cells)
 
 
 def record_dict(r: TraceRecord) -> dict[str, Any]:

@@ -3,13 +3,21 @@
 Only visible lines are rendered.  Row 0 is a fixed header; clicking a header cell posts
 ``HeaderClicked``.  The cursor follows a row key across updates.  The first ``frozen`` columns
 stay when the table scrolls right; a ``flex`` column takes the width the others leave.
+
+Cells never touch: every cell is cut or padded to its column's width in terminal cells and one
+blank column follows it.  A column's declared width is its floor; where the view has room left
+(a flex column first gives up what its cells do not use), a column whose cells on screen are cut grows to fit
+them, left to right (``column_widths``).  Cell text is drawn in a form whose width every terminal
+agrees on (``terminal_cells``), so a wide glyph cannot push the rest of its row off its columns.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -20,6 +28,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from .. import keymap
 from .scrolling import set_virtual_size
 
 
@@ -29,6 +38,66 @@ class Column:
     label: str
     width: int
     flex: bool = False  # takes the spare width of the view (one column per table is enough)
+
+
+GAP = 1  # blank columns after every cell
+
+# code points a terminal measures one by one while rich measures the cluster they make: a joiner
+# (ZWJ) and the emoji it joins, the variation selectors, the skin-tone modifiers. A name holding
+# "👨‍👩‍👧" is 2 cells to rich and 6 to tmux: the rest of its row slid 4 columns off its headers.
+_CLUSTER_MARKS = re.compile("[\u200d\ufe0e\ufe0f\U0001f3fb-\U0001f3ff]")
+
+
+def terminal_cells(value: "str | Text") -> Text:
+    """A cell's text without the marks that make terminals and rich disagree on its width (the
+    glyphs stay, each as wide as it is alone); a copy, the row's own Text is left as it was."""
+    t = value.copy() if isinstance(value, Text) else Text(str(value))
+    plain = t.plain
+    if _CLUSTER_MARKS.search(plain) is None:
+        return t
+    kept = [t[i] for i, ch in enumerate(plain) if not _CLUSTER_MARKS.match(ch)]
+    return Text("").join(kept) if kept else Text("")
+
+
+def column_widths(floors: Sequence[int], natural: Sequence[int], flex: Sequence[bool], view: int,
+                  lead: int = 0, least: Sequence[int] | None = None, gap: int = GAP) -> tuple[int, ...]:
+    """Each column's width in a view ``view`` cells wide. ``floors``: the declared widths (a flex
+    column's floor is no wider than its cells); ``natural``: the widest cell each column has on
+    screen; ``least``: how far a flex column may shrink (its label) so that the next column fits
+    whole. The columns that fit the view (a leading run; the rest scroll) share what is left:
+    first each cut column up to its natural width, left to right, then the flex column(s) take
+    the rest. A column past the view's edge is as wide as its cells (up to the view's width)."""
+    widths = list(floors)
+    least = least or floors
+    pos, fit = lead, 0
+    for i, w in enumerate(floors):
+        over = pos + w - view
+        if over > 0 and flex[i] and pos + least[i] <= view:  # a flex column fits in what is left
+            widths[i] = w = view - pos
+            over = 0
+        if over > 0:  # the flex columns placed already may give way to it
+            give = [j for j in range(fit) if flex[j] and widths[j] > least[j]]
+            if sum(widths[j] - least[j] for j in give) < over:
+                break
+            for j in reversed(give):
+                take = min(over, widths[j] - least[j])
+                widths[j] -= take
+                pos -= take
+                over -= take
+        pos += w + gap
+        fit += 1
+    spare = max(0, view - pos)
+    for i in range(fit):
+        if not flex[i] and natural[i] > widths[i] and spare:
+            grow = min(natural[i] - widths[i], spare)
+            widths[i] += grow
+            spare -= grow
+    flexible = [i for i in range(fit) if flex[i]]
+    for n, i in enumerate(flexible):
+        widths[i] += spare // len(flexible) + (1 if n < spare % len(flexible) else 0)
+    for i in range(fit, len(widths)):
+        widths[i] = max(widths[i], min(natural[i], max(1, view - lead)))
+    return tuple(widths)
 
 
 @dataclass(frozen=True)
@@ -54,6 +123,7 @@ class FastTable(ScrollView, can_focus=True):
         Binding("home", "edge(0)", "Top", show=False),
         Binding("end", "edge(1)", "Bottom", show=False),
         Binding("enter", "select", "Select", show=False),
+        *keymap.bindings("table"),
     ]
 
     cursor = reactive(0, always_update=True, repaint=False)
@@ -82,7 +152,11 @@ class FastTable(ScrollView, can_focus=True):
         self.columns: list[Column] = list(columns)
         self.frozen = frozen  # leading columns that do not scroll horizontally
         self.mark_cursor = mark_cursor  # "▶" on the cursor row: the selection reads without colour
-        self._widths: tuple[int, tuple[int, ...]] = (-1, ())
+        self._widths: tuple[Any, tuple[int, ...]] = (-1, ())  # (what they were computed from, widths)
+        self.hidden: set[str] = set()  # columns not shown (W)
+        self.extra: dict[str, int] = {}  # cells a column was widened by (W; negative: narrowed)
+        self.wide = False  # w: every column as wide as its cells
+        self._rows_version = 0
         self.rows: list[Row] = []
         self.sort_column: str | None = None
         self.sort_reverse = False
@@ -95,6 +169,7 @@ class FastTable(ScrollView, can_focus=True):
         """``rows`` may be a lazy sequence with ``index_of(key)`` (rows built only when drawn)."""
         key = self.cursor_key if keep_key else None
         self.rows = rows if hasattr(rows, "index_of") else list(rows)
+        self._rows_version += 1
         idx = 0
         if key is not None:
             found = self._index_of(key)
@@ -126,21 +201,106 @@ class FastTable(ScrollView, can_focus=True):
         return True
 
     def _total_width(self) -> int:
-        return sum(c.width + 1 for c in self.columns) + (2 if self.mark_cursor else 0)
+        widths = self._widths[1] or [c.width for c in self.columns]
+        return sum(w + GAP for w in widths if w) + self._lead()
+
+    def _lead(self) -> int:
+        return 2 if self.mark_cursor else 0
+
+    def _rows_on_screen(self) -> Sequence[Row]:
+        top = int(self.scroll_offset.y)
+        return self.rows[top:top + max(1, self.scrollable_content_region.height - 1)]
 
     def widths(self) -> tuple[int, ...]:
-        """Each column's width in the current view: a flex column takes what the others leave."""
+        """Each column's width in the current view, from the rows on screen (``column_widths``);
+        0 for a hidden column. Wide mode: every shown column as wide as its widest cell."""
         view = self.scrollable_content_region.width
-        if self._widths[0] == view:
+        sig = (view, self._rows_version, int(self.scroll_offset.y), self.sort_column, self.wide,
+               frozenset(self.hidden), tuple(sorted(self.extra.items())))
+        if self._widths[0] == sig:
             return self._widths[1]
-        widths = [c.width for c in self.columns]
-        spare = view - self._total_width()
-        flex = [i for i, c in enumerate(self.columns) if c.flex]
-        if spare > 0 and flex:
-            for n, i in enumerate(flex):
-                widths[i] += spare // len(flex) + (1 if n < spare % len(flex) else 0)
-        self._widths = (view, tuple(widths))
-        return self._widths[1]
+        # the header's label whole (and the sort arrow after it)
+        labels = [cell_len(c.label) + (c.key == self.sort_column) for c in self.columns]
+        natural = list(labels)
+        for row in self._rows_on_screen():
+            for i, val in enumerate(row.cells[:len(natural)]):
+                w = cell_len(_CLUSTER_MARKS.sub("", val.plain if isinstance(val, Text) else str(val)))
+                if w > natural[i]:
+                    natural[i] = w
+        shown = [i for i, c in enumerate(self.columns) if c.key not in self.hidden]
+        # a widened (narrowed) column's floor moves by what the user gave it
+        declared = [max(1, c.width + self.extra.get(c.key, 0)) for c in self.columns]
+        if self.wide:
+            room = max(1, view - self._lead())
+            part = [min(room, max(declared[i], natural[i])) for i in shown]
+        else:
+            # a flex column gives up what its cells on screen do not use (unless it was widened)
+            floors = [min(declared[i], natural[i]) if c.flex and not self.extra.get(c.key) else declared[i]
+                      for i, c in enumerate(self.columns)]
+            part = list(column_widths([floors[i] for i in shown], [natural[i] for i in shown],
+                                      [self.columns[i].flex for i in shown], view, self._lead(),
+                                      least=[min(floors[i], max(3, labels[i])) for i in shown]))
+        full = [0] * len(self.columns)
+        for i, w in zip(shown, part):
+            full[i] = w
+        widths = tuple(full)
+        if widths != self._widths[1]:
+            self._strips.clear()  # lines drawn with the old widths
+            self._widths = (sig, widths)
+            self.call_later(self._fit_virtual_size)
+        else:
+            self._widths = (sig, widths)
+        return widths
+
+    # ------------------------------------------------------------------ columns (w, W) and cells (i)
+    def set_shown(self, key: str, shown: bool) -> bool:
+        """Show or hide a column; the last shown column stays. Whether it changed."""
+        if shown == (key not in self.hidden):
+            return False
+        if not shown and len(self.hidden) + 1 >= len(self.columns):
+            return False
+        (self.hidden.discard if shown else self.hidden.add)(key)
+        self.refresh()
+        return True
+
+    def widen(self, key: str, cells: int) -> int:
+        """Make a column ``cells`` wider (narrower when negative, down to one cell): its floor, so
+        it takes that room before any other column grows into the view. Its new floor."""
+        column = next(c for c in self.columns if c.key == key)
+        extra = max(1 - column.width, self.extra.get(key, 0) + cells)
+        if extra:
+            self.extra[key] = extra
+        else:
+            self.extra.pop(key, None)
+        self.refresh()
+        return column.width + extra
+
+    def action_wide(self) -> None:
+        """w: wide mode (every shown column as wide as its widest cell on screen; the table
+        scrolls right) or back."""
+        self.wide = not self.wide
+        self.refresh()
+        self.notify("wide mode: every column whole, → scrolls" if self.wide else "columns fitted to the view")
+
+    def action_columns(self) -> None:
+        """W: which columns are shown and how wide (a dialog)."""
+        from ..screens.cells import ColumnsScreen  # the dialog knows the table, not the reverse at import
+
+        self.app.push_screen(ColumnsScreen(self))
+
+    def action_cells(self) -> None:
+        """i: the selected row's cells whole, one per line, in a dialog."""
+        from ..screens.cells import CellsScreen
+
+        if not (0 <= self.cursor < len(self.rows)):
+            self.notify("select a row to see its cells whole", severity="warning")
+            return
+        row = self.rows[self.cursor]
+        self.app.push_screen(CellsScreen([(c.label, row.cells[i] if i < len(row.cells) else "")
+                                          for i, c in enumerate(self.columns)]))
+
+    def _fit_virtual_size(self) -> None:
+        set_virtual_size(self, Size(self._total_width(), len(self.rows) + 1))
 
     # ------------------------------------------------------------------ cursor
     def watch_cursor(self, old: int, new: int) -> None:
@@ -195,14 +355,16 @@ class FastTable(ScrollView, can_focus=True):
     # ------------------------------------------------------------------ mouse
     def _column_at(self, x: int) -> str | None:
         widths = self.widths()
-        pos = 2 if self.mark_cursor else 0
-        frozen_end = pos + sum(w + 1 for w in widths[:self.frozen])
+        pos = self._lead()
+        frozen_end = pos + sum(w + GAP for w in widths[:self.frozen] if w)
         if x >= frozen_end:
             x += int(self.scroll_offset.x)
         for c, w in zip(self.columns, widths):
-            if pos <= x < pos + w + 1:
+            if not w:  # hidden
+                continue
+            if pos <= x < pos + w + GAP:
                 return c.key
-            pos += w + 1
+            pos += w + GAP
         return None
 
     def on_click(self, event: events.Click) -> None:
@@ -226,8 +388,9 @@ class FastTable(ScrollView, can_focus=True):
         widths = self.widths()
         for i in range(len(self.columns))[columns]:
             c, width = self.columns[i], widths[i]
-            val = cells[i] if i < len(cells) else ""
-            t = val.copy() if isinstance(val, Text) else Text(str(val))
+            if not width:  # hidden
+                continue
+            t = terminal_cells(cells[i] if i < len(cells) else "")
             if header and self.sort_column == c.key:
                 # the arrow always shows: the label gives way to it
                 t = Text(c.label)
@@ -235,7 +398,7 @@ class FastTable(ScrollView, can_focus=True):
                 t.append("▼" if self.sort_reverse else "▲")
             t.truncate(width, overflow="ellipsis", pad=True)
             line.append_text(t)
-            line.append(" ")
+            line.append(" " * GAP)
         return line
 
     def _line(self, cells: Sequence[str | Text], style: Style, scroll_x: int, width: int, header: bool = False,
@@ -255,6 +418,7 @@ class FastTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         scroll_x = int(self.scroll_offset.x)
+        self.widths()  # first: new widths empty the cache of drawn lines
         base = self.rich_style
         if y == 0:
             style = self.get_component_rich_style("fast-table--header")
