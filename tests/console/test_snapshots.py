@@ -5,6 +5,9 @@ fixture (frozen clock, fixed files, no processes).  Update with
 
 import pytest
 
+from speedtui.ui.widgets.fast_table import FastTable
+from tests.console.conftest import wait_for
+
 from speedtui.environments.fixture import FIXED_NOW
 from speedtui.models.access import AccessGraph
 from speedtui.models.history import AuditEntry, CallRecord
@@ -282,7 +285,15 @@ def test_registry_lock_holder_banner(size, snap_compare, fixture_app):
 @sized
 def test_security(size, snap_compare, fixture_app):
     """Threat scores per receiver and sender: eve quarantined at gateway (quota), billing's rejections."""
-    assert snap_compare(app_for(fixture_app), press=["8"], terminal_size=size)
+    async def before(pilot):
+        await pilot.press("8")
+        table = pilot.app.view_widget("security").query_one(FastTable)
+        # the columns are measured from the rows on screen, and the scrollbar that a wider table
+        # brings changes the room: drawn until the table's scroll width is the one its columns need
+        await wait_for(pilot, lambda: table.virtual_size.width == table._total_width(), what="columns settled")
+        await pilot.pause()
+
+    assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
 
 @sized
