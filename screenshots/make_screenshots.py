@@ -60,6 +60,8 @@ SHOTS = [
     ("time-travel.svg", ["down"], "past"),
     ("lock-holder.svg", [], "lock"),
     ("logs.svg", ["L", "slash", *"amount", "enter", "n"], "logs"),
+    ("search.svg", ["slash", *"finance", "enter", "n"], None),
+    ("cells.svg", ["down", "down", "i"], None),
     ("theme-light.svg", ["4"], "light"),
     ("theme-high-contrast.svg", [], "high-contrast"),
 ]
