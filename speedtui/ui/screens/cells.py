@@ -3,7 +3,7 @@ shows and how wide (``W``). Cells are what members wrote: shown as Text, never a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Protocol, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -14,12 +14,22 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..widgets.fast_table import terminal_cells
-
-if TYPE_CHECKING:
-    from ..widgets.fast_table import FastTable
+from ..widgets.cell_text import terminal_cells
 
 WIDEN_STEP = 4  # cells a column widens (narrows) by per key press
+
+
+class Columns(Protocol):
+    """What the columns dialog changes of a table (a FastTable): the dialog knows this much of it,
+    and the table, which opens the dialog, is not imported here."""
+
+    columns: Sequence[Any]  # each with .key, .label and .width
+    hidden: set[str]
+    extra: dict[str, int]
+
+    def set_shown(self, key: str, shown: bool) -> bool: ...
+
+    def widen(self, key: str, cells: int) -> int: ...
 
 
 class CellsScreen(ModalScreen[None]):
@@ -36,7 +46,7 @@ class CellsScreen(ModalScreen[None]):
         grid.add_column(style="bold cyan", no_wrap=True)
         grid.add_column(overflow="fold")  # a long value without spaces (an id, a path) folds, never cut
         for label, value in self.cells:
-            # the glyphs as the table draws them (fast_table.terminal_cells): a border after a
+            # the glyphs as the table draws them (widgets/cell_text.terminal_cells): a border after a
             # joined emoji stays where the terminal draws it
             grid.add_row(Text(label), terminal_cells(value))
         with Vertical(classes="dialog wide", id="cells-dialog"):
@@ -53,7 +63,7 @@ class ColumnsScreen(ModalScreen[None]):
                 Binding("right,plus", "widen(1)", "Wider", show=False),
                 Binding("left,minus", "widen(-1)", "Narrower", show=False)]
 
-    def __init__(self, table: "FastTable") -> None:
+    def __init__(self, table: Columns) -> None:
         super().__init__()
         self.table = table
 

@@ -13,7 +13,6 @@ agrees on (``terminal_cells``), so a wide glyph cannot push the rest of its row 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -29,6 +28,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from .. import keymap
+from .cell_text import CLUSTER_MARKS, terminal_cells
 from .scrolling import set_virtual_size
 
 
@@ -41,23 +41,6 @@ class Column:
 
 
 GAP = 1  # blank columns after every cell
-
-# code points a terminal measures one by one while rich measures the cluster they make: a joiner
-# (ZWJ) and the emoji it joins, the variation selectors, the skin-tone modifiers. A name holding
-# "👨‍👩‍👧" is 2 cells to rich and 6 to tmux: the rest of its row slid 4 columns off its headers.
-_CLUSTER_MARKS = re.compile("[\u200d\ufe0e\ufe0f\U0001f3fb-\U0001f3ff]")
-
-
-def terminal_cells(value: "str | Text") -> Text:
-    """A cell's text without the marks that make terminals and rich disagree on its width (the
-    glyphs stay, each as wide as it is alone); a copy, the row's own Text is left as it was."""
-    t = value.copy() if isinstance(value, Text) else Text(str(value))
-    plain = t.plain
-    if _CLUSTER_MARKS.search(plain) is None:
-        return t
-    kept = [t[i] for i, ch in enumerate(plain) if not _CLUSTER_MARKS.match(ch)]
-    return Text("").join(kept) if kept else Text("")
-
 
 def column_widths(floors: Sequence[int], natural: Sequence[int], flex: Sequence[bool], view: int,
                   lead: int = 0, least: Sequence[int] | None = None, gap: int = GAP) -> tuple[int, ...]:
@@ -224,7 +207,7 @@ class FastTable(ScrollView, can_focus=True):
         natural = list(labels)
         for row in self._rows_on_screen():
             for i, val in enumerate(row.cells[:len(natural)]):
-                w = cell_len(_CLUSTER_MARKS.sub("", val.plain if isinstance(val, Text) else str(val)))
+                w = cell_len(CLUSTER_MARKS.sub("", val.plain if isinstance(val, Text) else str(val)))
                 if w > natural[i]:
                     natural[i] = w
         shown = [i for i, c in enumerate(self.columns) if c.key not in self.hidden]
