@@ -145,11 +145,12 @@ class ActionService:
             channels = [c for c in (self.control, self._own_control) if c is not None]
         for channel in channels:
             channel.close()
-        threads = [threading.Thread(target=stop_own, args=(o, self.own.logs)) for o in owns]
+        threads = [threading.Thread(target=stop_own, args=(o, self.own.logs), name=f"stop-{o.spec.name}")
+                   for o in owns]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(15)
+            t.join()  # bounded by stop_own itself (SIGKILL after 10 s): none is left running behind us
 
     # ------------------------------------------------------------------ grants
     def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:

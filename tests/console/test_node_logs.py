@@ -198,7 +198,9 @@ async def test_the_logs_screen_follows_picks_and_searches(live_env):
                                                              allow=("beta",)))
         await asyncio.to_thread(app.actions.launch, NodeSpec("beta", in_process=True, trace=False))
         await wait_for(pilot, lambda: any("ready alpha" in t for t in pane_text(app)), what="alpha's ready line")
-        assert any("beta" in t and "lease registered" in t for t in pane_text(app))  # every node, each marked
+        # every node, each marked (beta's line reaches the pane at its next refresh, not with alpha's)
+        await wait_for(pilot, lambda: any("beta" in t and "lease registered" in t for t in pane_text(app)),
+                       what="beta's lease line, marked")
         # pick one node: its lines only
         await pilot.press("s")
         await wait_for(pilot, lambda: app.screen.node == "alpha", what="alpha picked")

@@ -3,11 +3,8 @@ fixture (frozen clock, fixed files, no processes).  Update with
 `pytest tests/console --snapshot-update`."""
 
 
-import time
-
 import pytest
 
-from speedtui.ui.widgets.fast_table import FastTable
 from tests.console.conftest import wait_for
 
 from speedtui.environments.fixture import FIXED_NOW
@@ -22,28 +19,6 @@ from speedtui.ui.screens.jump import JumpScreen
 
 SIZES = [(80, 24), (120, 36), (160, 48)]
 sized = pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
-
-
-async def columns_settled(pilot, view: str) -> None:
-    """Until every table on screen scrolls as wide as its columns, and stays so: the columns are
-    measured from the rows on screen in the room the table has, and a scrollbar that a wider table
-    brings changes that room, so a picture taken before showed its scrollbar's thumb a cell or two
-    off (Security and Durable at 80x24). The widths are asked for here, in the room the table has
-    now (the table would measure them at its next drawing), and the state must hold over three
-    pauses: a table that has not yet drawn in its new room looks settled for one."""
-    tables = list(pilot.app.view_widget(view).query(FastTable))
-
-    def state():
-        return tuple((t.widths(), t.virtual_size, t.scrollable_content_region.size) for t in tables)
-
-    deadline, seen, steady = time.monotonic() + 60.0, None, 0
-    while steady < 3:
-        assert time.monotonic() < deadline, "timed out waiting for the columns to settle"
-        await pilot.pause(0.05)
-        now = state()
-        settled = all(t.virtual_size.width == t._total_width() for t in tables)
-        steady = steady + 1 if settled and now == seen else 0
-        seen = now
 
 
 def app_for(fixture_app, **kw):
@@ -311,7 +286,6 @@ def test_security(size, snap_compare, fixture_app):
     """Threat scores per receiver and sender: eve quarantined at gateway (quota), billing's rejections."""
     async def before(pilot):
         await pilot.press("8")
-        await columns_settled(pilot, "security")
 
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
@@ -325,7 +299,6 @@ def test_durable(size, snap_compare, fixture_app):
         await pilot.press("9")
         view = pilot.app.view_widget("durable")
         await wait_for(pilot, lambda: view.listed_at is not None, what="the outboxes")
-        await columns_settled(pilot, "durable")
 
     assert snap_compare(app_for(fixture_app), run_before=before, terminal_size=size)
 
