@@ -13,7 +13,8 @@ import threading
 from typing import Iterator
 
 from .core.errors import DirectoryError
-from .core.records import ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, JournalEvent, encode_line, parse_line
+from .core.records import (ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, EnvelopeTrace, JournalEvent, encode_line,
+                           envelope_line, parse_line)
 from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir
 from .fsutil import open_regular as _open_regular
 
@@ -56,15 +57,19 @@ class JournalWriter:
     def __call__(self, event: object) -> None:
         """Observer entry point: keep the event; encoding waits for flush(), off the hot path,
         unless the buffer has grown past its bounds (then this caller flushes)."""
-        if not isinstance(event, JOURNALED):
-            return
-        envelope = getattr(event, "envelope", None)
-        if envelope is not None and len(envelope) > self.envelope_limit:
-            event = event._replace(envelope=None)  # not journaled: do not hold it until the flush
+        if event.__class__ is EnvelopeTrace:  # one per envelope: the others are rare
+            envelope = event.envelope
+            if envelope is not None and len(envelope) > self.envelope_limit:
+                event = event._replace(envelope=None)  # not journaled: do not hold it until the flush
+                envelope = None
+        elif isinstance(event, JOURNALED):
             envelope = None
+        else:
+            return
         with self._lock:
             self._pending.append(event)
-            self._pending_envelope_bytes += len(envelope) if envelope else 0
+            if envelope:
+                self._pending_envelope_bytes += len(envelope)
             full = (len(self._pending) >= FLUSH_AT_EVENTS or self._pending_envelope_bytes >= FLUSH_AT_ENVELOPE_BYTES)
         if full:
             self.flush()
@@ -74,7 +79,9 @@ class JournalWriter:
             if not (self._pending or self._unwritten) or self._fd < 0:
                 return
             events, self._pending, self._pending_envelope_bytes = self._pending, [], 0
-            data = self._unwritten + "".join(encode_line(e, self.envelope_limit) for e in events).encode("utf-8")
+            limit, envelope = self.envelope_limit, envelope_line  # one a record: no detour through encode_line
+            data = self._unwritten + "".join([envelope(e, limit) if e.__class__ is EnvelopeTrace
+                                              else encode_line(e, limit) for e in events]).encode("utf-8")
             view, done = memoryview(data), 0
             try:
                 while done < len(data):

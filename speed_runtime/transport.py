@@ -21,6 +21,7 @@ import shutil
 import stat
 import time
 
+from .core import accel
 from .core.errors import DeliveryError, EnvelopeError
 from .core.receiving import DEFER, FileFacts, header_type, judge_file
 from .fsutil import close_quietly, ensure_private_dir
@@ -37,6 +38,16 @@ if _renameat2 is not None:
     _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
 
 
+def _ctypes_rename_noreplace(src_fd: int, raw: bytes, dst_fd: int) -> int:
+    """renameat2(src_fd, raw, dst_fd, raw, RENAME_NOREPLACE): 0 or the errno."""
+    return 0 if _renameat2(src_fd, raw, dst_fd, raw, RENAME_NOREPLACE) == 0 else ctypes.get_errno()
+
+
+# one a send: the compiled form's call costs a tenth of the ctypes one (docs/BENCHMARKS.md)
+_rename_noreplace = (accel.compiled.rename_noreplace if accel.compiled is not None
+                     else _ctypes_rename_noreplace if _renameat2 is not None else None)
+
+
 class NameTaken(Exception):
     """The inbox already has a file of this name: reseal with a new nonce and try again."""
 
@@ -49,11 +60,10 @@ def _move_noreplace(name: str, src_fd: int, dst_fd: int) -> bool:
     """tmp/name -> inbox/name, never replacing; renameat2 never shows the file with two links,
     link()+unlink() (the contract's other way) is the fallback where renameat2 is missing.
     Returns True when the temporary name is gone (renamed), False when it still needs unlinking."""
-    if _renameat2 is not None:
-        raw = os.fsencode(name)
-        if _renameat2(src_fd, raw, dst_fd, raw, RENAME_NOREPLACE) == 0:
+    if _rename_noreplace is not None:
+        err = _rename_noreplace(src_fd, os.fsencode(name), dst_fd)
+        if err == 0:
             return True
-        err = ctypes.get_errno()
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), name)
     os.link(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)

@@ -1,6 +1,6 @@
 /* _compiled.c - the compiled form of the per-envelope work of speed_runtime.core (wire contract
  * section 5): the inbox file name, the 64-byte header, the framing checks, ChaCha20-Poly1305 through
- * libsodium, and the field checks of the JSON payload.
+ * libsodium, the field checks of the JSON payload, and the journal's line for one envelope (section 8).
  *
  * Every function here has a pure-Python twin (core/envelope.py, core/payloads.py, core/aead.py),
  * bound with bind() when those modules are imported. A function returns what its twin returns and
@@ -17,6 +17,11 @@
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define HEADER_SIZE 64
 #define NONCE_SIZE 12
@@ -33,12 +38,13 @@
 enum {
     B_HEADER, B_FILENAME, B_OPENED, B_ENVELOPE_ERROR, B_ERROR_CODES,
     B_PURE_PARSE_FILENAME, B_PURE_SEAL, B_PURE_OPEN, B_PURE_DECODE_PAYLOAD, B_PURE_ENCODE_PAYLOAD, B_PURE_ENCRYPT,
-    B_PURE_DECRYPT,
+    B_PURE_DECRYPT, B_ENVELOPE_TRACE, B_PURE_ENVELOPE_LINE,
     B_COUNT
 };
 static const char *const BOUND_NAMES[B_COUNT] = {
     "Header", "FileName", "OpenedEnvelope", "EnvelopeError", "SPC_ERROR_CODES",
     "parse_filename", "seal", "open_envelope", "decode_payload", "encode_payload", "encrypt", "decrypt",
+    "EnvelopeTrace", "envelope_line",
 };
 static PyObject *bound[B_COUNT];
 static PyObject *str_raw, *str_error, *str_success, *str_from, *str_to, *str_result, *str_status,
@@ -711,6 +717,177 @@ static PyObject *encode_payload(PyObject *self, PyObject *const *args, Py_ssize_
     return w.bytes;
 }
 
+
+/* ------------------------------------------------------------------ the journal's envelope line */
+static const char HEX[] = "0123456789abcdef";
+
+static int put_u(writer *w, unsigned c)
+{
+    char out[6] = {'\\', 'u', HEX[c >> 12 & 0xf], HEX[c >> 8 & 0xf], HEX[c >> 4 & 0xf], HEX[c & 0xf]};
+    return put(w, out, 6);
+}
+
+/* A str as json.dumps writes it (ensure_ascii): printable ASCII as it is; '"', '\' and control
+ * characters as json escapes them; everything else as \uXXXX, a character above U+FFFF as its
+ * two surrogates, a lone surrogate as itself. The result is ASCII. */
+static int put_ascii_string(writer *w, PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    if (reserve(w, n + 2) < 0 || put(w, "\"", 1) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int failed;
+        if (c < 0x80 && !ESCAPE[c] && c != 0x7f) {
+            char ch = (char)c;
+            failed = put(w, &ch, 1);
+        } else if (c < 0x80 && ESCAPE[c]) {
+            failed = ESCAPE[c] == 'u' ? put_u(w, c) : put_escaped(w, c);
+        } else if (c >= 0x10000) {
+            c -= 0x10000;
+            failed = put_u(w, 0xd800 | (c >> 10)) < 0 || put_u(w, 0xdc00 | (c & 0x3ff)) < 0;
+        } else {
+            failed = put_u(w, c);
+        }
+        if (failed)
+            return -1;
+    }
+    return put(w, "\"", 1);
+}
+
+/* `"name":` and the field, a str (put_ascii_string), or -1 for anything else (the twin writes it) */
+static int put_str_field(writer *w, const char *name, PyObject *v)
+{
+    if (!PyUnicode_CheckExact(v))
+        return -1;
+    return put(w, name, (Py_ssize_t)strlen(name)) < 0 ? -1 : put_ascii_string(w, v);
+}
+
+static int put_repr(writer *w, double d)
+{
+    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* float.__repr__ */
+    if (text == NULL)
+        return -1;
+    int failed = put(w, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return failed;
+}
+
+static int put_int_field(writer *w, const char *name, PyObject *v)
+{
+    int overflow;
+    if (!PyLong_CheckExact(v))
+        return -1;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (n == -1 && PyErr_Occurred()))
+        return -1;
+    char text[64];
+    return put(w, text, snprintf(text, sizeof text, "%s%lld", name, n));
+}
+
+static int put_base64(writer *w, const unsigned char *p, Py_ssize_t n)
+{
+    static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    Py_ssize_t out = (n + 2) / 3 * 4;
+    if (reserve(w, out) < 0)
+        return -1;
+    char *o = PyBytes_AS_STRING(w->bytes) + w->len;
+    Py_ssize_t i = 0;
+    for (; n - i >= 3; i += 3, o += 4) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+        o[0] = B64[v >> 18], o[1] = B64[v >> 12 & 63], o[2] = B64[v >> 6 & 63], o[3] = B64[v & 63];
+    }
+    if (n - i == 1) {
+        unsigned v = (unsigned)p[i] << 16;
+        o[0] = B64[v >> 18], o[1] = B64[v >> 12 & 63], o[2] = '=', o[3] = '=';
+    } else if (n - i == 2) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8;
+        o[0] = B64[v >> 18], o[1] = B64[v >> 12 & 63], o[2] = B64[v >> 6 & 63], o[3] = '=';
+    }
+    w->len += out;
+    return 0;
+}
+
+/* the optional str fields, in the order the line has them (core/records.py: _OPTIONAL) */
+static const struct {
+    int index;
+    const char *name;
+} OPTIONAL_FIELDS[] = {{8, ",\"reason\":"}, {9, ",\"requestId\":"}, {10, ",\"service\":"}, {11, ",\"status\":"},
+                       {12, ",\"errorCode\":"}, {16, ",\"messageId\":"}};
+
+static int envelope_fields(writer *w, PyObject *e, Py_ssize_t limit)
+{
+    PyObject *const *f = &PyTuple_GET_ITEM(e, 0);
+    if (!PyFloat_CheckExact(f[0]) || put(w, "{\"kind\":\"envelope\",\"ts\":", 24) < 0 ||
+        put_repr(w, PyFloat_AS_DOUBLE(f[0])) < 0 || put_str_field(w, ",\"node\":", f[1]) < 0 ||
+        put_str_field(w, ",\"dir\":", f[2]) < 0 || put_str_field(w, ",\"peer\":", f[3]) < 0 ||
+        put_str_field(w, ",\"type\":", f[4]) < 0 || put_int_field(w, ",\"seq\":", f[5]) < 0 ||
+        put_int_field(w, ",\"size\":", f[6]) < 0 || put_str_field(w, ",\"outcome\":", f[7]) < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof OPTIONAL_FIELDS / sizeof OPTIONAL_FIELDS[0]; i++) {
+        PyObject *v = f[OPTIONAL_FIELDS[i].index];
+        if (v != Py_None && put_str_field(w, OPTIONAL_FIELDS[i].name, v) < 0)
+            return -1;
+    }
+    if (f[13] != Py_None) { /* latencyMs: float(value) */
+        double d;
+        if (PyFloat_CheckExact(f[13]))
+            d = PyFloat_AS_DOUBLE(f[13]);
+        else if (PyLong_CheckExact(f[13]) && !((d = PyLong_AsDouble(f[13])) == -1.0 && PyErr_Occurred()))
+            ;
+        else
+            return -1;
+        if (put(w, ",\"latencyMs\":", 13) < 0 || put_repr(w, d) < 0)
+            return -1;
+    }
+    if (f[17] != Py_None) { /* chunk, and chunks (0 when None) */
+        if (put_int_field(w, ",\"chunk\":", f[17]) < 0 ||
+            put_int_field(w, ",\"chunks\":", f[18] == Py_None ? zero : f[18]) < 0)
+            return -1;
+    }
+    if (f[14] != Py_None) {
+        if (!PyBytes_CheckExact(f[14]))
+            return -1;
+        if (PyBytes_GET_SIZE(f[14]) <= limit &&
+            (put(w, ",\"envelope\":\"", 13) < 0 ||
+             put_base64(w, (const unsigned char *)PyBytes_AS_STRING(f[14]), PyBytes_GET_SIZE(f[14])) < 0 ||
+             put(w, "\"", 1) < 0))
+            return -1;
+    }
+    return put(w, "}\n", 2);
+}
+
+/* envelope_line(event, envelope_limit): the journal line of an EnvelopeTrace (core.records), a str. */
+static PyObject *envelope_line(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    if (!ready(B_ENVELOPE_TRACE, B_PURE_ENVELOPE_LINE))
+        return NULL;
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL ||
+        Py_TYPE(args[0]) != (PyTypeObject *)bound[B_ENVELOPE_TRACE] || PyTuple_GET_SIZE(args[0]) != 19 ||
+        !PyLong_CheckExact(args[1]))
+        return twin(B_PURE_ENVELOPE_LINE, args, nargsf, kwnames);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return twin(B_PURE_ENVELOPE_LINE, args, nargsf, kwnames);
+    }
+    writer w = {PyBytes_FromStringAndSize(NULL, 512), 0, 512};
+    if (w.bytes == NULL)
+        return NULL;
+    if (envelope_fields(&w, args[0], limit) < 0) {
+        Py_DECREF(w.bytes);
+        PyErr_Clear();
+        return twin(B_PURE_ENVELOPE_LINE, args, nargsf, kwnames);
+    }
+    PyObject *line = PyUnicode_New(w.len, 127);
+    if (line != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(line), PyBytes_AS_STRING(w.bytes), w.len);
+    Py_DECREF(w.bytes);
+    return line;
+}
+
 typedef struct {
     const unsigned char *p, *end;
     int depth;
@@ -1132,6 +1309,111 @@ failed:
 }
 
 /* ------------------------------------------------------------------ the module */
+/* ------------------------------------------------------------------ three system calls of the hot path
+ * What transport.py and fsutil.py made through ctypes, whose call costs ten times the system call's
+ * own user-space work. Each returns 0 or the errno (the write: the bytes written or -errno), so the
+ * Python side keeps its error handling as it was. */
+
+static int int_arg(PyObject *v, int *out)
+{
+    *out = _PyLong_AsInt(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* rename_noreplace(src_fd, name, dst_fd): renameat2(src_fd, name, dst_fd, name, RENAME_NOREPLACE),
+ * without the GIL (a directory on a disk may wait for it); ENOSYS where the kernel lacks it. */
+static PyObject *rename_noreplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int src, dst;
+    if (nargs != 3 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "rename_noreplace(src_fd, name: bytes, dst_fd)");
+        return NULL;
+    }
+    if (int_arg(args[0], &src) < 0 || int_arg(args[2], &dst) < 0)
+        return NULL;
+    const char *name = PyBytes_AS_STRING(args[1]);
+    long done;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef SYS_renameat2
+    done = syscall(SYS_renameat2, src, name, dst, name, 1 /* RENAME_NOREPLACE */);
+#else
+    done = -1, errno = ENOSYS;
+#endif
+    if (done != 0)
+        err = errno;
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
+}
+
+/* unlinkat_keeping_gil(dir_fd, name): unlinkat(dir_fd, name, 0) with the GIL kept (fsutil.py says why). */
+static PyObject *unlinkat_keeping_gil(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int dir;
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "unlinkat_keeping_gil(dir_fd, name: bytes)");
+        return NULL;
+    }
+    if (int_arg(args[0], &dir) < 0)
+        return NULL;
+    return PyLong_FromLong(unlinkat(dir, PyBytes_AS_STRING(args[1]), 0) == 0 ? 0 : errno);
+}
+
+/* write_keeping_gil(fd, data): write(2) with the GIL kept, for a descriptor that never blocks. */
+static PyObject *write_keeping_gil(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int fd;
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "write_keeping_gil(fd, data: bytes)");
+        return NULL;
+    }
+    if (int_arg(args[0], &fd) < 0)
+        return NULL;
+    ssize_t written = write(fd, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]));
+    return PyLong_FromSsize_t(written < 0 ? -(Py_ssize_t)errno : written);
+}
+
+/* file_stamp(path): (st_ino, st_mtime_ns, st_size) of lstat(path), None when it fails: registry.py's
+ * stamp of an entry file, taken twice a send (the entry judged current before the seal, unchanged
+ * after the delivery), where os.stat's result object cost six times the system call's user-space work. */
+static PyObject *file_stamp(PyObject *self, PyObject *arg)
+{
+    PyObject *raw = NULL;
+    if (!PyUnicode_FSConverter(arg, &raw))
+        return NULL;
+    struct stat st;
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = lstat(PyBytes_AS_STRING(raw), &st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(raw);
+    if (failed)
+        Py_RETURN_NONE;
+    PyObject *mtime_ns;
+    long long sec = (long long)st.st_mtim.tv_sec;
+    if (sec > -9000000000LL && sec < 9000000000LL) {
+        mtime_ns = PyLong_FromLongLong(sec * 1000000000LL + st.st_mtim.tv_nsec);
+    } else { /* beyond 64 bits in nanoseconds: as os.stat does it, in Python integers */
+        PyObject *s = PyLong_FromLongLong(sec), *billion = PyLong_FromLong(1000000000L),
+                 *ns = PyLong_FromLong(st.st_mtim.tv_nsec), *product = NULL;
+        mtime_ns = NULL;
+        if (s && billion && ns && (product = PyNumber_Multiply(s, billion)) != NULL)
+            mtime_ns = PyNumber_Add(product, ns);
+        Py_XDECREF(s), Py_XDECREF(billion), Py_XDECREF(ns), Py_XDECREF(product);
+    }
+    if (mtime_ns == NULL)
+        return NULL;
+    PyObject *ino = PyLong_FromUnsignedLongLong((unsigned long long)st.st_ino),
+             *size = PyLong_FromLongLong((long long)st.st_size);
+    if (ino == NULL || size == NULL) {
+        Py_XDECREF(ino), Py_XDECREF(size), Py_DECREF(mtime_ns);
+        return NULL;
+    }
+    PyObject *stamp = PyTuple_Pack(3, ino, mtime_ns, size);
+    Py_DECREF(ino), Py_DECREF(mtime_ns), Py_DECREF(size);
+    return stamp;
+}
+
 static PyMethodDef METHODS[] = {
     {"bind", bind, METH_VARARGS, "bind(name, object): a type, error or pure twin the functions use"},
     {"parse_filename", (PyCFunction)(void (*)(void))parse_filename, METH_FASTCALL | METH_KEYWORDS,
@@ -1148,6 +1430,15 @@ static PyMethodDef METHODS[] = {
      "Parse and check a payload (core.payloads.decode_payload)."},
     {"encode_payload", (PyCFunction)(void (*)(void))encode_payload, METH_FASTCALL | METH_KEYWORDS,
      "A payload's JSON text in UTF-8 (core.payloads.encode_payload)."},
+    {"envelope_line", (PyCFunction)(void (*)(void))envelope_line, METH_FASTCALL | METH_KEYWORDS,
+     "The journal line of an EnvelopeTrace (core.records.encode_line)."},
+    {"rename_noreplace", (PyCFunction)(void (*)(void))rename_noreplace, METH_FASTCALL,
+     "renameat2(src_fd, name, dst_fd, name, RENAME_NOREPLACE) without the GIL: 0 or the errno."},
+    {"unlinkat_keeping_gil", (PyCFunction)(void (*)(void))unlinkat_keeping_gil, METH_FASTCALL,
+     "unlinkat(dir_fd, name, 0) keeping the GIL: 0 or the errno."},
+    {"write_keeping_gil", (PyCFunction)(void (*)(void))write_keeping_gil, METH_FASTCALL,
+     "write(fd, data) keeping the GIL: the bytes written, or -errno."},
+    {"file_stamp", file_stamp, METH_O, "(st_ino, st_mtime_ns, st_size) of lstat(path), or None (registry.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,7 +4,7 @@ the one parser (`parse_line`, `parse_record`) of journal lines. Pure. Kinds: `en
 
 An event is a NamedTuple (one is built per envelope, so they are cheap). `encode_line` builds the
 line without a dict per record, because the journal writes one line per envelope; every string a
-peer can influence goes through `json.dumps`. `to_record()` is that same line as a dict.
+peer can influence goes through `json.dumps` or, on the hot kinds, the C escaper it calls for a str. `to_record()` is that same line as a dict.
 """
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import base64
 import binascii
 import json
 import sys
-from typing import Any, NamedTuple
+from json.encoder import encode_basestring_ascii
+from typing import Any, Callable, NamedTuple
+
+from . import accel
 
 REJECT_REASONS = (
     "unauthorized", "bad_size", "bad_version", "bad_tag", "wrong_target", "unknown_sender",
@@ -216,9 +219,24 @@ class DurableTrace(NamedTuple):
 
 TraceEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | SpcTrace | MessageTrace | DurableTrace
 JournalEvent = EnvelopeTrace | LeaseTrace | HealthTrace | ControlTrace | ThreatTrace | MessageTrace | DurableTrace
+def envelope_event(ts: float, node: str, dir: str, peer: str, type: str, seq: int, size: int, outcome: str,
+                   envelope: bytes | None, file: str | None, extra: dict[str, Any] | None = None) -> EnvelopeTrace:
+    """``EnvelopeTrace(ts, …, outcome, envelope=envelope, file=file, **extra)``: one is built per
+    envelope sent or accepted, and the named tuple's own constructor, with keywords, cost as much
+    as the rest of the event's way to the journal; without `extra` the tuple is made directly."""
+    if extra:
+        return EnvelopeTrace(ts, node, dir, peer, type, seq, size, outcome, envelope=envelope, file=file, **extra)
+    return _tuple_new(EnvelopeTrace, (ts, node, dir, peer, type, seq, size, outcome, None, None, None, None,
+                                      None, None, envelope, file, None, None, None))
+
+
+_tuple_new = tuple.__new__
+
+
 JOURNALED = (EnvelopeTrace, LeaseTrace, HealthTrace, ControlTrace, ThreatTrace, MessageTrace, DurableTrace)
 
 _dump = json.dumps
+_esc = encode_basestring_ascii  # json.dumps of a str, in C (json's own escaper)
 _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), ("errorCode", 12),
              ("messageId", 16))
 
@@ -226,6 +244,8 @@ _OPTIONAL = (("reason", 8), ("requestId", 9), ("service", 10), ("status", 11), (
 def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT) -> str:
     """One journal line (with its newline). The envelope is kept when it is at most
     `envelope_limit` bytes."""
+    if event.__class__ is EnvelopeTrace:  # the most frequent by far: one per envelope on both sides
+        return envelope_line(event, envelope_limit)
     if isinstance(event, LeaseTrace):
         return (f'{{"kind":"lease","ts":{event.ts!r},"node":{_dump(event.node)},"subject":{_dump(event.subject)},'
                 f'"event":{_dump(event.event)}}}\n')
@@ -251,14 +271,41 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
         return (f'{{"kind":"threat","ts":{event.ts!r},"node":{_dump(event.node)},"peer":{_dump(event.peer)},'
                 f'"event":{_dump(event.event)},"score":{float(event.score)!r},"instance":{_dump(event.instance)},'
                 f'"reason":{_dump(event.reason)}}}\n')
-    e = event
-    line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
-            f'"peer":{_dump(e.peer)},"type":{_dump(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
-            f'"outcome":{_dump(e.outcome)}')
-    for key, index in _OPTIONAL:
-        value = e[index]
-        if value is not None:
-            line += f',"{key}":{_dump(value)}'
+    return envelope_line(event, envelope_limit)
+
+
+def envelope_line(e: EnvelopeTrace, envelope_limit: int) -> str:
+    """The journal line of an EnvelopeTrace (what encode_line gives for one)."""
+    try:  # the fast form: every string field a str, escaped by json's own C escaper
+        return _envelope_fields(e, envelope_limit, _esc)
+    except TypeError:  # a field of another type: json.dumps writes what it can, the same way
+        return _envelope_fields(e, envelope_limit, _dump)
+
+
+# The compiled form (core/accel.py) writes this line in C, the same text (one per envelope on both
+# sides, so a journal's main cost); what it does not take (another type in a field) goes to the
+# pure function, its twin (tests/runtime/test_compiled_form.py).
+pure_envelope_line = envelope_line
+if accel.compiled is not None:
+    accel.compiled.bind("EnvelopeTrace", EnvelopeTrace)
+    accel.compiled.bind("envelope_line", envelope_line)
+    envelope_line = accel.compiled.envelope_line
+
+
+_NO_OPTIONAL = (None,) * 5
+
+
+def _envelope_fields(e: EnvelopeTrace, envelope_limit: int, q: Callable[[Any], str]) -> str:
+    # one per envelope on both sides of every exchange, so written for speed: `q` is
+    # encode_basestring_ascii (what json.dumps calls for a str, without its Python layers)
+    line = (f'{{"kind":"envelope","ts":{e.ts!r},"node":{q(e.node)},"dir":{q(e.dir)},'
+            f'"peer":{q(e.peer)},"type":{q(e.type)},"seq":{int(e.seq)},"size":{int(e.size)},'
+            f'"outcome":{q(e.outcome)}')
+    if e[8:13] != _NO_OPTIONAL or e.message_id is not None:
+        for key, index in _OPTIONAL:
+            value = e[index]
+            if value is not None:
+                line += f',"{key}":{q(value)}'
     if e.latency_ms is not None:
         line += f',"latencyMs":{float(e.latency_ms)!r}'
     if e.chunk is not None:
@@ -269,14 +316,21 @@ def encode_line(event: JournalEvent, envelope_limit: int = ENVELOPE_FIELD_LIMIT)
 
 
 def _message_line(e: MessageTrace) -> str:
-    line = (f'{{"kind":"message","ts":{e.ts!r},"node":{_dump(e.node)},"dir":{_dump(e.dir)},'
-            f'"peer":{_dump(e.peer)},"messageId":{_dump(e.message_id)},"event":{_dump(e.event)},'
-            f'"type":{_dump(e.type)},"size":{int(e.size)},"chunks":{int(e.chunks)},"attempt":{int(e.attempt)},'
+    try:
+        return _message_fields(e, _esc)
+    except TypeError:
+        return _message_fields(e, _dump)
+
+
+def _message_fields(e: MessageTrace, q: Callable[[Any], str]) -> str:
+    line = (f'{{"kind":"message","ts":{e.ts!r},"node":{q(e.node)},"dir":{q(e.dir)},'
+            f'"peer":{q(e.peer)},"messageId":{q(e.message_id)},"event":{q(e.event)},'
+            f'"type":{q(e.type)},"size":{int(e.size)},"chunks":{int(e.chunks)},"attempt":{int(e.attempt)},'
             f'"reliable":{"true" if e.reliable else "false"},"seq":{int(e.seq)}')
     if e.reason is not None:
-        line += f',"reason":{_dump(e.reason)}'
+        line += f',"reason":{q(e.reason)}'
     if e.detail:
-        line += f',"detail":{_dump(e.detail)}'
+        line += f',"detail":{q(e.detail)}'
     return line + "}\n"
 
 

@@ -37,7 +37,7 @@ from ..core.entry import RegistryEntry
 from ..core.inbound import (CLOCK_EVERY, SLICE_SECONDS, AnswerProbe, Inbound, Judge, RegistryHint, Reject,
                             ResolveCall, RunHandler, SettleAck, SubmitRequest)
 from ..core.receiving import Identity, Verdict
-from ..core.records import EnvelopeTrace
+from ..core.records import EnvelopeTrace, envelope_event
 from ..core.replay import ReplayGuard
 from ..inotify import REGISTRY_EVENTS, Watch
 from ..transport import FileRejected, NotReady, read_inbox_file, remove_entry
@@ -413,9 +413,8 @@ class Receiver:
         if verdict.gap:
             telemetry.count("gaps")
         if telemetry.observers:
-            telemetry.emit(EnvelopeTrace(time.time(), self._ctx.name, "in", sender, verdict.type,
-                                         verdict.header.sequence, len(data), "accepted", envelope=data, file=name,
-                                         **(extra or {})))
+            telemetry.emit(envelope_event(time.time(), self._ctx.name, "in", sender, verdict.type,
+                                          verdict.header.sequence, len(data), "accepted", data, name, extra))
 
     def dispatch(self, verdict: Verdict, sender: str, data: bytes, name: str) -> None:
         """An accepted envelope, or a message an extension assembled from several: every extension

@@ -30,7 +30,7 @@ from ..core.errors import (AccessDeniedError, DeliveryError, NodeLeavingError, N
                           PayloadTooLargeError)
 from ..core.keys import Key
 from ..core.liveness import EXPIRED, LEAVING, PROCESS_GONE, HostFacts, judge
-from ..core.records import EnvelopeTrace
+from ..core.records import envelope_event
 from ..monitor import RegistryMonitor
 from ..transport import DirectoryGone, NameTaken, TargetDirs, deliver, retract
 from .telemetry import Telemetry
@@ -137,8 +137,8 @@ class Sender:
             sealed.append(data)
         self._telemetry.count("sent")
         if self._telemetry.observers:
-            self._telemetry.emit(EnvelopeTrace(time.time(), self.name, "out", target, type_name(etype), seq,
-                                               len(data), "sent", envelope=data, file=filename, **(trace_extra or {})))
+            self._telemetry.emit(envelope_event(time.time(), self.name, "out", target, type_name(etype), seq,
+                                                len(data), "sent", data, filename, trace_extra))
         return seq
 
     def deliver_into(self, dirs: TargetDirs, target: str, entry: RegistryEntry, etype: int, seq: int, flags: int,

@@ -40,7 +40,8 @@ class Telemetry:
         self._lock = threading.Lock()
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._rejected: dict[str, int] = {}
-        self.observers: list[Callable[[Any], None]] = []
+        # replaced, never changed in place: emit (once per envelope) iterates it without a copy
+        self.observers: tuple[Callable[[Any], None], ...] = ()
         self._last_problem: dict[str, float] = {}
         self.sections: dict[str, Callable[[], Any]] = {}  # extensions' parts of the counters, by key
 
@@ -61,11 +62,19 @@ class Telemetry:
         return out
 
     def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]:
-        self.observers.append(observer)
-        return lambda: self.observers.remove(observer) if observer in self.observers else None
+        with self._lock:
+            self.observers = (*self.observers, observer)
+        return lambda: self._remove_observer(observer)
+
+    def _remove_observer(self, observer: Callable[[Any], None]) -> None:
+        with self._lock:
+            if observer in self.observers:
+                kept = list(self.observers)
+                kept.remove(observer)
+                self.observers = tuple(kept)
 
     def emit(self, event: Any) -> None:
-        for observer in list(self.observers):
+        for observer in self.observers:
             try:
                 observer(event)
             except Exception:

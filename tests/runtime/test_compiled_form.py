@@ -7,6 +7,7 @@ Run under either form: when the pure form runs (SPEED_PURE_PYTHON=1, or the modu
 installed) the module is built from its source here, as tests/interop builds the C node."""
 from __future__ import annotations
 
+import errno
 import importlib.machinery
 import importlib.util
 import json
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from speed_runtime.core import accel, aead, envelope, payloads
+from speed_runtime.core import accel, aead, envelope, payloads, records
 from speed_runtime.core.envelope import EnvelopeType, FileName, Header, OpenedEnvelope
 from speed_runtime.core.errors import SPC_ERROR_CODES, EnvelopeError
 from speed_runtime.keyfile import Key
@@ -54,7 +55,8 @@ def build_from_source() -> object:
                         ("parse_filename", envelope.pure_parse_filename), ("seal", envelope.pure_seal),
                         ("open_envelope", envelope.pure_open_envelope), ("decode_payload", payloads.pure_decode_payload),
                         ("encode_payload", payloads.pure_encode_payload), ("encrypt", aead.pure_encrypt),
-                        ("decrypt", aead.pure_decrypt)):
+                        ("decrypt", aead.pure_decrypt), ("EnvelopeTrace", records.EnvelopeTrace),
+                        ("envelope_line", records.pure_envelope_line)):
         module.bind(name, value)
     return module
 
@@ -324,6 +326,108 @@ def test_a_request_encodes_and_decodes_the_same_in_both_forms(compiled):
     request = payloads.spc_request("cli", "srv", "0" * 32, "echo", {"p": "x" * 64, "n": [1, 2.5, None, True]}, 3000)
     data = same(payloads.pure_encode_payload, compiled.encode_payload, request)[3]
     assert same(payloads.pure_decode_payload, compiled.decode_payload, data, EnvelopeType.SPC_REQUEST)[3] == request
+
+
+# ------------------------------------------------------------------ the journal's envelope line
+JOURNAL_TEXT = st.one_of(st.text(max_size=12), st.sampled_from(["\x7f", "\ud800", "a\udfffb", "é€𝄞", "\u2028",
+                                                                 '"\\/\n\b\f\r\t\x00\x1f', Text("sub")]))
+OPTIONAL_TEXT = st.one_of(st.none(), JOURNAL_TEXT, st.sampled_from([5, b"x"]))
+COUNT = st.one_of(st.integers(0, 2**64 + 3), st.integers(-3, 3), st.sampled_from([True, 1.5, 2**63, -2**63 - 1]))
+
+
+@st.composite
+def envelope_events(draw):
+    """EnvelopeTrace events as the nodes make them, and with what they never put in a field."""
+    return records.EnvelopeTrace(
+        draw(st.one_of(st.floats(), st.integers(0, 2**40))), draw(JOURNAL_TEXT), draw(st.sampled_from(["in", "out"])),
+        draw(JOURNAL_TEXT), draw(JOURNAL_TEXT), draw(COUNT), draw(COUNT), draw(JOURNAL_TEXT),
+        reason=draw(OPTIONAL_TEXT), request_id=draw(OPTIONAL_TEXT), service=draw(OPTIONAL_TEXT),
+        status=draw(OPTIONAL_TEXT), error_code=draw(OPTIONAL_TEXT),
+        latency_ms=draw(st.one_of(st.none(), st.floats(), st.integers(-5, 5), st.just(2**1100))),
+        envelope=draw(st.one_of(st.none(), st.binary(max_size=70), st.just(bytearray(b"ab")))),
+        file=draw(st.one_of(st.none(), JOURNAL_TEXT)), message_id=draw(OPTIONAL_TEXT),
+        chunk=draw(st.one_of(st.none(), COUNT)), chunks=draw(st.one_of(st.none(), COUNT)))
+
+
+@given(envelope_events(), st.sampled_from([0, 3, 64, 65536, 2**70]))
+@MANY
+@example(records.EnvelopeTrace(1764258000.123456, "billing", "in", "gateway", "MESSAGE", 7, 212, "accepted",
+                               envelope=bytes(range(212)), file="x"), 65536)
+def test_an_envelope_record_is_the_same_line_in_both_forms(compiled, event, limit):
+    same(records.pure_envelope_line, compiled.envelope_line, event, limit)
+
+
+def test_the_envelope_line_passes_other_arguments_to_the_twin(compiled):
+    event = records.EnvelopeTrace(1.5, "a", "in", "b", "MESSAGE", 1, 2, "accepted")
+    for args in [(event,), (tuple(event), 10), (event, "10"), (event, 10, 11)]:
+        same(records.pure_envelope_line, compiled.envelope_line, *args)
+
+
+# ------------------------------------------------------------------ the hot path's system calls
+def test_the_compiled_rename_unlink_and_write_give_what_the_ctypes_calls_give(compiled, tmp_path):
+    """rename_noreplace, unlinkat_keeping_gil and write_keeping_gil against transport's and
+    fsutil's ctypes calls: the same outcome, 0 or the same errno, on the same cases."""
+    import ctypes
+
+    from speed_runtime import fsutil, transport
+
+    def ctypes_unlink(fd, raw):
+        return 0 if fsutil._UNLINKAT(fd, raw, 0) == 0 else ctypes.get_errno()
+
+    def ctypes_write(fd, data):
+        written = fsutil._WRITE(fd, data, len(data))
+        return written if written >= 0 else -ctypes.get_errno()
+
+    for form, (rename, unlink, write) in {
+            "ctypes": (transport._ctypes_rename_noreplace, ctypes_unlink, ctypes_write),
+            "compiled": (compiled.rename_noreplace, compiled.unlinkat_keeping_gil, compiled.write_keeping_gil)}.items():
+        src, dst = tmp_path / form / "tmp", tmp_path / form / "inbox"
+        src.mkdir(parents=True)
+        dst.mkdir()
+        (src / "a").write_bytes(b"1")
+        (src / "b").write_bytes(b"2")
+        (dst / "b").write_bytes(b"taken")
+        (dst / "d").mkdir()
+        sfd, dfd = os.open(src, os.O_RDONLY | os.O_DIRECTORY), os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+        r, w = os.pipe()
+        try:
+            got = [rename(sfd, b"a", dfd), rename(sfd, b"b", dfd), rename(sfd, b"missing", dfd),
+                   rename(-5, b"a", dfd), unlink(dfd, b"a"), unlink(dfd, b"a"), unlink(dfd, b"d"),
+                   write(w, b"xyz"), write(-5, b"x")]
+        finally:
+            for fd in (sfd, dfd, r, w):
+                os.close(fd)
+        assert got == [0, errno.EEXIST, errno.ENOENT, errno.EBADF, 0, errno.ENOENT, errno.EISDIR, 3, -errno.EBADF], form
+        assert (dst / "b").read_bytes() == b"taken" and (src / "b").exists() and not (dst / "a").exists()
+
+
+def test_the_compiled_file_stamp_is_the_registry_s_stamp(compiled, tmp_path):
+    """file_stamp against registry.py's os.stat form: a file, a rewritten one, a symlink (not
+    followed), a FIFO, a directory, a missing name, a name in surrogate-escaped bytes, and
+    modification times os.stat computes beyond 64 bits of nanoseconds or before 1970."""
+    from speed_runtime import registry
+
+    (tmp_path / "entry.node").write_bytes(b"{}")
+    (tmp_path / "later.node").write_bytes(b"{}")
+    os.utime(tmp_path / "later.node", ns=(0, 10**19 + 7))  # year 2286: beyond 2**63 nanoseconds
+    (tmp_path / "early.node").write_bytes(b"x" * 5)
+    os.utime(tmp_path / "early.node", ns=(0, -(10**9) * 86400 + 3))
+    os.symlink(tmp_path / "entry.node", tmp_path / "link.node")
+    os.mkfifo(tmp_path / "fifo.node")
+    (tmp_path / "dir.node").mkdir()
+    odd = os.fsdecode(b"odd-\xff.node")
+    (tmp_path / odd).write_bytes(b"1")
+    names = ["entry.node", "later.node", "early.node", "link.node", "fifo.node", "dir.node", "missing.node", odd]
+    for name in names:
+        path = str(tmp_path / name)
+        same(registry._pure_file_stamp, compiled.file_stamp, path)
+    assert compiled.file_stamp(str(tmp_path / "later.node"))[1] == 10**19 + 7
+    assert compiled.file_stamp(str(tmp_path / "missing.node")) is None
+    before = compiled.file_stamp(str(tmp_path / "entry.node"))
+    (tmp_path / "new").write_bytes(b"{} ")
+    os.replace(tmp_path / "new", tmp_path / "entry.node")  # as every registry write: a new file renamed in
+    assert compiled.file_stamp(str(tmp_path / "entry.node")) != before
+    same(registry._pure_file_stamp, compiled.file_stamp, str(tmp_path / "entry.node"))
 
 
 # ------------------------------------------------------------------ which form runs
