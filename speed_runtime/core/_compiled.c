@@ -636,6 +636,17 @@ static int encode_string(writer *w, PyObject *s)
     return put(w, "\"", 1);
 }
 
+/* a float as float.__repr__ writes it */
+static int put_repr(writer *w, double d)
+{
+    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* float.__repr__ */
+    if (text == NULL)
+        return -1;
+    int failed = put(w, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    return failed;
+}
+
 static int encode_value(writer *w, PyObject *v, int depth);
 
 static int encode_items(writer *w, PyObject *v, int depth)
@@ -689,12 +700,7 @@ static int encode_value(writer *w, PyObject *v, int depth)
         double d = PyFloat_AS_DOUBLE(v);
         if (!isfinite(d))
             return -1; /* allow_nan=False: json raises */
-        char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* float.__repr__ */
-        if (text == NULL)
-            return -1;
-        int failed = put(w, text, (Py_ssize_t)strlen(text));
-        PyMem_Free(text);
-        return failed;
+        return put_repr(w, d);
     }
     if (PyDict_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v))
         return encode_items(w, v, depth);
@@ -763,16 +769,6 @@ static int put_str_field(writer *w, const char *name, PyObject *v)
     if (!PyUnicode_CheckExact(v))
         return -1;
     return put(w, name, (Py_ssize_t)strlen(name)) < 0 ? -1 : put_ascii_string(w, v);
-}
-
-static int put_repr(writer *w, double d)
-{
-    char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* float.__repr__ */
-    if (text == NULL)
-        return -1;
-    int failed = put(w, text, (Py_ssize_t)strlen(text));
-    PyMem_Free(text);
-    return failed;
 }
 
 static int put_int_field(writer *w, const char *name, PyObject *v)
@@ -1320,16 +1316,23 @@ static int int_arg(PyObject *v, int *out)
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* `want` arguments, a descriptor (into *fd) then bytes; else -1 with a TypeError naming `usage` */
+static int fd_and_bytes(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage, int *fd)
+{
+    if (nargs != want || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return int_arg(args[0], fd);
+}
+
 /* rename_noreplace(src_fd, name, dst_fd): renameat2(src_fd, name, dst_fd, name, RENAME_NOREPLACE),
  * without the GIL (a directory on a disk may wait for it); ENOSYS where the kernel lacks it. */
 static PyObject *rename_noreplace(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int src, dst;
-    if (nargs != 3 || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "rename_noreplace(src_fd, name: bytes, dst_fd)");
-        return NULL;
-    }
-    if (int_arg(args[0], &src) < 0 || int_arg(args[2], &dst) < 0)
+    if (fd_and_bytes(args, nargs, 3, "rename_noreplace(src_fd, name: bytes, dst_fd)", &src) < 0 ||
+        int_arg(args[2], &dst) < 0)
         return NULL;
     const char *name = PyBytes_AS_STRING(args[1]);
     long done;
@@ -1350,11 +1353,7 @@ static PyObject *rename_noreplace(PyObject *self, PyObject *const *args, Py_ssiz
 static PyObject *unlinkat_keeping_gil(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int dir;
-    if (nargs != 2 || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "unlinkat_keeping_gil(dir_fd, name: bytes)");
-        return NULL;
-    }
-    if (int_arg(args[0], &dir) < 0)
+    if (fd_and_bytes(args, nargs, 2, "unlinkat_keeping_gil(dir_fd, name: bytes)", &dir) < 0)
         return NULL;
     return PyLong_FromLong(unlinkat(dir, PyBytes_AS_STRING(args[1]), 0) == 0 ? 0 : errno);
 }
@@ -1363,11 +1362,7 @@ static PyObject *unlinkat_keeping_gil(PyObject *self, PyObject *const *args, Py_
 static PyObject *write_keeping_gil(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int fd;
-    if (nargs != 2 || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "write_keeping_gil(fd, data: bytes)");
-        return NULL;
-    }
-    if (int_arg(args[0], &fd) < 0)
+    if (fd_and_bytes(args, nargs, 2, "write_keeping_gil(fd, data: bytes)", &fd) < 0)
         return NULL;
     ssize_t written = write(fd, PyBytes_AS_STRING(args[1]), (size_t)PyBytes_GET_SIZE(args[1]));
     return PyLong_FromSsize_t(written < 0 ? -(Py_ssize_t)errno : written);
