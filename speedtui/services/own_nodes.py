@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from speed_runtime.core.records import HealthTrace, LeaseTrace
 
@@ -48,6 +48,12 @@ class OwnNode:
         if self.node is not None:
             return getattr(self.node, "state", "running") == "running"
         return self.proc is not None and self.proc.poll() is None
+
+
+class Observable(Protocol):
+    """What the logs need of an in-process node (speed_runtime.Node): its trace events."""
+
+    def add_observer(self, observer: Callable[[Any], None]) -> Callable[[], None]: ...
 
 
 class NodeLogs:
@@ -95,7 +101,7 @@ class NodeLogs:
         with self._lock:
             return self._book.last(name, stream)
 
-    def follow(self, name: str, node: Any) -> None:
+    def follow(self, name: str, node: Observable) -> None:
         """Log an in-process node (speed_runtime.Node): its health events and its own lease events."""
         self.open(name, "in-process")
         node.add_observer(self.observer(name))
