@@ -27,7 +27,7 @@ os.environ["SPEED_ANALYTICS_PREWARM"] = "0"   # the pictures' reports would pre-
 from speedtui.services import runtime as rt  # noqa: E402
 from speedtui.ui.app import make_app  # noqa: E402
 from speedtui.services.clock import FrozenClock  # noqa: E402
-from speedtui.environments.fixture import FIXED_NOW, build, sample_summary  # noqa: E402
+from speedtui.environments.fixture import FIXED_NOW, build, node_logs, sample_summary  # noqa: E402
 from speedtui.models.history import AuditEntry, CallRecord
 from speedtui.services.history import AuditLog, CallHistory  # noqa: E402
 from speedtui.paths import Paths  # noqa: E402
@@ -69,15 +69,7 @@ SHOTS = [
 
 def sample_logs():
     """What two nodes the console started wrote: a `speed node` process and an in-process node."""
-    from speedtui.services.own_nodes import NodeLogs
-
-    logs = NodeLogs(clock=lambda: FIXED_NOW)
-    logs.open("billing", "process", 4242)
-    logs.add("billing", "stdout", "ready billing id=6f1c2d9e-0000-4000-8000-000000000001 pid=4242")
-    logs.open("ops", "in-process")
-    logs.add("ops", "health", "lease registered")
-    for i in range(4):
-        logs.add("billing", "stdout", f'{{"from": "ops", "seq": {i + 1}, "data": {{"amount": {100 * (i + 1)}}}}}')
+    logs = node_logs(messages=4)
     logs.add("billing", "stderr", "speed: node billing: slow handler: 1 message waited 2.1 s")
     logs.add("ops", "health", "lease renewed late (0.4 s)")
     return logs

@@ -12,6 +12,7 @@ from pathlib import Path
 from speed_runtime.fsutil import REGISTRY_DIR, TRACES_DIR
 
 from ..services import runtime as rt
+from ..services.own_nodes import NodeLogs
 
 FIXED_NOW = 1767225600.0  # 2026-01-01 00:00:00 UTC
 FIXED_KEY = bytes(range(32))
@@ -273,3 +274,15 @@ def sample_summary(now: float = FIXED_NOW) -> dict:
     return summary
 
 
+def node_logs(messages: int) -> NodeLogs:
+    """What two nodes the console started wrote, at FIXED_NOW: a `speed node` process (billing, its
+    ready line and `messages` echoed messages) and an in-process node (ops, its lease registered).
+    The logs snapshots and the screenshots add their own last lines."""
+    logs = NodeLogs(clock=lambda: FIXED_NOW)
+    logs.open("billing", "process", 4242)
+    logs.add("billing", "stdout", "ready billing id=6f1c2d9e-0000-4000-8000-000000000001 pid=4242")
+    logs.open("ops", "in-process")
+    logs.add("ops", "health", "lease registered")
+    for i in range(messages):
+        logs.add("billing", "stdout", f'{{"from": "ops", "seq": {i + 1}, "data": {{"amount": {100 * (i + 1)}}}}}')
+    return logs

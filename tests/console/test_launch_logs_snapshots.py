@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from speedtui.environments.fixture import FIXED_NOW
+from speedtui.environments.fixture import node_logs
 from speedtui.services.own_nodes import NodeLogs
 from speedtui.ui.screens.forms import LaunchScreen
 
@@ -38,13 +38,7 @@ def test_launch_dialog_as_speed_node(size, snap_compare, fixture_app):
 
 
 def fixed_logs() -> NodeLogs:
-    logs = NodeLogs(clock=lambda: FIXED_NOW)
-    logs.open("billing", "process", 4242)
-    logs.add("billing", "stdout", "ready billing id=6f1c2d9e-0000-4000-8000-000000000001 pid=4242")
-    logs.open("ops", "in-process")
-    logs.add("ops", "health", "lease registered")
-    for i in range(3):
-        logs.add("billing", "stdout", f'{{"from": "ops", "seq": {i + 1}, "data": {{"amount": {100 * (i + 1)}}}}}')
+    logs = node_logs(messages=3)
     logs.add("billing", "stderr", "speed: node billing: " + hostile.values(Path("/fixture/shots"))["hlink"])
     logs.add("billing", "stdout", "[link=https://example.invalid]click me[/link] " + hostile.BROKEN_MARKUP)
     logs.end("billing", "exited with status 0")
