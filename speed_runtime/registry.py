@@ -149,7 +149,7 @@ class Registry:
 
     def stamp(self, name: str) -> FileStamp | None:
         """What identifies the current version of `name`'s file, None if there is none."""
-        return _file_stamp(self._prefix + name + SUFFIX)
+        return _file_stamp(self.path(name))
 
     def read_stamped(self, name: str) -> tuple[RegistryEntry | None, FileStamp | None]:
         """`read`, with the stamp of the version read (taken from the open descriptor). Anything

@@ -746,11 +746,11 @@ static int put_ascii_string(writer *w, PyObject *s)
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         int failed;
-        if (c < 0x80 && !ESCAPE[c] && c != 0x7f) {
+        if (c < 0x80 && ESCAPE[c]) {
+            failed = put_escaped(w, c);
+        } else if (c < 0x7f) {
             char ch = (char)c;
             failed = put(w, &ch, 1);
-        } else if (c < 0x80 && ESCAPE[c]) {
-            failed = ESCAPE[c] == 'u' ? put_u(w, c) : put_escaped(w, c);
         } else if (c >= 0x10000) {
             c -= 0x10000;
             failed = put_u(w, 0xd800 | (c >> 10)) < 0 || put_u(w, 0xdc00 | (c & 0x3ff)) < 0;
