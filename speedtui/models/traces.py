@@ -4,6 +4,7 @@ nodes' unresolved health problems and a per-second rate."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import deque
 from dataclasses import dataclass, replace
@@ -206,16 +207,31 @@ class TraceFilter:
         return True
 
 
-def _insert_in_time_order(ring: deque, r: TraceRecord) -> None:
-    """Journals are read one after another, so a record can be older than the last one taken in:
-    it goes where its time puts it (nearly always at the end, else a few places before)."""
-    i = len(ring)
-    while i > 0 and ring[i - 1].ts > r.ts:
-        i -= 1
-    if i == len(ring):
+_time = attrgetter("ts")
+
+
+def _merge_in_time_order(ring: deque, taken: list, keep: int | None = None) -> list:
+    """Put ``taken`` (sorted by time) into ``ring`` (in time order) where their times put them,
+    keeping at most ``keep`` records (the newest); returns the records that fell off the old end.
+
+    Journals are read one after another, a pass of each at a time, so a whole batch can be older
+    than the newest record taken in: the ring's records newer than the batch's oldest are taken
+    off its end and merged with the batch once (records of equal time keep their order, the ring's
+    first). A walk back from the end for each record cost the length of the ring per record: the
+    console's first read of sixteen journals' tails (a few hundred thousand records) held its main
+    thread for minutes."""
+    newer: list = []
+    if taken:
+        first = taken[0].ts
+        while ring and ring[-1].ts > first:
+            newer.append(ring.pop())
+    newer.reverse()
+    fell: list = []
+    for r in (heapq.merge(newer, taken, key=_time) if newer else taken):
+        if keep is not None and len(ring) >= keep:
+            fell.append(ring.popleft())
         ring.append(r)
-    else:
-        ring.insert(i, r)
+    return fell
 
 
 @dataclass(frozen=True)
@@ -318,6 +334,7 @@ class TraceStore:
     # ---- ingest
     def add(self, records: Iterable[TraceRecord]) -> int:
         n = 0
+        taken: list[TraceRecord] = []  # for the ring and the view, in one merge (_take)
         for r in records:
             if r.source == "journal":
                 self.journaling.add(r.node)
@@ -342,27 +359,36 @@ class TraceStore:
                 self.buckets[sec] = self.buckets.get(sec, 0) + 1
                 if r.outcome == "rejected" and r.dir == "in":
                     self._note_rejection(r)
-            if len(self.ring) == self.ring.maxlen:
-                if r.ts < self.ring[0].ts:
-                    continue  # older than everything a full ring keeps: it would be the next to go
-                old = self.ring.popleft()
-                if self.view and self.view[0] is old:
-                    self.view.popleft()
-                if old.request_id:
-                    self._unlink_request(old)
-            _insert_in_time_order(self.ring, r)
-            if self.shows(r):
-                _insert_in_time_order(self.view, r)
+            taken.append(r)
             if r.request_id:
                 had = self.by_request.get(r.request_id)
                 if had is None:
                     self.by_request[r.request_id] = r
                 else:
                     self.by_request[r.request_id] = (had, r) if isinstance(had, TraceRecord) else had + (r,)
+        if taken:
+            self._take(taken)
         if len(self.buckets) > 600:
             for k in sorted(self.buckets)[:-300]:
                 del self.buckets[k]
         return n
+
+    def _take(self, taken: list[TraceRecord]) -> None:
+        """The ring keeps the newest ``capacity`` records in time order, the view those of them it
+        shows, in the same order; what falls off the ring leaves the view and the request index."""
+        taken.sort(key=_time)  # stable: records of one time keep the order they were read in
+        fell = _merge_in_time_order(self.ring, taken, self.capacity)
+        gone: set[int] = set()
+        for old in fell:
+            gone.add(id(old))
+            if old.request_id:
+                self._unlink_request(old)
+        view = self.view
+        while view and id(view[0]) in gone:  # what fell off is the ring's oldest, so the view's
+            view.popleft()
+        shown = [r for r in taken if id(r) not in gone and self.shows(r)]
+        if shown:
+            _merge_in_time_order(view, shown)
 
     def _note_health(self, r: TraceRecord) -> None:
         """A health record other than a recovery is a problem until the node recovers or a new

@@ -115,6 +115,47 @@ def test_ring_buffer_is_bounded_and_view_follows():
     assert len(s.view) == 10 and [r.seq for r in s.view][-5:] == [100, 101, 102, 103, 104]
 
 
+class _CountedTime(float):
+    """A record's time that counts the comparisons made with it."""
+    comparisons = 0
+
+    def _count(op):
+        def compare(self, other):
+            _CountedTime.comparisons += 1
+            return op(float(self), float(other))
+        return compare
+
+    __lt__, __le__, __gt__, __ge__ = (_count(float.__lt__), _count(float.__le__), _count(float.__gt__),
+                                      _count(float.__ge__))
+
+
+def test_journals_read_one_after_another_are_merged_in_time_order_at_a_cost_per_record():
+    """The console reads each journal's tail a pass at a time, one journal after another: a pass
+    is older than what the ring already holds. Each record once cost a walk back over the ring (the
+    first read of sixteen 4 MiB tails held the console's main thread for minutes); the ring, the
+    view and the request index must come out as if every record had been read in time order."""
+    from speedtui.models.traces import TraceRecord
+    journals, per_journal, per_pass, cap = 8, 600, 100, 1000
+    records = {j: [TraceRecord(id=j * per_journal + i, ts=_CountedTime(1000.0 + i * (1 + j) + j * 0.25),
+                               node=f"n{j}", kind="envelope", dir="out", peer="b" if i % 2 else "c",
+                               type="SPC_REQUEST", seq=i, outcome="sent", request_id=f"r{j}-{i}")
+                   for i in range(per_journal)] for j in range(journals)}
+    s = TraceStore(capacity=cap)
+    s.set_filter(TraceFilter(text="b"))
+    _CountedTime.comparisons = 0
+    for start in range(0, per_journal, per_pass):       # as the journal tailer reads them
+        batch = [r for j in range(journals) for r in records[j][start:start + per_pass]]
+        batch.sort(key=lambda r: r.ts)
+        s.add(batch)
+    every = sorted((r for rs in records.values() for r in rs), key=lambda r: (float(r.ts), r.id))
+    newest = every[-cap:]
+    assert [r.id for r in s.ring] == [r.id for r in newest]
+    assert [r.id for r in s.view] == [r.id for r in newest if r.peer == "b"]
+    assert set(s.by_request) == {r.request_id for r in newest}
+    assert s.total == journals * per_journal
+    assert _CountedTime.comparisons <= 30 * journals * per_journal, _CountedTime.comparisons
+
+
 def test_filters_and_query_language():
     s = _store()
     s.set_filter(parse_query("outcome:rej"))
