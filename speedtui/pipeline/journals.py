@@ -205,6 +205,39 @@ def stage_whole(inputs: list[str], staging: str, follow_top: bool = True) -> tup
     return staged, skipped
 
 
+def stage_tails(inputs: list[str], staging: str, per_journal: int, limit: int) -> list[str]:
+    """Copy the last whole lines of each journal of the input directories (at most per_journal
+    bytes of each, limit in all; links, FIFOs and what cannot be opened skipped) into `staging`
+    through its checked descriptor: a sample of the journals as they are, for warming up the job
+    on what it will read. Returns the staged paths."""
+    os.makedirs(staging, mode=0o700, exist_ok=True)
+    staged: list[str] = []
+    left = limit
+    for path, dir_fd, name in journal_files(inputs):
+        if left <= 0:
+            break
+        opened = open_checked(dir_fd, name) if dir_fd is not None else None
+        if opened is None:
+            continue
+        fd, st = opened
+        try:
+            end = last_line_end(fd, 0, st.st_size)
+            start = max(0, end - min(per_journal, left))
+            if start > 0:                   # from the first line that begins inside the sample
+                nl = os.pread(fd, end - start, start).find(b"\n")
+                start = start + nl + 1 if 0 <= nl < end - start - 1 else end
+            if end > start:
+                out = os.path.join(staging, f"{len(staged):06d}-{os.path.basename(path)}")
+                copy_fd(fd, start, end, out, path)
+                staged.append(out)
+                left -= end - start
+        except OSError:
+            continue                        # it shrank meanwhile: a sample needs no retry
+        finally:
+            os.close(fd)
+    return staged
+
+
 def copy_fd(src_fd: int, start: int, end: int, out_path: str, shown: str, buffer: int = 1 << 20) -> None:
     """Write bytes [start, end) of the open file src_fd into a new file out_path (the kernel copies
     where it can). OSError if the file became shorter while it was read."""

@@ -5,12 +5,13 @@ and stderr go to a log file (the JVM inherits them), it has no controlling termi
 session), and it talks to the console over its own pipes, one JSON object per line:
 
     console -> child   {"traces": [...], "store": DIR, "out": DIR, "rebuild": false}
-                       {"warm": true}   start Spark and compile the ingest's query on a few lines
+                       {"warm": true, "traces": [...]}   start Spark, run the ingest and the report on
+                                        the journals' last lines (or sample lines), keep nothing
                        {"ping": true}   the Analytics view is open: do not exit for idleness
     child -> console   {"event": "plan", "new_bytes": N, "estimate": S or null}
                        {"event": "progress", "fraction": F, "text": T}
                        {"event": "done", "summary": {...}} | {"event": "error", "message": M}
-                       {"event": "warm", "seconds": S} | {"event": "pong"}
+                       {"event": "warm", "seconds": S, "bytes": B} | {"event": "pong"}
 
 With --remote sc://HOST:PORT the child is a client of that Spark Connect server (a warm JVM that
 outlives the console; `speedtui analytics-server`), else it runs an embedded Spark. The child
@@ -70,8 +71,8 @@ def child_main(argv: list[str] | None = None) -> int:
                 t0 = time.monotonic()
                 spark = spark or _session(send, args.remote)
                 if request.get("warm"):
-                    _warm_up(spark)
-                    send({"event": "warm", "seconds": round(time.monotonic() - t0, 3)})
+                    warmed = _warm_up(spark, request.get("traces") or [])
+                    send({"event": "warm", "seconds": round(time.monotonic() - t0, 3), "bytes": warmed})
                     continue
                 summary = _analyse(spark, request, send)
                 send({"event": "done", "summary": summary})
@@ -110,26 +111,41 @@ WARM_LINES = (
 )
 
 
-#: how often the warm-up repeats WARM_LINES, and runs the query over them: a first run compiles the
-#: query's plan and code; the JVM's JIT compiles the parser's and the aggregation's hot paths only
-#: after many thousands of records (measured: an ingest of 8.7 MB right after a warm-up of the
-#: lines alone took 5.8 s, about four times a warm one)
-WARM_REPEAT = 10_000
+#: how often the warm-up runs the job (the ingest, then the report) on its sample: a first run
+#: compiles the query's plan and code; the JVM's JIT compiles the parser's and the aggregation's hot
+#: paths only after many thousands of records (measured: an ingest of 8.7 MB right after a warm-up of
+#: WARM_LINES alone took 5.8 s, about four times a warm one)
 WARM_RUNS = 3
+#: the sample: the last whole lines of each journal of the environment, as they are (their fields,
+#: kinds and sizes are what the first real analysis parses: the first analysis of 5M records with
+#: 1 % new took 2.7-3.3 s after a warm-up on WARM_LINES, 1.8-1.9 s after one on this sample; A B B A)
+WARM_BYTES_PER_JOURNAL = 1 << 20
+WARM_BYTES = 16 << 20
+#: without journals, WARM_LINES repeated this often
+WARM_REPEAT = 10_000
 
 
-def _warm_up(spark) -> None:
-    """Run the ingest's query on WARM_LINES (repeated) a few times: the plan, its code and the JIT."""
+def _warm_up(spark, traces: list[str]) -> int:
+    """Run the ingest and the report WARM_RUNS times on a sample of the journals in `traces` (or on
+    WARM_LINES repeated when there are none), in a directory of its own removed after: the plan, its
+    code and the JIT. Nothing of it is kept. Returns the sample's bytes."""
     import shutil
     import tempfile
     from .batches import ingest
+    from .journals import stage_tails
+    from .report import build_report, write_tables
     d = tempfile.mkdtemp(prefix="speed-warm-")
     try:
-        with open(os.path.join(d, "warm.jsonl"), "w", encoding="utf-8") as f:
-            for i in range(WARM_REPEAT):
-                f.write("\n".join(line.replace('"r"', f'"r{i}"') for line in WARM_LINES) + "\n")
+        staged = stage_tails(traces, os.path.join(d, "sample"), WARM_BYTES_PER_JOURNAL, WARM_BYTES)
+        if not staged:
+            staged = [os.path.join(d, "warm.jsonl")]
+            with open(staged[0], "w", encoding="utf-8") as f:
+                for i in range(WARM_REPEAT):
+                    f.write("\n".join(line.replace('"r"', f'"r{i}"') for line in WARM_LINES) + "\n")
         for _ in range(WARM_RUNS):
-            ingest(spark, [os.path.join(d, "warm.jsonl")])
+            _parts, tables = build_report([ingest(spark, staged)])
+            write_tables(tables, os.path.join(d, "out"), spark)
+        return sum(os.path.getsize(p) for p in staged)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -183,9 +199,10 @@ class AnalyticsWorker:
         """Run one analysis; on_event gets each plan/progress event. PipelineError on failure."""
         return self._request(request, "done", on_event)["summary"]
 
-    def warm(self) -> float:
-        """Start the child and its Spark now, and compile the ingest's query (seconds it took)."""
-        return float(self._request({"warm": True}, "warm")["seconds"])
+    def warm(self, traces: list[str] | None = None) -> float:
+        """Start the child and its Spark now, and run the job on a sample of the journal
+        directories `traces` (seconds it took)."""
+        return float(self._request({"warm": True, "traces": list(traces or [])}, "warm")["seconds"])
 
     def ping(self, timeout: float = 5.0) -> bool:
         """Tell a running idle child not to exit for idleness (it restarts its idle time); False if

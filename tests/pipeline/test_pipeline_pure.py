@@ -88,3 +88,27 @@ def test_load_summary_errors(tmp_path):
     (tmp_path / "summary.json").write_text("{}")
     with pytest.raises(PipelineError, match="not a"):
         load_summary(str(tmp_path))
+
+
+def test_the_warm_up_sample_is_each_journals_last_whole_lines_within_its_bounds(tmp_path):
+    """The console's analytics child warms up on the journals' last lines: whole lines only (a torn
+    last line waits, a line cut by the sample's start is left out), at most the bytes asked per
+    journal and in all, through checked descriptors (a link or a FIFO among them is not read)."""
+    from speedtui.pipeline.journals import stage_tails
+    traces = tmp_path / "speed_traces"
+    traces.mkdir()
+    lines = [json.dumps({"ts": float(i), "node": "a", "i": i}) + "\n" for i in range(200)]
+    (traces / "a.jsonl").write_text("".join(lines) + '{"ts": 999, "torn')
+    (traces / "b.jsonl").write_text("".join(lines[:3]))
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"ts": 1, "node": "secret"}\n')
+    (traces / "c.jsonl").symlink_to(secret)
+    os.mkfifo(traces / "d.jsonl")
+    staged = stage_tails([str(traces)], str(tmp_path / "sample"), per_journal=500, limit=600)
+    got = [open(p, encoding="utf-8").read() for p in staged]
+    assert len(got) == 2
+    assert got[0] and got[0] == "".join(lines)[-len(got[0]):] and got[0].startswith("{")
+    assert len(got[0]) <= 500 and len(got[0]) > 500 - len(lines[-1])
+    assert got[1] == "".join(lines[:3])[-len(got[1]):] and got[1].startswith("{") and len(got[1]) <= 100
+    assert "secret" not in "".join(got) and "torn" not in "".join(got)
+    assert stage_tails([str(traces)], str(tmp_path / "none"), per_journal=500, limit=0) == []

@@ -252,10 +252,11 @@ class AnalyticsView(Vertical):
             return self.worker
 
     def _prewarm(self) -> None:
-        """Thread worker: the child, its Spark and the ingest's compiled query, ready before `a`."""
+        """Thread worker: the child, its Spark and the job compiled and run on the journals' last
+        lines, ready before `a`."""
         from ...pipeline.common import PipelineError
         try:
-            self.warmed = self._ensure_worker().warm()
+            self.warmed = self._ensure_worker().warm([str(self.app.root / "speed_traces")])
         except (PipelineError, OSError):
             pass                        # `a` reports what is wrong
 
