@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from speed_runtime.core.visible import visible, visible_data
+from speed_runtime.fsutil import TRACES_DIR
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -256,7 +257,7 @@ class AnalyticsView(Vertical):
         lines, ready before `a`."""
         from ...pipeline.common import PipelineError
         try:
-            self.warmed = self._ensure_worker().warm([str(self.app.root / "speed_traces")])
+            self.warmed = self._ensure_worker().warm([str(self.traces_dir)])
         except (PipelineError, OSError):
             pass                        # `a` reports what is wrong
 
@@ -289,6 +290,10 @@ class AnalyticsView(Vertical):
     @property
     def env_dir(self) -> Path:
         return self.app.paths.env_dir(self.app.root)
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.app.root / TRACES_DIR
 
     def summary_path(self) -> Path:
         return self.env_dir / "analytics" / "summary.json"
@@ -350,7 +355,7 @@ class AnalyticsView(Vertical):
         from ...pipeline.common import PipelineError
         worker = self._ensure_worker()
         env = self.env_dir
-        request = {"traces": [str(self.app.root / "speed_traces")], "store": str(env / "analytics-store"),
+        request = {"traces": [str(self.traces_dir)], "store": str(env / "analytics-store"),
                    "out": str(env / "analytics")}
 
         def on_event(event: dict) -> None:
