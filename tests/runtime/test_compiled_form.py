@@ -11,6 +11,7 @@ import errno
 import importlib.machinery
 import importlib.util
 import json
+import math
 import os
 import shutil
 import struct
@@ -320,6 +321,37 @@ def test_encode_of_what_json_refuses_is_json_s_refusal(compiled):
                     [1, 2], "text"):
         assert same(payloads.pure_encode_payload, compiled.encode_payload, payload)[0] == (
             "value" if isinstance(payload, (list, str)) else "error")
+
+
+def doubles_near(value: float, count: int) -> list[float]:
+    """`count` doubles on each side of `value`, one unit in the last place apart."""
+    bits = struct.unpack("<q", struct.pack("<d", value))[0]
+    return [struct.unpack("<d", struct.pack("<q", bits + i))[0] for i in range(-count, count + 1)]
+
+
+def test_floats_are_written_as_repr_writes_them(compiled):
+    """The compiled form finds repr's digits itself where that is plain (times and latencies): the
+    same text as float.__repr__ for random doubles over its whole range, the times and latencies the
+    journals write, and the cases where it hands over (powers of two, ties, boundaries, the ends of
+    its range). A difference fails with the first doubles that differ."""
+    import random
+
+    rng = random.Random(20261127)
+    values = [rng.uniform(1.7e9, 1.8e9) for _ in range(20000)]  # times
+    values += [rng.uniform(0, 50) for _ in range(20000)] + [rng.expovariate(3.0) for _ in range(5000)]  # latencies
+    values += [struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(20000)]
+    values += [rng.uniform(1e-4, 1e-3) for _ in range(5000)] + [rng.uniform(2**52, 2**53) for _ in range(5000)]
+    values += [round(rng.uniform(0, 1e6), rng.randrange(0, 8)) for _ in range(20000)]  # few digits
+    for edge in (1e-4, 1e-3, 0.1, 0.5, 1.0, 2.0, 1764280009.0, 1764280009.00390625, 2.0**31, 2.0**52, 2.0**53,
+                 9007199254740991.0, 1e15, 1e16, 0.1 + 0.2, 5e-5, 123456.7890123):
+        values += doubles_near(edge, 40)
+    values = [v for v in values if math.isfinite(v)]
+    values += [-v for v in values[::7]]
+    differ = [v for v in values if compiled.encode_payload({"f": v}) != b'{"f":%s}' % repr(v).encode()]
+    assert not differ[:5], [(v.hex(), repr(v), compiled.encode_payload({"f": v})) for v in differ[:5]]
+    line = compiled.envelope_line(records.EnvelopeTrace(1764280009.0039062, "a", "in", "b", "MESSAGE", 1, 2,
+                                                         "accepted", latency_ms=0.0005312), 10)
+    assert '"ts":1764280009.0039062,' in line and '"latencyMs":0.0005312' in line
 
 
 def test_a_request_encodes_and_decodes_the_same_in_both_forms(compiled):
