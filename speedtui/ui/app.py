@@ -297,7 +297,7 @@ class SpeedApp(App):
         self.controller.exports.export(m)
 
     def on_start_console_node(self, m: msg.StartConsoleNode) -> None:
-        self.controller.nodes.start_console_node(m.then)
+        self.controller.nodes.start_console_node(m.then, m.fill)
 
     def on_lift_quarantine(self, m: msg.LiftQuarantine) -> None:
         self.controller.extensions.lift(m.receiver, m.sender)

@@ -3,7 +3,7 @@ something (they never reach into it).  Each payload has its own type."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from textual.message import Message
@@ -121,6 +121,7 @@ class RunCall(Message):
 @dataclass
 class StartConsoleNode(Message):
     then: str = ""  # "call" | "send": the dialog to open again once the node runs
+    fill: dict[str, Any] = field(default_factory=dict)  # its fields as they were, to open it again so
 
 
 @dataclass

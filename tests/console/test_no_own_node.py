@@ -4,6 +4,8 @@ no node of its own opens F and m, says what is missing and offers to start a con
 import json
 from pathlib import Path
 
+import pytest
+
 from speedtui.services import runtime as rt
 from speedtui.ui.app import make_app
 from speedtui.paths import Paths
@@ -80,3 +82,40 @@ async def test_start_console_node_then_call_a_speed_node_process(procs, root, ke
                        what="the answer")
         assert '"tax": 18.0' in str(app.screen.query_one("#call-result").render())
         assert app.is_running
+
+
+
+@pytest.mark.parametrize("dialog", ["call", "send"])
+@run_async
+async def test_starting_the_console_node_keeps_what_the_dialog_held(procs, root, key_path, tmp_path, dialog):
+    """Found on a real environment: the call dialog, opened on billing with a service and arguments,
+    came back empty after "Start console-…" (the operator typed everything again); so did the send
+    dialog. Both come back as they were, the console's node as the sender."""
+    from speedtui.services.processes import console_node_name
+    from speedtui.ui.screens.calls import CallScreen, SendScreen
+
+    me = console_node_name()
+    environment(procs)
+    app = make_app(Path(root), rt.load_key(key_path), paths=Paths(tmp_path / "config", tmp_path / "data"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: {"gateway", "billing"} <= set(app.registry.by_name()), what="the nodes")
+        if dialog == "call":
+            app.controller.calls.open(None, "billing", "calculateTax", '{"amount": 1', 7.5)  # arguments half-typed
+        else:
+            app.controller.calls.send("gateway")
+        await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
+        if dialog == "send":
+            app.screen.query_one("#snd-data").value = '{"invoice": 7}'
+        await pilot.click("#start-console-node")
+        screen = CallScreen if dialog == "call" else SendScreen
+        await wait_for(pilot, lambda: isinstance(app.screen, screen) and app.screen.own == [me],
+                       what="the dialog again")
+        await pilot.pause()
+        if dialog == "call":
+            assert app.screen.query_one("#call-args").value == '{"amount": 1'
+            assert {k: app.screen.values()[k] for k in ("caller", "target", "service", "timeout")} == dict(
+                caller=me, target="billing", service="calculateTax", timeout=7.5)
+        else:
+            assert app.screen.query_one("#snd-from").value == me
+            assert app.screen.query_one("#snd-to").value == "gateway"
+            assert app.screen.query_one("#snd-data").value == '{"invoice": 7}'

@@ -129,6 +129,9 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         app.screen.query_one("#call-service").value = "echo"
         app.screen.query_one("#call-args").value = '{"n": 7}'
         await wait_for(pilot, lambda: app.screen.query_one("#call-grants").display, what="the grant offer")
+        # (the target was kept from F on billing; the check follows the service typed after it)
+        await wait_for(pilot, lambda: "choose a service" not in str(app.screen.query_one("#call-check").render()),
+                       what="the check line with the service")
         check = str(app.screen.query_one("#call-check").render())
         assert f"billing does not allow {me}" in check
         # not "ready" beside a missing grant (it was): the call would be refused

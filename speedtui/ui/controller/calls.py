@@ -36,9 +36,9 @@ class CallActions:
         self.copy = copy  # to the clipboard, told (Exports)
         self.unsent: tuple[str, str] | None = None  # (to, data as JSON) of a message not delivered yet
 
-    def open(self, caller: str | None = None, target: str = "", service: str = "", arguments: dict | None = None,
-             timeout: float = 5.0) -> None:
-        """The call dialog, pre-filled."""
+    def open(self, caller: str | None = None, target: str = "", service: str = "",
+             arguments: dict | str | None = None, timeout: float = 5.0) -> None:
+        """The call dialog, pre-filled (``arguments``: an object, or the text as typed)."""
         acts = self.runner.acts()
         if acts is None:
             return
@@ -108,9 +108,10 @@ class CallActions:
             return
         self.open(caller, target, service, args)
 
-    def send(self, to: str = "") -> None:
-        """The send dialog, to ``to`` (the highlighted node); a message that failed comes back in it,
-        its target and data kept, when the dialog is opened again without a highlighted node."""
+    def send(self, to: str = "", data: str | None = None) -> None:
+        """The send dialog, to ``to`` (the highlighted node), with ``data`` (the text as typed) when
+        given; a message that failed comes back in it, its target and data kept, when the dialog is
+        opened again without a highlighted node."""
         acts = self.runner.acts()
         if acts is None:
             return
@@ -119,7 +120,8 @@ class CallActions:
         self.port.push_screen(SendScreen(acts.own.in_process(), graph.names, self.confirm_send, graph,
                                          self.state.administered(), self.cannot_change, self.operator_loaded,
                                          to=to or unsent_to,
-                                         data=unsent_data if not to or to == unsent_to else None),
+                                         data=data if data is not None
+                                         else unsent_data if not to or to == unsent_to else None),
                               self._send_chosen)
 
     def _send_chosen(self, choice: tuple[str, str, Any, bool, bool, bool] | None) -> None:

@@ -19,7 +19,7 @@ from .runner import ActionRunner
 
 class NodeActions:
     def __init__(self, runner: ActionRunner, state: ConsoleState, root: Path, operator: OperatorChoice,
-                 reopen: dict[str, Callable[[], None]]) -> None:
+                 reopen: dict[str, Callable[..., None]]) -> None:
         self.runner = runner
         self.port = runner.port
         self.state = state
@@ -48,14 +48,17 @@ class NodeActions:
             self.port.notify(f"launching {spec.name}…")
             self.runner.run("launch", lambda: acts.launch(spec), f"{spec.name} is running")
 
-    def start_console_node(self, then: str) -> None:
+    def start_console_node(self, then: str, fill: dict | None = None) -> None:
+        """Start the console's own node, then open the dialog that asked for it again with the fields
+        the operator had filled in (`fill`: the dialog's keyword arguments)."""
         acts = self.runner.acts()
         if acts is None:
             return
         name = console_node_name()
+        reopen = self.reopen.get(then)
         self.port.notify(f"starting {name}…")
         self.runner.run("launch", lambda: acts.start_console_node(name), f"{name} is running",
-                        after=self.reopen.get(then))
+                        after=None if reopen is None else lambda: reopen(**(fill or {})))
 
     def stop(self, highlighted: str | None = None) -> None:
         """Stop a node: the highlighted one if it can be stopped from here (after a confirmation),

@@ -118,8 +118,9 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         self.root = root
         self.key_path = key_path
         self.init = dict(caller=caller if caller in own else (own[0] if own else None), target=target,
-                         service=service, arguments=json.dumps(arguments if arguments is not None else {}),
-                         timeout=f"{timeout:g}")
+                         service=service, timeout=f"{timeout:g}",
+                         arguments=arguments if isinstance(arguments, str)  # the text as typed
+                         else json.dumps(arguments if arguments is not None else {}))
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="call-dialog"):
@@ -238,8 +239,11 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         elif bid == "call-copy":
             self.action_copy()
         elif bid == "start-console-node":
+            v = self.values()
             self.dismiss(None)
-            self.app.post_message(StartConsoleNode(then="call"))
+            self.app.post_message(StartConsoleNode(then="call", fill=dict(
+                target=v["target"], service=v["service"], arguments=self.query_one("#call-args", Input).value,
+                timeout=v["timeout"] or 5.0)))
         else:
             self.action_call()
 
@@ -363,8 +367,9 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
             self.dismiss(None)
             return
         if event.button.id == "start-console-node":
+            to, data = self.query_one("#snd-to", Input).value.strip(), self.query_one("#snd-data", Input).value
             self.dismiss(None)
-            self.app.post_message(StartConsoleNode(then="send"))
+            self.app.post_message(StartConsoleNode(then="send", fill=dict(to=to, data=data)))
             return
         sender, to, data, err = self._values()
         if not sender or not to or err:
