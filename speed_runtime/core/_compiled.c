@@ -669,7 +669,7 @@ static Py_ssize_t short_repr(double d, char *out)
         if (off > scale)
             continue;
         char digits[24];
-        int len = 0, point = p;
+        int len = 0;
         uint64_t whole = (uint64_t)(n / scale), frac = (uint64_t)(n % scale);
         Py_ssize_t at = 0;
         if (d < 0)
@@ -680,13 +680,13 @@ static Py_ssize_t short_repr(double d, char *out)
         while (len)
             out[at++] = digits[--len];
         out[at++] = '.';
-        if (!point) {
+        if (!p) {
             out[at++] = '0';
             return at;
         }
-        for (int i = point - 1; i >= 0; i--, frac /= 10)
+        for (int i = p - 1; i >= 0; i--, frac /= 10)
             out[at + i] = (char)('0' + frac % 10);
-        return at + point;
+        return at + p;
     }
     return 0;
 }

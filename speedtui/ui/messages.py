@@ -121,7 +121,7 @@ class RunCall(Message):
 @dataclass
 class StartConsoleNode(Message):
     then: str = ""  # "call" | "send": the dialog to open again once the node runs
-    fill: dict[str, Any] = field(default_factory=dict)  # its fields as they were, to open it again so
+    fill: dict[str, Any] = field(default_factory=dict)  # its fields as the operator left them
 
 
 @dataclass

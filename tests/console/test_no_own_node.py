@@ -84,7 +84,6 @@ async def test_start_console_node_then_call_a_speed_node_process(procs, root, ke
         assert app.is_running
 
 
-
 @pytest.mark.parametrize("dialog", ["call", "send"])
 @run_async
 async def test_starting_the_console_node_keeps_what_the_dialog_held(procs, root, key_path, tmp_path, dialog):
