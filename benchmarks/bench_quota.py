@@ -7,14 +7,20 @@ to one receiver whose handler takes 2 ms. Measured per variant, in interleaved r
                      own memory with its read-ahead; the inbox grows);
 - `a busy core`:     no flood, but a process spinning on one core as the v1 flooder does (it sends
                      as fast as it can): what the flooder's CPU alone costs the others on this
-                     machine, which no receiver can win back (a control, not a goal).
+                     machine, which no receiver can win back (a control, not a goal);
+- `a busy directory`: no flood, but a process writing 1 KiB files as fast as it can into a directory
+                     of the same file system that no node watches (a tmp file, then a rename, as a
+                     sender does; none removed, as the v1 flood's are not): the flooder's CPU and
+                     file-system traffic without a receiver (a control, not a goal).
 
 Latency: from the steady sender's `time.time()` just before `send` to the receiver's handler start;
 the first second of each round is a warm-up and not counted (the seven senders start together,
-each with its first, cold send).
+each with its first, cold send). Its first part, the steady senders' own `send` (until the file is
+in the inbox), is reported apart (`sendP99Ms`): what happens before the receiver can see the file.
 Reported: the steady senders' p50/p99 (median over rounds), their p99 against `no flood` of the
-same run and (median of per-round ratios) of the same round, the flood's handled rate, the
-receiver's peak RSS (VmHWM), the most files the flood had in the inbox, the load average.
+same run and (median of per-round ratios) of the same round and of the controls, the flood's
+handled rate, the receiver's peak RSS (VmHWM), the most files the flood had in the inbox, the load
+average.
 
 Then the cost of one send, in interleaved batches (median µs per send): the floor (seal, tmp
 file, rename: benchmarks/workers.py FloorEnd), a plain send to a v1-only receiver, a `quota` send
@@ -47,7 +53,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKOUT = {"dir": REPO}  # whose runtime the flood rounds run (--checkout)
 STEADY = [f"n{i}" for i in range(7)]
 WARMUP_SECONDS = 1.0  # not counted: seven senders' first (cold) sends all at once
-VARIANTS = ("no flood", "flood, quota", "flood, v1 sender", "a busy core")
+VARIANTS = ("no flood", "flood, quota", "flood, v1 sender", "a busy core", "a busy directory")
+BUSY_DIRECTORY = r'''
+import os, sys
+work = sys.argv[1]
+tmp, into = os.path.join(work, "busy-tmp"), os.path.join(work, "busy-dir")
+os.mkdir(tmp)
+os.mkdir(into)
+pad, i = os.urandom(1100), 0
+while True:
+    name = f"flood.{i:020d}.env"
+    fd = os.open(os.path.join(tmp, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, pad)
+    os.close(fd)
+    os.rename(os.path.join(tmp, name), os.path.join(into, name))
+    i += 1
+'''
 
 RECEIVER = r'''
 import json, os, sys, time
@@ -112,8 +133,9 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
                   for name in STEADY]
         procs += steady
         flooder = None
-        if variant == "a busy core":
-            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        if variant in ("a busy core", "a busy directory"):
+            program = "while True: pass" if variant == "a busy core" else BUSY_DIRECTORY
+            procs.append(subprocess.Popen([sys.executable, "-c", program, work]))
             time.sleep(1.0)
         elif variant != "no flood":
             features = ["--feature", "quota"] if variant == "flood, quota" else []
@@ -122,11 +144,10 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
             procs.append(flooder)
         most, sampling = [0], threading.Event()
 
-        def sample() -> None:
+        def sample() -> None:  # once a second: a listing of 200,000 names is CPU the others would miss
             inbox = os.path.join(root, "r", "inbox")
-            while not sampling.wait(0.25):
-                with os.scandir(inbox) as it:
-                    most[0] = max(most[0], sum(1 for e in it if e.name.startswith("flood.")))
+            while not sampling.wait(1.0):
+                most[0] = max(most[0], sum(1 for name in os.listdir(inbox) if name.startswith("flood.")))
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         if flooder is not None:
@@ -137,8 +158,10 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
         for proc in steady:
             proc.stdin.write("go\n")
             proc.stdin.flush()
+        took: list[float] = []  # ms each steady send took (the warm-up second left out, as below)
+        warm = int(rate * min(WARMUP_SECONDS, seconds / 4))  # each sender's messages of the first second
         for proc in steady:
-            json.loads(proc.stdout.readline())  # {"done": ...}
+            took += json.loads(proc.stdout.readline()).get("sendMs", [])[warm:]  # (older checkouts: none)
         receiver.stdin.write(f"stats {count * len(STEADY)}\n")
         receiver.stdin.flush()
         stats = json.loads(receiver.stdout.readline())
@@ -146,10 +169,10 @@ def one_round(variant: str, seconds: float, rate: float, flood_size: int, pendin
         sampling.set()
         sampler.join()
         handled = sum(len(stats["latencies"].get(name, [])) for name in STEADY)
-        warm = int(rate * min(WARMUP_SECONDS, seconds / 4))  # each sender's messages of the first second
         latencies = [v for name in STEADY for v in stats["latencies"].get(name, [])[warm:]]
         return {"variant": variant, "steadyHandled": handled, "steadySent": count * len(STEADY),
                 "p50": _percentile(latencies, 0.50), "p99": _percentile(latencies, 0.99),
+                "sendP99": _percentile(took, 0.99),
                 "floodPerSecond": stats["flood"] / elapsed if flooder else 0.0, "receiverPeakMB": stats["peakMB"],
                 "floodFilesMost": most[0], "load": os.getloadavg()[0]}
     finally:
@@ -274,6 +297,8 @@ def main(argv=None) -> int:
                    "p99VsNoFlood": round(median(v, "p99") / floor_p99, 2),
                    "p99VsNoFloodSameRound": ratio_per_round(v),
                    "p99VsBusyCoreSameRound": ratio_per_round(v, "a busy core"),
+                   "p99VsBusyDirectorySameRound": ratio_per_round(v, "a busy directory"),
+                   "sendP99Ms": median(v, "sendP99"),
                    "steadyHandled": sum(r["steadyHandled"] for r in results[v]),
                    "steadySent": sum(r["steadySent"] for r in results[v]),
                    "floodPerSecond": median(v, "floodPerSecond"), "receiverPeakMB": median(v, "receiverPeakMB"),
