@@ -123,10 +123,15 @@ def node_options(args: argparse.Namespace) -> dict[str, Any]:
                 raise ConfigError(f"--{name} settings belong to the quota extension: add --feature quota")
             options[name] = dict(values)
     if getattr(args, "durable_on_tmpfs", False):
-        if not args.durable:
+        if not durable_asked(args):
             raise ConfigError("--durable-on-tmpfs goes with --durable")
         options["durable_on_tmpfs"] = True
     return options
+
+
+def durable_asked(args: argparse.Namespace) -> bool:
+    """--durable, or --feature durable (the same: NodeConfig.durable)."""
+    return bool(getattr(args, "durable", False)) or "durable" in (getattr(args, "feature", None) or ())
 
 
 def env_key(args: argparse.Namespace):

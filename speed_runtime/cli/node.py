@@ -14,7 +14,7 @@ from typing import Any
 from ..core.errors import ConfigError, LeaseLostError, SpeedError
 from ..demo import DEMO_SERVICES
 from .common import (EXIT_LEASE_LOST, EXIT_OK, add_common, add_durable_on_tmpfs, add_feature_options, add_lock_timeout,
-                     env_key, log_to_stderr, node_options, seconds)
+                     durable_asked, env_key, log_to_stderr, node_options, seconds)
 
 
 def add_parser(sub) -> None:
@@ -61,7 +61,7 @@ def node_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The Node(...) keyword arguments `speed node`'s options give (all but --dir, --key, --name)."""
     options: dict[str, Any] = {"reap_stale": args.reap} if args.reap is not None else {}
     if args.durable_open_ledgers is not None:
-        if not args.durable:
+        if not durable_asked(args):
             raise ConfigError("--durable-open-ledgers goes with --durable")
         options["durable_open_ledgers"] = args.durable_open_ledgers
     return dict(groups=args.group, allow=args.allow, trace=args.trace, lease_seconds=args.lease,

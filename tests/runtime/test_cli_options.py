@@ -11,6 +11,8 @@ import subprocess
 import pytest
 
 from speed_runtime.cli import build_parser as speed_parser
+from speed_runtime.cli.node import node_settings
+from speed_runtime.core.errors import ConfigError
 from speed_runtime.ext.durable_store import list_outboxes
 from speedtui.__main__ import build_parser as speedtui_parser
 
@@ -189,3 +191,19 @@ def test_speed_send_durable_on_tmpfs_takes_the_option_its_refusal_names(workdir,
     alone = subprocess.run([*SPEED, "send", "rx", "1", "--durable-on-tmpfs", "--dir", root, "--key", key_path],
                            capture_output=True, text=True, timeout=60)
     assert alone.returncode == 2 and alone.stderr == "speed: --durable-on-tmpfs goes with --durable\n"
+
+
+def test_feature_durable_is_durable_for_the_options_that_go_with_it(workdir, key_path):
+    """`--feature durable` enables what `--durable` does (NodeConfig.durable): the tmpfs refusal
+    names --durable-on-tmpfs, and adding it must not be refused as "goes with --durable" (a loop
+    an operator could not leave; found on a real environment)."""
+    root = os.path.join(workdir, "env")  # workdir is on /dev/shm
+    node = [*SPEED, "node", "--name", "keeper", "--feature", "durable", "--dir", root, "--key", key_path]
+    refused = subprocess.run(node, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "pass --durable-on-tmpfs" in refused.stderr
+    for extra in (["--durable-on-tmpfs"], ["--durable-on-tmpfs", "--durable-open-ledgers", "4"]):
+        settings = node_settings(speed_parser().parse_args([*node[len(SPEED):], *extra]))
+        assert "durable" in settings["features"] and settings["durable_on_tmpfs"] is True
+    alone = speed_parser().parse_args(["node", "--name", "keeper", "--durable-open-ledgers", "4"])
+    with pytest.raises(ConfigError, match="--durable-open-ledgers goes with --durable"):
+        node_settings(alone)
