@@ -80,3 +80,26 @@ def test_no_key_is_shown_twice_in_any_view(fixture_app):
             assert {"?", "q", "^p", ":"} <= set(keys) and not {"n", "d", "g", "F", "m"} & set(keys), keys
 
     asyncio.run(check())
+
+
+def test_every_footer_key_is_whole_on_an_80_column_terminal(fixture_app):
+    """At 80 columns the Traces footer ended in ": Jum": below 100 columns the footer is compact
+    (one space between keys), so every view's keys fit, the read-only console's too."""
+    import asyncio
+
+    from .conftest import wait_for
+
+    async def check(readonly: bool):
+        app = fixture_app(steady=True, readonly=readonly)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for number, (view, _label) in enumerate(keymap.VIEWS, start=1):
+                await pilot.press(str(number))
+                await wait_for(pilot, lambda: app.active_view() == view, what=view)
+                await pilot.pause()
+                drawn = [k for k in app.screen.query("FooterKey") if k.region.width > 0]
+                assert drawn and ":" in [k.key_display for k in drawn], (view, readonly)
+                cut = [k.key_display for k in drawn if k.region.right > app.size.width]
+                assert not cut, (view, readonly, cut)
+
+    asyncio.run(check(readonly=False))
+    asyncio.run(check(readonly=True))
