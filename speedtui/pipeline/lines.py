@@ -13,9 +13,10 @@ from .common import PipelineError
 from .records import FIELDS, KIND_REQUIRED, MAX_TS
 
 _WS = " \t\r\n"
-#: the fields a record of an extension kind keeps (message, threat, durable; health, control)
+#: the fields a record of an extension kind keeps (message, threat, durable; health, control: a
+#: control record's requestId makes it a call's request leg)
 _EXT_FIELDS = ("dir", "peer", "type", "outcome", "reason", "event", "size", "chunks", "reliable", "score",
-               "stream", "id", "status")
+               "stream", "id", "status", "requestId")
 
 
 def _reject_constant(name: str):

@@ -56,6 +56,10 @@ RECEIVER_MESSAGE_EVENTS = ("delivered", "duplicate", "voided")
 #: durable events the sender journals (node = sender, peer = target); the others the receiver
 SENDER_DURABLE_EVENTS = ("stored", "delivered", "receipt", "send_error")
 DURABLE_EVENTS = ("stored", "delivered", "handled", "duplicate", "receipt", "send_error")
+#: the service of a control request (the `control` extension) in the SPC tables: its callee's
+#: request leg is the target's control record with a request id (written only for an authentic
+#: request, whose answer follows as an ordinary SPC_RESPONSE); no service name has parentheses
+CONTROL_SERVICE = "(control)"
 ERROR_CODES = ("SERVICE_NOT_FOUND", "ACCESS_DENIED", "INVALID_ARGUMENTS", "EXECUTION_FAILED",
                "TIMEOUT", "INTERNAL_ERROR")
 

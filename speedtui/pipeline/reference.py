@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, parse_time
 from .lines import iter_files, open_journal, parse_values
-from .records import COUNTED_KINDS, ERROR_CODES, TERMINAL_EVENTS, reason_label
+from .records import CONTROL_SERVICE, COUNTED_KINDS, ERROR_CODES, TERMINAL_EVENTS, reason_label
 from .reference_extensions import ExtensionRollup
 from .summary import availability, build_summary
 
@@ -90,6 +90,10 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
                         named.add(rec["subject"])
                         continue
                     if rec["kind"] != "envelope":
+                        if rec["kind"] == "control" and rec["requestId"] is not None:  # a call's request leg
+                            noid, c = _call_slot(callee_calls, rec["peer"], node,
+                                                 {**rec, "service": CONTROL_SERVICE}, noid, 0)
+                            c[2] = 1
                         ext.add(rec)
                         continue
                     env_recs += 1

@@ -12,7 +12,8 @@ are three tables (in the store, Parquet datasets):
                  day the UTC date of the records (none for lines without a time and for call legs):
                  0 traffic (source, target, type, minute), 1 rejections (node, reason, peer,
                  minute), 2 SPC call legs (caller, target, requestId, service: only in the
-                 query; they end in spc_done or spc_open), 3 lease events (subject, writer, event, ts), 4 accepted
+                 query; they end in spc_done or spc_open; a control request's service is
+                 CONTROL_SERVICE), 3 lease events (subject, writer, event, ts), 4 accepted
                  and other records per node (c: accepted, other, or the kind of a health or
                  control record), 5 malformed / out-of-range lines, 6 message records (source,
                  target, event, reason of a send-error or voided, minute), 7 threat records
@@ -33,7 +34,7 @@ The queries are SQL text: building them column by column costs thousands of Py4J
 """
 from __future__ import annotations
 
-from .records import ERROR_CODES, RECEIVER_MESSAGE_EVENTS
+from .records import CONTROL_SERVICE, ERROR_CODES, RECEIVER_MESSAGE_EVENTS
 
 TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 #: the callee's side of a call (its accepted request, its sent response): caller a, callee b, requestId c
@@ -77,7 +78,8 @@ WITH r AS (
   FROM {records}
 ), t AS (
   SELECT *, sent AND type = 'SPC_REQUEST' AS is_req, acc AND type = 'SPC_RESPONSE' AS is_resp,
-         acc AND type = 'SPC_REQUEST' AS is_creq, sent AND type = 'SPC_RESPONSE' AS is_cresp FROM r
+         (acc AND type = 'SPC_REQUEST') OR coalesce(kind = 'control' AND requestId IS NOT NULL, FALSE) AS is_creq,
+         sent AND type = 'SPC_RESPONSE' AS is_cresp FROM r
 ), e AS (
   SELECT explode(CASE WHEN NOT coalesce(in_win, FALSE) THEN array({LINES})
                       WHEN is_req THEN array({TRAFFIC}, {CALL}) WHEN is_cresp THEN array({TRAFFIC}, {CALLEE})
@@ -109,7 +111,8 @@ SELECT tag,
                 WHEN {LINES} THEN IF(valid, 'filtered', 'malformed')
                 WHEN {OTHER} THEN IF(acc, 'accepted', IF(kind = 'envelope', 'other', kind))
                 ELSE event END AS c,
-       CASE WHEN tag IN ({CALL}, {CALLEE}) THEN service WHEN tag = {MESSAGE} AND event IN ('send-error', 'voided') THEN reason
+       CASE WHEN tag IN ({CALL}, {CALLEE}) THEN coalesce(service, IF(kind = 'control', {_q(CONTROL_SERVICE)}, NULL))
+            WHEN tag = {MESSAGE} AND event IN ('send-error', 'voided') THEN reason
             WHEN tag = {DURABLE} THEN status END AS d,
        IF(tag IN ({TRAFFIC}, {REJECTED}, {MESSAGE}, {THREAT}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
        IF(tag = {LEASE}, ts, NULL) AS x,

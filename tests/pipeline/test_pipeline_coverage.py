@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from pipeline_journals import env, lease
+from pipeline_journals import T0, env, lease
 
 from speedtui.pipeline.job import run_incremental, run_pipeline
 from speedtui.pipeline.reference import analyze
@@ -69,3 +69,47 @@ def test_calls_of_callers_without_a_journal_count_from_the_callee(spark, tmp_pat
     s = run_incremental([str(live)], str(tmp_path / "store"), str(tmp_path / "r2"), spark=spark)
     assert s["ingest"]["batches"] == 2
     check(s, ref)
+
+
+def control_journal(d) -> None:
+    """b, a node with the `control` extension, as its journal has it: an applied request and one
+    refused after its signature verified (each answered by an SPC_RESPONSE without a service) and a
+    file refused on its name alone (no request id: it authenticated as nobody)."""
+    from speed_runtime.core import records as rt
+
+    b = [lease(0, "b", "b", "registered"),
+         rt.encode_line(rt.ControlTrace(T0 + 10, "b", "speed-cli-1", "ab12", "r1", "allow", {"peer": "x"},
+                                        "applied")).rstrip("\n"),
+         env(10.1, "b", "out", "speed-cli-1", "SPC_RESPONSE", 1, 300, "sent", requestId="r1", status="SUCCESS"),
+         rt.encode_line(rt.ControlTrace(T0 + 20, "b", "speed-cli-2", "cd34", "r2", None, None, "rejected",
+                                        "control_untrusted")).rstrip("\n"),
+         env(20.1, "b", "out", "speed-cli-2", "SPC_RESPONSE", 1, 250, "sent", requestId="r2", status="ERROR",
+             errorCode="ACCESS_DENIED"),
+         rt.encode_line(rt.ControlTrace(T0 + 30, "b", "forged", None, None, None, None, "rejected",
+                                        "bad_file")).rstrip("\n")]
+    os.makedirs(d, exist_ok=True)
+    (d / "b.jsonl").write_text("\n".join(b) + "\n")
+
+
+def test_control_requests_are_calls_of_the_control_service(spark, tmp_path):
+    """The report of a real environment counted the console's grants as calls of "(unknown)": a
+    control request's answer names no service, and its request is a control record, not an
+    envelope record. Now the authentic control records are the calls' request legs."""
+    d = tmp_path / "traces"
+    control_journal(d)
+    ref = analyze([str(d)])["summary"]
+    s = run_pipeline([str(d)], str(tmp_path / "full"), spark=spark)
+    assert s["spc"] == ref["spc"] and s["totals"] == ref["totals"]
+    assert [(r["target"], r["service"], r["calls"], r["successes"], r["errors"], r["no_response"]) for r in s["spc"]] \
+        == [("b", "(control)", 2, 1, 1, 0)]
+    assert s["totals"]["control_records"] == 3 and s["coverage"]["spc_calls_from_callees"] == 2
+
+    lines = (d / "b.jsonl").read_text().splitlines(keepends=True)  # the store: r2's answer in a second batch
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "b.jsonl").write_text("".join(lines[:4]))
+    run_incremental([str(live)], str(tmp_path / "store"), str(tmp_path / "r1"), spark=spark)
+    with open(live / "b.jsonl", "a") as f:
+        f.write("".join(lines[4:]))
+    s = run_incremental([str(live)], str(tmp_path / "store"), str(tmp_path / "r2"), spark=spark)
+    assert s["ingest"]["batches"] == 2 and s["spc"] == ref["spc"]
