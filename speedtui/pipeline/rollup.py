@@ -74,12 +74,12 @@ WITH r AS (
   SELECT *, valid AND {win} AS in_win,
          kind = 'envelope' AND dir = 'out' AND outcome = 'sent' AS sent,
          kind = 'envelope' AND dir = 'in' AND outcome = 'accepted' AS acc,
-         kind = 'envelope' AND dir = 'in' AND outcome = 'rejected' AS rej
+         kind = 'envelope' AND dir = 'in' AND outcome = 'rejected' AS rej,
+         coalesce(kind = 'control' AND requestId IS NOT NULL, FALSE) AS is_control_req
   FROM {records}
 ), t AS (
   SELECT *, sent AND type = 'SPC_REQUEST' AS is_req, acc AND type = 'SPC_RESPONSE' AS is_resp,
-         (acc AND type = 'SPC_REQUEST') OR coalesce(kind = 'control' AND requestId IS NOT NULL, FALSE) AS is_creq,
-         sent AND type = 'SPC_RESPONSE' AS is_cresp FROM r
+         (acc AND type = 'SPC_REQUEST') OR is_control_req AS is_creq, sent AND type = 'SPC_RESPONSE' AS is_cresp FROM r
 ), e AS (
   SELECT explode(CASE WHEN NOT coalesce(in_win, FALSE) THEN array({LINES})
                       WHEN is_req THEN array({TRAFFIC}, {CALL}) WHEN is_cresp THEN array({TRAFFIC}, {CALLEE})
@@ -111,7 +111,7 @@ SELECT tag,
                 WHEN {LINES} THEN IF(valid, 'filtered', 'malformed')
                 WHEN {OTHER} THEN IF(acc, 'accepted', IF(kind = 'envelope', 'other', kind))
                 ELSE event END AS c,
-       CASE WHEN tag IN ({CALL}, {CALLEE}) THEN coalesce(service, IF(kind = 'control', {_q(CONTROL_SERVICE)}, NULL))
+       CASE WHEN tag IN ({CALL}, {CALLEE}) THEN coalesce(service, IF(is_control_req, {_q(CONTROL_SERVICE)}, NULL))
             WHEN tag = {MESSAGE} AND event IN ('send-error', 'voided') THEN reason
             WHEN tag = {DURABLE} THEN status END AS d,
        IF(tag IN ({TRAFFIC}, {REJECTED}, {MESSAGE}, {THREAT}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
