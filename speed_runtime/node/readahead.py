@@ -13,6 +13,7 @@ hand-off between threads per handled message.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Callable
@@ -87,24 +88,24 @@ class ReadAhead(Holding):
 
     def submit(self, lanes: SerialLanes, sender: str, held: list[tuple[str, Callable[[], None], int]]) -> bool:
         """Run the tasks of held files (name, task, cost) on the sender's lane, in order, each
-        releasing its file when it ends; one task on the lane for all of them. False (all released)
-        when the lanes have stopped."""
+        releasing its file when it ends: one hand-off to the lane for all of them, each a lane task
+        of its own (a flooding sender's batch does not hold a worker another sender waits for).
+        False (all released) when the lanes have stopped."""
+        on_error = lanes.on_error
         try:
-            lanes.submit(sender, lambda: self._run_held(sender, held, lanes.on_error))
+            lanes.submit_all(sender, [functools.partial(self._run_held, sender, name, task, cost, on_error)
+                                      for name, task, cost in held])
         except RuntimeError:
             for name, _, cost in held:
                 self.release(sender, name, cost)
             return False
         return True
 
-    def _run_held(self, sender: str, held: list, on_error: Callable[[BaseException], None]) -> None:
-        for index in range(len(held)):
-            name, task, cost = held[index]
-            held[index] = None  # the task (and the value it holds) goes as soon as it ran: its cost is released
-            try:
-                task()
-            except BaseException as exc:  # one bad task must not stop the sender's later ones
-                on_error(exc)
-            finally:
-                del task
-                self.release(sender, name, cost)
+    def _run_held(self, sender: str, name: str, task: Callable[[], None], cost: int,
+                  on_error: Callable[[BaseException], None]) -> None:
+        try:
+            task()
+        except BaseException as exc:  # one bad task must not stop the sender's later ones
+            on_error(exc)
+        finally:
+            self.release(sender, name, cost)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterable
 
 
 class WorkerPool:
@@ -96,6 +96,10 @@ class WorkerPool:
     def idle(self) -> bool:
         return not self._pending
 
+    def waiting(self) -> bool:
+        """Whether a task waits with no worker to run it (an unlocked read: a hint, asked often)."""
+        return self._unclaimed > 0
+
     def wait_idle(self, deadline: float) -> bool:
         """Wait (until `deadline`, monotonic) until no task is queued or running."""
         with self._lock:
@@ -132,14 +136,18 @@ class WorkerPool:
         return finished
 
 
-LANE_TURN = 8  # tasks a lane runs before it gives its worker to the lanes waiting for one
+LANE_TURN_SECONDS = 0.001  # a lane with work keeps its worker this long while another lane waits for one
 
 
 class SerialLanes:
     """Per-key FIFO on a shared pool: one sender's work runs in order, different senders in
     parallel, and no thread is tied to a sender that has gone quiet. A lane that always has work
-    (a flooding sender) runs LANE_TURN tasks and then queues again behind the lanes waiting for a
-    worker: a few flooders cannot hold every worker while the other senders' handlers wait."""
+    (a flooding sender) gives its worker up at the end of a turn (the task in hand, and at least
+    LANE_TURN_SECONDS of them) when another lane waits for one, and queues again behind it: a
+    flooding sender holds a worker only while no other sender's handler wants it, so the others'
+    handlers wait for one turn of it at most, not for its backlog (handlers of 2 ms: one of them).
+    A turn of a millisecond, not a single task, so that lanes of short tasks do not pass their
+    workers round after every one (a hand-off through the pool each)."""
 
     def __init__(self, pool: WorkerPool, on_error: Callable[[BaseException], None]):
         self._pool = pool
@@ -149,12 +157,18 @@ class SerialLanes:
 
     def submit(self, key: Hashable, task: Callable[[], None]) -> None:
         """Run `task` after the lane's earlier tasks; RuntimeError when the pool has stopped."""
+        self.submit_all(key, (task,))
+
+    def submit_all(self, key: Hashable, tasks: Iterable[Callable[[], None]]) -> None:
+        """Run `tasks`, in order, after the lane's earlier tasks: one hand-off to a worker for them
+        all, each still a task of its own (the lane may give its worker up between two).
+        RuntimeError when the pool has stopped."""
         with self._lock:
             lane = self._lanes.get(key)
             if lane is not None:
-                lane.append(task)
+                lane.extend(tasks)
                 return
-            self._lanes[key] = deque((task,))
+            self._lanes[key] = deque(tasks)
         try:
             self._pool.submit(lambda: self._drain(key))
         except RuntimeError:
@@ -163,22 +177,23 @@ class SerialLanes:
             raise
 
     def _drain(self, key: Hashable) -> None:
-        for _ in range(LANE_TURN):
+        turn_ends, turn_over = time.monotonic() + LANE_TURN_SECONDS, False
+        while True:
             with self._lock:
                 lane = self._lanes[key]
                 if not lane:
                     del self._lanes[key]
                     return
+                if turn_over:
+                    break  # another lane waits for a worker: it has this one, this lane queues behind it
                 task = lane.popleft()
             try:
                 task()
             except BaseException as exc:  # one bad task must not stall its lane
                 self.on_error(exc)
-        with self._lock:
-            if not self._lanes[key]:
-                del self._lanes[key]
-                return
-        try:  # more to do: after the lanes already waiting for a worker (the pool's queue is FIFO)
+            del task  # what the task holds is not kept while this lane waits for a worker again
+            turn_over = self._pool.waiting() and time.monotonic() >= turn_ends
+        try:  # the pool's queue is FIFO: after the lanes already waiting for a worker
             self._pool.submit(lambda: self._drain(key))
         except RuntimeError:  # the pool has stopped with the node: what is queued is dropped, as there
             with self._lock:

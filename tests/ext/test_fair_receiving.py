@@ -3,6 +3,7 @@ receiver remembers must not make it list the whole inbox at every step (each lis
 backlog delayed every other sender's files: benchmarks/bench_quota.py, `flood, v1 sender`)."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -331,10 +332,20 @@ def test_a_backlog_beyond_the_bound_is_taken_in_sequence_order_with_listings_in_
     assert taken == sorted(taken) == list(range(1, 4 * MAX_NAMES_PER_SENDER))
 
 
-def test_a_flooding_lane_gives_its_worker_to_the_lanes_waiting_for_one():
-    """One worker, a lane with 100 tasks, then another lane's one task: it runs after a turn of
-    the first lane (LANE_TURN tasks), not after all 100 (a few flooding senders held every worker)."""
-    from speed_runtime.node.threads import LANE_TURN, SerialLanes
+@pytest.fixture
+def turns_of_one_task(monkeypatch):
+    """A lane's turn is LANE_TURN_SECONDS of its tasks: 0 makes it one task, whatever the machine's
+    speed, so that the tests below can say which task comes when."""
+    from speed_runtime.node import threads
+
+    monkeypatch.setattr(threads, "LANE_TURN_SECONDS", 0.0)
+
+
+def test_a_flooding_lane_gives_its_worker_to_the_lanes_waiting_for_one(turns_of_one_task):
+    """One worker, a lane with 100 tasks, then another lane's one task: it runs after the first
+    lane's turn (here the task it had in hand), not after all 100 (a flooding sender held a
+    worker while the others' handlers waited for it, 8 of its tasks at a time)."""
+    from speed_runtime.node.threads import SerialLanes
 
     pool = WorkerPool(1, "test-lanes", lambda exc: None)
     lanes = SerialLanes(pool, lambda exc: None)
@@ -349,8 +360,54 @@ def test_a_flooding_lane_gives_its_worker_to_the_lanes_waiting_for_one():
         wait_until(lambda: len(ran) == 101, 10, "every task")
     finally:
         pool.stop(time.monotonic() + 5)
-    assert ran.index("steady") == LANE_TURN
+    assert ran.index("steady") == 1
     assert ran.count("flood") == 100
+
+
+def test_a_lane_alone_keeps_its_worker_for_all_its_tasks(turns_of_one_task):
+    """Nobody else waits for a worker: the lane runs its tasks one after another on the worker it
+    has (giving it up would only cost a hand-off), in order, however long its turns are over."""
+    from speed_runtime.node.threads import SerialLanes
+
+    pool = WorkerPool(2, "test-lanes", lambda exc: None)
+    lanes = SerialLanes(pool, lambda exc: None)
+    ran = []
+    try:
+        lanes.submit_all("only", [functools.partial(lambda i: ran.append((i, threading.get_ident())), i)
+                                  for i in range(50)])
+        wait_until(lambda: len(ran) == 50, 10, "every task")
+    finally:
+        pool.stop(time.monotonic() + 5)
+    assert [i for i, _ in ran] == list(range(50))
+    assert len({ident for _, ident in ran}) == 1
+
+
+def test_a_batch_of_held_files_gives_the_worker_up_between_two_handlers(turns_of_one_task):
+    """The read-ahead hands a sender's files of one pass to its lane together; each is a task of
+    its own, so another sender's file submitted while the first handler runs waits for that one
+    handler only, not for the flooding sender's whole batch (16 files at 2 ms: 32 ms)."""
+    from speed_runtime.node.readahead import ReadAhead
+    from speed_runtime.node.threads import SerialLanes
+
+    pool = WorkerPool(1, "test-lanes", lambda exc: None)
+    lanes = SerialLanes(pool, lambda exc: None)
+    read_ahead = ReadAhead(32, 256, lambda: None)
+    ran, started, other_submitted = [], threading.Event(), threading.Event()
+    first = lambda: (started.set(), other_submitted.wait(10), ran.append("flood"))  # noqa: E731
+    held = [(f"flood.{i}", first if i == 0 else (lambda: ran.append("flood")), 0) for i in range(16)]
+    try:
+        for name, _, _ in held:
+            read_ahead.hold("flood", name, -1)
+        assert read_ahead.submit(lanes, "flood", held)
+        assert started.wait(10)
+        read_ahead.hold("steady", "steady.0", -1)
+        assert read_ahead.submit(lanes, "steady", [("steady.0", lambda: ran.append("steady"), 0)])
+        other_submitted.set()
+        wait_until(lambda: len(ran) == 17 and read_ahead.idle(), 10, "every handler, every file released")
+    finally:
+        pool.stop(time.monotonic() + 5)
+    assert ran.index("steady") == 1
+    assert not read_ahead.taken
 
 
 class _Counted:
