@@ -91,9 +91,8 @@ class ReadAhead(Holding):
         releasing its file when it ends: one hand-off to the lane for all of them, each a lane task
         of its own (a flooding sender's batch does not hold a worker another sender waits for).
         False (all released) when the lanes have stopped."""
-        on_error = lanes.on_error
         try:
-            lanes.submit_all(sender, [functools.partial(self._run_held, sender, name, task, cost, on_error)
+            lanes.submit_all(sender, [functools.partial(self._run_held, sender, name, task, cost)
                                       for name, task, cost in held])
         except RuntimeError:
             for name, _, cost in held:
@@ -101,11 +100,8 @@ class ReadAhead(Holding):
             return False
         return True
 
-    def _run_held(self, sender: str, name: str, task: Callable[[], None], cost: int,
-                  on_error: Callable[[BaseException], None]) -> None:
+    def _run_held(self, sender: str, name: str, task: Callable[[], None], cost: int) -> None:
         try:
-            task()
-        except BaseException as exc:  # one bad task must not stop the sender's later ones
-            on_error(exc)
+            task()  # what it raises is the lane's to report (SerialLanes: its on_error), as any task's
         finally:
             self.release(sender, name, cost)

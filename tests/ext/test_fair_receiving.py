@@ -410,6 +410,32 @@ def test_a_batch_of_held_files_gives_the_worker_up_between_two_handlers(turns_of
     assert not read_ahead.taken
 
 
+def test_a_handler_that_raises_is_reported_once_and_its_file_released_and_the_next_ones_run():
+    """A held file's handler raising: the lane reports it (its on_error, once), the file's hold is
+    released, and the sender's later files still run, in order."""
+    from speed_runtime.node.readahead import ReadAhead
+    from speed_runtime.node.threads import SerialLanes
+
+    errors, ran = [], []
+    pool = WorkerPool(1, "test-lanes", lambda exc: None)
+    lanes = SerialLanes(pool, errors.append)
+    read_ahead = ReadAhead(32, 256, lambda: None)
+
+    def fails():
+        raise ValueError("handler failed")
+    held = [("s.0", lambda: ran.append(0), 0), ("s.1", fails, 0), ("s.2", lambda: ran.append(2), 0)]
+    try:
+        for name, _, _ in held:
+            read_ahead.hold("s", name, -1)
+        assert read_ahead.submit(lanes, "s", held)
+        wait_until(lambda: len(ran) == 2 and read_ahead.idle(), 10, "the other handlers, every file released")
+    finally:
+        pool.stop(time.monotonic() + 5)
+    assert ran == [0, 2]
+    assert [str(exc) for exc in errors] == ["handler failed"]
+    assert not read_ahead.taken
+
+
 class _Counted:
     """Counts what the protocol thread does for other senders between a steady sender's files.
 
