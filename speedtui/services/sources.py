@@ -69,17 +69,32 @@ class _Loop:
         self.thread.start()
 
     def _run(self) -> None:
-        while not self.stop_event.is_set():
-            self._watch()
-            try:
-                self.step()
-            except Exception as exc:  # noqa: BLE001 - a reader never dies
-                self.bridge.push_note(("error", f"{type(self).__name__}: {exc}"))
-            self.passes += 1
-            if self.stop_event.wait(self.min_gap):
-                break
-            self.wake.wait(self.interval)
-            self.wake.clear()
+        try:
+            while not self.stop_event.is_set():
+                self._watch()
+                try:
+                    self.step()
+                except Exception as exc:  # noqa: BLE001 - a reader never dies
+                    self.bridge.push_note(("error", f"{type(self).__name__}: {exc}"))
+                self.passes += 1
+                if self.stop_event.wait(self.min_gap):
+                    break
+                self.wake.wait(self.interval)
+                self.wake.clear()
+        finally:
+            # The thread that starts the observer stops it: a stop() from another thread could
+            # find no observer yet while this one was still starting it, and leave it running.
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        observer, self.observer = self.observer, None
+        if observer is None:
+            return
+        try:
+            observer.stop()
+            observer.join()
+        except Exception:  # noqa: BLE001 - a watch that cannot be stopped is a daemon: the process ends it
+            pass
 
     def step(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -88,16 +103,11 @@ class _Loop:
         self.wake.set()
 
     def stop(self) -> None:
+        """Ask the thread to end and wait a bounded time; it stops its observer as it ends."""
         self.stop_event.set()
         self.wake.set()
-        if self.observer is not None:
-            try:
-                self.observer.stop()
-                self.observer.join(timeout=2)
-            except Exception:  # noqa: BLE001
-                pass
         if self.thread is not None:
-            self.thread.join(timeout=2)
+            self.thread.join(timeout=5)
 
 
 class RegistrySource(_Loop):

@@ -1,11 +1,19 @@
-"""Journal tailer and registry reader (threads not started: steps are called directly)."""
+"""Journal tailer and registry reader (threads not started: steps are called directly), and a
+reader's thread with its watch (started, then stopped while the watch is still starting)."""
 
 import json
 import os
+import threading
+
+from watchdog.observers import Observer
+
+from speedtui.services import sources
 
 from speedtui.services.bridge import Bridge
 from speedtui.services.registry import RegistryReader
 from speedtui.services.sources import JournalTailer, RegistrySource
+
+from ..helpers.wait import wait_until
 
 
 def rec(i, node="a"):
@@ -82,3 +90,29 @@ def test_bridge_bounds_pending_records():
     b.push_records([parse_record(json.loads(rec(i))) for i in range(25)])
     d = b.drain()
     assert len(d.records) == 10 and d.dropped == 15 and d.records[0].seq == 15
+
+
+def test_a_watch_still_starting_when_its_reader_is_stopped_is_stopped_too(tmp_path, monkeypatch):
+    """The registry directory appears while the console runs (the first node creates it): the
+    reader's thread starts its watch then, and the console may be closed at that very moment."""
+    starting, go_on, made = threading.Event(), threading.Event(), []
+
+    class SlowToStart(Observer):
+        def start(self):
+            made.append(self)
+            starting.set()
+            go_on.wait(10)
+            super().start()
+
+    monkeypatch.setattr(sources, "Observer", SlowToStart)
+    (tmp_path / "speed_registry").mkdir()
+    reader = RegistrySource(Bridge(), tmp_path)
+    reader.start()
+    assert starting.wait(10)
+    stopper = threading.Thread(target=reader.stop, name="stopper")
+    stopper.start()
+    wait_until(reader.stop_event.is_set, what="stop() to have asked the thread to end")
+    go_on.set()  # the watch finishes starting only after stop() was called
+    stopper.join(10)
+    wait_until(lambda: not reader.thread.is_alive(), what="the reader's thread to end")
+    assert not made[0].is_alive() and reader.observer is None
