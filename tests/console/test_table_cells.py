@@ -32,6 +32,7 @@ LONG = "a-value-much-longer-than-any-column-it-is-drawn-in-" * 2
 TABLES_WITH_ROWS = {"leases": ["leases-table"], "traces": ["traces-table"], "replay": ["replay-nodes"],
                     "audit": ["audit-table", "calls-table"], "security": ["security-table"],
                     "durable": ["durable-outbox"]}
+TABLE_VIEWS = list(TABLES_WITH_ROWS)
 WIDTHS = [80, 120, 160]
 
 
@@ -73,6 +74,16 @@ def build_wide(base):
                              "arguments": {WIDE: LONG}, "timeout": 5.0, "status": "ERROR", "result": None,
                              "error_code": WIDE, "error_message": LONG, "latency_ms": 2.0}) + "\n")
     return root, key_path, paths
+
+
+async def show_with_rows(pilot, app, vid):
+    """Show a table view and wait until its tables hold their rows; the view."""
+    app.action_show(vid)
+    view = app.view_widget(vid)
+    await wait_for(pilot, lambda: all(view.query_one(f"#{i}", FastTable).rows for i in TABLES_WITH_ROWS[vid]),
+                   what=f"the rows of {vid}'s tables")
+    await pilot.pause()
+    return view
 
 
 def terminal_line(strip) -> list[str]:
@@ -123,12 +134,8 @@ async def test_no_two_cells_touch_in_any_table_view(width, tmp_path):
     async with app.run_test(size=(width, 36)) as pilot:
         await pilot.pause()
         problems = []
-        for vid, ids in TABLES_WITH_ROWS.items():
-            app.action_show(vid)
-            view = app.view_widget(vid)
-            await wait_for(pilot, lambda: all(view.query_one(f"#{i}", FastTable).rows for i in ids),
-                           what=f"the rows of {vid}'s tables")
-            await pilot.pause()
+        for vid in TABLE_VIEWS:
+            view = await show_with_rows(pilot, app, vid)
             for table in view.query(FastTable):
                 if table.rows:
                     problems += touching(table)

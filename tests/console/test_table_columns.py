@@ -16,7 +16,7 @@ from speedtui.ui.screens.cells import CellsScreen, ColumnsScreen
 from speedtui.ui.widgets.fast_table import FastTable, terminal_cells
 
 from .conftest import run_async, wait_for
-from .test_table_cells import TABLE_VIEWS, build_wide, terminal_line
+from .test_table_cells import TABLE_VIEWS, build_wide, show_with_rows, terminal_line
 
 
 def drawn(table: FastTable) -> list[str]:
@@ -42,9 +42,8 @@ async def test_i_shows_the_selected_rows_cells_whole_in_every_table_view(tmp_pat
         await pilot.pause()
         seen = 0
         for vid in TABLE_VIEWS:
-            app.action_show(vid)
-            await pilot.pause()
-            for table in app.view_widget(vid).query(FastTable):
+            view = await show_with_rows(pilot, app, vid)
+            for table in view.query(FastTable):
                 if not table.rows:
                     continue
                 table.focus()
