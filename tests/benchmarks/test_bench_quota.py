@@ -1,8 +1,12 @@
 """CI runs the quota benchmark in a tiny mode only, to prove it still works (no timing asserts)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+
+from benchmarks import bench_quota
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,3 +24,21 @@ def test_bench_quota_quick_mode_measures_every_variant():
     assert report["variants"]["flood, quota"]["floodPerSecond"] > 0
     assert set(report["sendCost"]) == {"floor", "plain send", "quota send, room", "quota send, window of 8 full",
                                        "admission check alone"}
+
+
+def test_the_count_of_the_flooded_inbox_is_what_a_listing_finds(tmp_path):
+    """The count is one `stat` on tmpfs (20 bytes a name), a listing elsewhere: both as a listing."""
+    places = [tmp_path] + ([tempfile.mkdtemp(dir="/dev/shm")] if os.path.isdir("/dev/shm") else [])
+    try:
+        for place in places:
+            bench_quota._TMPFS_SIZE_PER_NAME[0] = None  # found anew on each file system
+            inbox = os.path.join(place, "inbox")
+            os.mkdir(inbox)
+            for i in range(137):
+                open(os.path.join(inbox, f"flood.{i:020d}.env"), "w").close()
+            os.mkdir(os.path.join(inbox, "a-directory"))
+            assert bench_quota._names_in(inbox) == len(os.listdir(inbox)) == 138
+    finally:
+        bench_quota._TMPFS_SIZE_PER_NAME[0] = None
+        for place in places[1:]:
+            shutil.rmtree(place)
