@@ -8,7 +8,6 @@ import threading
 from watchdog.observers import Observer
 
 from speedtui.services import sources
-
 from speedtui.services.bridge import Bridge
 from speedtui.services.registry import RegistryReader
 from speedtui.services.sources import JournalTailer, RegistrySource
