@@ -99,20 +99,21 @@ def _names_in(directory: str) -> int:
     """How many names `directory` holds. On tmpfs (a directory's size is 20 bytes a name there) one
     stat: a listing of the flood's 200,000-300,000 names took 0.15-0.3 s of CPU each time, taken
     from the processes measured in the flood variants only. Elsewhere, a listing."""
-    if _TMPFS_SIZE_PER_NAME[0] is None:
+    info = os.stat(directory)
+    if info.st_dev not in _SIZE_PER_NAME:  # probed once per file system, beside `directory`
         probe = tempfile.mkdtemp(dir=os.path.dirname(directory))
         empty = os.stat(probe).st_size
         open(os.path.join(probe, "x"), "w").close()
         grown = os.stat(probe).st_size - empty
         shutil.rmtree(probe)
-        _TMPFS_SIZE_PER_NAME[0] = grown if grown == 20 and empty == 40 else 0
-    per_name = _TMPFS_SIZE_PER_NAME[0]
+        _SIZE_PER_NAME[info.st_dev] = grown if grown == 20 and empty == 40 else 0
+    per_name = _SIZE_PER_NAME[info.st_dev]
     if per_name:
-        return os.stat(directory).st_size // per_name - 2  # "." and ".." are counted too
+        return info.st_size // per_name - 2  # "." and ".." are counted too
     return len(os.listdir(directory))
 
 
-_TMPFS_SIZE_PER_NAME: list = [None]  # found once, on the benchmark's own file system
+_SIZE_PER_NAME: dict[int, int] = {}  # per file system (st_dev): 20 on tmpfs, 0 where the size says nothing
 
 
 def _percentile(values: list[float], q: float) -> float:
