@@ -4,6 +4,7 @@ explainer; export the matrix."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 from rich.console import Group
 from rich.table import Table
@@ -22,12 +23,26 @@ from .access_picture import access_picture
 from .. import keymap
 
 
+# A matrix has a cell per pair of nodes: drawn for at most MATRIX_MAX nodes (a 120-column terminal
+# shows about 30 columns of it), exported as CSV for at most EXPORT_MATRIX_MAX (4 million cells,
+# about 12 MB); the picture beside it and the JSON export grow with the grants, not the pairs.
+MATRIX_MAX = 100
+EXPORT_MATRIX_MAX = 2_000
+
+
 def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
     """The matrix as a table: a header row, then one row per writer with "yes" where it may write."""
     out = [["may write to →", *names]]
     for a in names:
         out.append([a, *("" if a == b else ("yes" if g.may_write(a, b) else "no") for b in names)])
     return out
+
+
+def too_many_for_a_matrix(count: int) -> str:
+    # in short lines: the matrix takes the width of its longest line (half a terminal of 80 is 36)
+    return textwrap.fill(f"{count:,} nodes: the matrix is drawn for at most {MATRIX_MAX}. Pick a fabric (2 Fabrics, "
+                         "Enter on it) or explain a pair above; the picture beside shows the grants, E exports them "
+                         "all.", 36)
 
 
 def explanation(v: Verdict) -> Text | Group:
@@ -107,8 +122,12 @@ class AccessView(Vertical):
         self._sig = sig
         g = AccessGraph(rows)
         self._names = [name for name, r in sorted(g.nodes.items()) if self.state.registry.in_fabric(r)]
-        self.query_one(AccessMatrix).set_matrix(self._names, g.matrix(self._names),
-                                                frozenset(g.administered(self.state.operator_fingerprint)))
+        matrix = self.query_one(AccessMatrix)
+        if len(self._names) <= MATRIX_MAX:
+            matrix.set_matrix(self._names, g.matrix(self._names),
+                              frozenset(g.administered(self.state.operator_fingerprint)))
+        else:
+            matrix.set_matrix([], [], note=too_many_for_a_matrix(len(self._names)))
         self._draw_picture(g)
         all_names = g.names
         self.query_one("#ex-caller", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
@@ -186,10 +205,15 @@ class AccessView(Vertical):
 
     def action_export(self) -> None:
         g = self.state.graph()
-        # names may come from file names (unreadable entries): csv_lines keeps every cell a text
-        self.post_message(ExportRows("access-matrix", "csv", csv_lines(matrix_rows(g, self._names)),
-                                     f"access matrix of {len(self._names)} nodes"))
-        doc = {n: {"allows": list(g.nodes[n].allow), "may_write_to": [m for m in self._names if g.may_write(n, m)]}
-               for n in self._names}
+        if len(self._names) <= EXPORT_MATRIX_MAX:
+            # names may come from file names (unreadable entries): csv_lines keeps every cell a text
+            self.post_message(ExportRows("access-matrix", "csv", csv_lines(matrix_rows(g, self._names)),
+                                         f"access matrix of {len(self._names)} nodes"))
+        else:
+            self.notify(f"{len(self._names):,} nodes: the matrix is exported as CSV for at most "
+                        f"{EXPORT_MATRIX_MAX:,}; pick a fabric for one. The JSON export holds every grant.",
+                        severity="warning", markup=False)
+        writes = g.writes_to(self._names)
+        doc = {n: {"allows": list(g.nodes[n].allow), "may_write_to": writes[n]} for n in self._names}
         self.post_message(ExportRows("access-matrix", "json", [json.dumps(doc, indent=2, sort_keys=True)],
                                      f"access matrix of {len(self._names)} nodes"))

@@ -20,6 +20,7 @@ INDENT = 1
 MAX_LABEL = 12  # longer names are shortened in the middle; the list fallback still has them whole
 MIN_PITCH = 6  # below 5-character labels the lanes can no longer be told apart: use the list
 NOTE_GAP = 2
+LIST_MAX = 200  # lines of one list (a fabric's grants, the grants across fabrics, ...): E exports them all
 
 # Longest first: each row keeps the longest variant that still fits the width.
 MUTUAL_NOTES = ("mutual", "")
@@ -39,37 +40,46 @@ def access_picture(g: AccessGraph, width: int, fabric: str | None = None) -> Tex
     width = max(width, 1)
     out = Text(no_wrap=True, overflow="crop")
     _legend(out, width)
-    for fab, names in g.by_fabric().items():
-        if fabric is not None and fab != fabric:
-            continue
+    fabrics = [(fab, names) for fab, names in g.by_fabric().items() if fabric is None or fab == fabric]
+    for fab, names in fabrics[:LIST_MAX]:
         out.append("\n")
         _line(out, width, (fab or "(ungrouped)", TITLE_STYLE),
               (f" · {len(names)} node{'s' if len(names) != 1 else ''}", NOTE_STYLE))
         edges = g.edges(names)
         if not _diagram(out, width, names, edges):
             _compact(out, width, names, edges)
+    if len(fabrics) > LIST_MAX:
+        out.append("\n")
+        _line(out, width, (f"… and {len(fabrics) - LIST_MAX:,} more fabrics (pick one in 2 Fabrics)", NOTE_STYLE))
     if fabric is None:
         cross = [e for e in g.edges() if not set(g.nodes[e.src].groups) & set(g.nodes[e.dst].groups)]
         if cross:
             out.append("\n")
             _line(out, width, ("across fabrics", TITLE_STYLE))
-            for e in cross:
+            for e in cross[:LIST_MAX]:
                 arrow, style = ("◀──▶", MUTUAL_STYLE) if e.kind == MUTUAL else ("──▶", ONE_WAY_STYLE)
                 where = f"{_fabric_label(g, e.src)} · {_fabric_label(g, e.dst)}"
                 _line(out, width, (f"  {e.src} ", "bold"), (arrow, style), (f" {e.dst}", "bold"),
                       (f"   {where}", NOTE_STYLE))
+            _more(out, width, len(cross))
     dangling = g.dangling()
     if dangling:
         out.append("\n")
         _line(out, width, ("grants naming absent nodes", "bold"))
-        for n, a in dangling:
+        for n, a in dangling[:LIST_MAX]:
             _line(out, width, (f"  {n} allows {a} (not registered)", NOTE_STYLE))
+        _more(out, width, len(dangling))
     out.rstrip()
     return out
 
 
 def _fabric_label(g: AccessGraph, name: str) -> str:
     return "/".join(g.nodes[name].groups) or "(ungrouped)"
+
+
+def _more(out: Text, width: int, count: int) -> None:
+    if count > LIST_MAX:
+        _line(out, width, (f"  … and {count - LIST_MAX:,} more (E exports them all)", NOTE_STYLE))
 
 
 def _line(out: Text, width: int, *parts: tuple[str, str]) -> None:
@@ -204,13 +214,16 @@ def _compact(out: Text, width: int, names: list[str], edges: list[Edge]) -> None
     """The fabric as a list, for when its lanes do not fit: full names, one grant per line."""
     _line(out, width, ("  as a list: its lanes do not fit this width", NOTE_STYLE))
     linked = {e.src for e in edges} | {e.dst for e in edges}
-    for e in edges:
+    for e in edges[:LIST_MAX]:
         if e.kind == MUTUAL:
             _line(out, width, (f"  {e.src} ", "bold"), ("◀──▶", MUTUAL_STYLE), (f" {e.dst}", "bold"),
                   ("  mutual", NOTE_STYLE))
         else:
             _line(out, width, (f"  {e.src} ", "bold"), ("──▶", ONE_WAY_STYLE), (f" {e.dst}", "bold"),
                   (f"  {e.dst} cannot answer", NOTE_STYLE))
-    for x in names:
-        if x not in linked:
-            _line(out, width, (f"  {x} ", NONE_STYLE), ("✗", NONE_STYLE), ("  no grant in fabric", NOTE_STYLE))
+    _more(out, width, len(edges))
+    unlinked = [x for x in names if x not in linked]
+    for x in unlinked[:LIST_MAX]:
+        _line(out, width, (f"  {x} ", NONE_STYLE), ("✗", NONE_STYLE), ("  no grant in fabric", NOTE_STYLE))
+    if len(unlinked) > LIST_MAX:
+        _line(out, width, (f"  … and {len(unlinked) - LIST_MAX:,} more with no grant in fabric", NOTE_STYLE))

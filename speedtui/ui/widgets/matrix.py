@@ -32,10 +32,12 @@ class AccessMatrix(Static, can_focus=True):
         self.names: list[str] = []
         self.cells: list[list[str]] = []
         self.administered: frozenset[str] = frozenset()  # rows the console's operator key may change
+        self.note = ""  # why no grid is drawn, when there are nodes but too many for one
 
-    def set_matrix(self, names: list[str], cells: list[list[str]], administered: frozenset[str] = frozenset()) -> None:
+    def set_matrix(self, names: list[str], cells: list[list[str]], administered: frozenset[str] = frozenset(),
+                   note: str = "") -> None:
         keep = self.pair()
-        self.names, self.cells, self.administered = names, cells, administered
+        self.names, self.cells, self.administered, self.note = names, cells, administered, note
         if keep and keep[0] in names and keep[1] in names:
             self.set_reactive(AccessMatrix.row, names.index(keep[0]))
             self.set_reactive(AccessMatrix.col, names.index(keep[1]))
@@ -77,7 +79,7 @@ class AccessMatrix(Static, can_focus=True):
 
     def render_grid(self) -> Text:
         if not self.names:
-            return Text("no nodes", style="dim")
+            return Text(self.note or "no nodes", style="dim")
         n = len(self.names)
         mark_w = 2 if self.administered else 0
         label_w = min(16, max(len(x) for x in self.names)) + len(str(n)) + 1 + mark_w

@@ -1,0 +1,120 @@
+"""An environment of many nodes: what grows with the pairs of nodes (the access matrix, its CSV)
+is drawn and exported only up to a bound; what grows with the grants (the picture, the JSON
+export, the edges) is found from the grants. Before, the Access view built a cell per pair on the
+UI thread: with 10,000 registry entries the console stopped answering at `3` (100 million cells,
+RSS past 2 GB)."""
+
+import json
+import random
+import uuid
+
+from speedtui.environments.fixture import FIXED_NOW, HOST, build
+from speedtui.models.access import MUTUAL, AccessGraph, Edge
+from speedtui.models.registry import build_row
+from speedtui.paths import Paths
+from speedtui.services import runtime as rt
+from speedtui.services.clock import FrozenClock
+from speedtui.ui.app import make_app
+from speedtui.ui.views import access as access_view
+from speedtui.ui.views.access_picture import LIST_MAX, access_picture
+
+from .conftest import SIZE, entry_record, run_async, wait_for
+
+
+def _row(name, allow=(), groups=()):
+    d = {"name": name, "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "pid": 1, "host": "elsewhere",
+         "status": "online", "startupTimestamp": 1000.0, "lastHeartbeat": 1999.0, "leaseSeconds": 30,
+         "groups": list(groups), "allow": list(allow), "services": []}
+    return build_row(entry_record(name, d), 2000.0)
+
+
+def _every_pair_edges(g: AccessGraph, names=None) -> list[Edge]:
+    """The edges as the view found them before: every pair of names looked at."""
+    names = sorted(set(names) if names is not None else g.names)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ab, ba = g.may_write(a, b), g.may_write(b, a)
+            if ab or ba:
+                out.append(Edge(a, b, MUTUAL) if ab and ba else Edge(a, b, "one-way") if ab else Edge(b, a, "one-way"))
+    return out
+
+
+def test_the_edges_found_from_the_grants_are_those_of_every_pair():
+    rnd = random.Random(7)
+    names = [f"n{i:02d}" for i in range(40)]
+    for _ in range(20):
+        # grants to registered nodes, to absent ones and to itself; some nodes grant nothing
+        rows = [_row(n, allow=rnd.sample(names + ["ghost", n], rnd.randrange(0, 6)),
+                     groups=[rnd.choice("abc")]) for n in names]
+        g = AccessGraph(rows)
+        assert g.edges() == _every_pair_edges(g)
+        some = rnd.sample(names, 15) + ["ghost"]
+        assert g.edges(some) == _every_pair_edges(g, some)
+        writes = g.writes_to(names)
+        assert writes == {a: [b for b in sorted(names) if b != a and g.may_write(a, b)] for a in names}
+
+
+def test_the_picture_lists_at_most_its_bound_and_says_how_many_more():
+    count = LIST_MAX + 30
+    # one fabric too wide for lanes: a chain of one-way grants, then nodes with none; grants to absent nodes
+    rows = [_row(f"a{i:04d}", allow=[f"a{i + 1:04d}", f"gone{i}"], groups=["big"]) for i in range(count)]
+    rows += [_row(f"z{i:04d}", groups=["big"]) for i in range(count)]
+    text = access_picture(AccessGraph(rows), 100).plain
+    assert text.count("──▶") == 2 + LIST_MAX  # the legend's two arrows, then the bound
+    assert f"… and {count - 1 - LIST_MAX:,} more (E exports them all)" in text  # a0229's grant names no node
+    assert text.count("✗  no grant in fabric") == LIST_MAX
+    assert f"… and {count - LIST_MAX:,} more with no grant in fabric" in text  # the z nodes
+    assert text.count("(not registered)") == LIST_MAX
+    assert f"… and {count + 1 - LIST_MAX:,} more (E exports them all)" in text  # gone0..gone229 and a0230
+
+
+def _crowd(tmp_path, count):
+    """The fixture's environment and `count` more nodes, each granting the next."""
+    root, key_path = build(tmp_path / "root")
+    reg = root / "speed_registry"
+    for i in range(count):
+        name = f"m{i:04d}"
+        entry = {"name": name, "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "pid": 1, "host": HOST,
+                 "status": "online", "startupTimestamp": FIXED_NOW - 60, "lastHeartbeat": FIXED_NOW - 1,
+                 "leaseSeconds": 30, "heartbeatSeconds": 5, "protocol": 1, "groups": ["crowd"],
+                 "allow": [f"m{i + 1:04d}"], "services": []}
+        (reg / f"{name}.node").write_text(json.dumps(entry))
+    paths = Paths(tmp_path / "config", tmp_path / "data")
+    app = make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW),
+                   dir_label="/fixture/speed", steady=True)
+    return root, paths, app
+
+
+@run_async
+async def test_beyond_its_bound_the_matrix_is_not_built_and_says_why(tmp_path, monkeypatch):
+    def per_pair(self, names=None):
+        raise AssertionError(f"a matrix of {len(names or self.names)} nodes was built")
+
+    monkeypatch.setattr(AccessGraph, "matrix", per_pair)
+    root, paths, app = _crowd(tmp_path, access_view.MATRIX_MAX)  # and the fixture's own nodes
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        matrix = app.view_widget("access").query_one("#access-matrix")
+        await wait_for(pilot, lambda: matrix.note, what="the note instead of the matrix")
+        assert matrix.names == [] and matrix.pair() is None
+        drawn = " ".join(str(matrix.render()).split())
+        count = len(AccessGraph(app.state.registry.rows).names)
+        assert drawn.startswith(f"{count:,} nodes: the matrix is drawn for at most {access_view.MATRIX_MAX}.")
+        await pilot.press("enter", "g", "d")  # on no pair: nothing happens, nothing fails
+        picture = str(app.view_widget("access").query_one("#access-arrows-body").render())
+        assert "m0000 ──▶ m0001" not in picture and "m0001 ──▶ m0000" in picture  # m0000 allows m0001
+
+
+@run_async
+async def test_beyond_its_bound_the_csv_matrix_is_not_exported_and_the_json_holds_every_grant(tmp_path, monkeypatch):
+    monkeypatch.setattr(access_view, "EXPORT_MATRIX_MAX", 20)
+    root, paths, app = _crowd(tmp_path, 30)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3", "E")
+        exports = paths.env_dir(root) / "exports"
+        await wait_for(pilot, lambda: list(exports.glob("access-matrix-*.json")), what="the JSON export")
+        assert not list(exports.glob("access-matrix-*.csv"))
+        doc = json.loads(next(exports.glob("access-matrix-*.json")).read_text())
+        assert doc["m0001"]["may_write_to"] == ["m0000"] and doc["m0029"]["may_write_to"] == ["m0028"]
+        assert any("exported as CSV for at most 20" in str(n.message) for n in app._notifications)
