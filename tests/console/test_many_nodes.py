@@ -15,6 +15,7 @@ from speedtui.paths import Paths
 from speedtui.services import runtime as rt
 from speedtui.services.clock import FrozenClock
 from speedtui.ui.app import make_app
+from speedtui.ui.messages import ChooseFabric
 from speedtui.ui.views import access as access_view
 from speedtui.ui.views.access_picture import LIST_MAX, access_picture
 
@@ -92,7 +93,7 @@ async def test_beyond_its_bound_the_matrix_is_not_built_and_says_why(tmp_path, m
         raise AssertionError(f"a matrix of {len(names or self.names)} nodes was built")
 
     monkeypatch.setattr(AccessGraph, "matrix", per_pair)
-    root, paths, app = _crowd(tmp_path, access_view.MATRIX_MAX)  # and the fixture's own nodes
+    root, paths, app = _crowd(tmp_path, access_view.MATRIX_MAX + 1)  # and the fixture's own nodes
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3")
         matrix = app.view_widget("access").query_one("#access-matrix")
@@ -104,6 +105,11 @@ async def test_beyond_its_bound_the_matrix_is_not_built_and_says_why(tmp_path, m
         await pilot.press("enter", "g", "d")  # on no pair: nothing happens, nothing fails
         picture = str(app.view_widget("access").query_one("#access-arrows-body").render())
         assert "m0000 ──▶ m0001" not in picture and "m0001 ──▶ m0000" in picture  # m0000 allows m0001
+        app.post_message(ChooseFabric("crowd"))  # as Enter on it in Fabrics does
+        await wait_for(pilot, lambda: "in fabric crowd" in str(matrix.render()), what="the fabric's count")
+        drawn = " ".join(str(matrix.render()).split())
+        assert drawn.startswith(f"{access_view.MATRIX_MAX + 1:,} nodes in fabric crowd: the matrix is drawn for at most "
+                                f"{access_view.MATRIX_MAX}. Explain a pair above;")
 
 
 @run_async

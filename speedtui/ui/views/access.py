@@ -14,6 +14,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, Input, Static
 
+from speed_runtime.core.visible import visible
+
 from ...models.access import AccessGraph, Verdict, explain, grants_needed
 from ...services.exports import csv_lines
 from ..messages import ExportRows, GrantRequested
@@ -38,11 +40,12 @@ def matrix_rows(g: AccessGraph, names: list[str]) -> list[list[str]]:
     return out
 
 
-def too_many_for_a_matrix(count: int) -> str:
+def too_many_for_a_matrix(count: int, fabric: str | None) -> str:
     # in short lines: the matrix takes the width of its longest line (half a terminal of 80 is 36)
-    return textwrap.fill(f"{count:,} nodes: the matrix is drawn for at most {MATRIX_MAX}. Pick a fabric (2 Fabrics, "
-                         "Enter on it) or explain a pair above; the picture beside shows the grants, E exports them "
-                         "all.", 36)
+    narrow = "Explain a pair above" if fabric is not None else "Pick a fabric (2 Fabrics, Enter on it) or explain a pair above"
+    where = f" in fabric {visible(fabric) or '(ungrouped)'}" if fabric is not None else ""
+    return textwrap.fill(f"{count:,} nodes{where}: the matrix is drawn for at most {MATRIX_MAX}. {narrow}; the "
+                         "picture beside shows the grants, E exports them all.", 36)
 
 
 def explanation(v: Verdict) -> Text | Group:
@@ -127,7 +130,7 @@ class AccessView(Vertical):
             matrix.set_matrix(self._names, g.matrix(self._names),
                               frozenset(g.administered(self.state.operator_fingerprint)))
         else:
-            matrix.set_matrix([], [], note=too_many_for_a_matrix(len(self._names)))
+            matrix.set_matrix([], [], note=too_many_for_a_matrix(len(self._names), self.state.fabric))
         self._draw_picture(g)
         all_names = g.names
         self.query_one("#ex-caller", Input).suggester = SuggestFromList(all_names, case_sensitive=True)
