@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit): import the pack
 from .batches import ingest  # noqa: E402
 from .common import (BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_SCHEMA, TABLES,  # noqa: E402,F401
                      JavaMissingError, PipelineError, has_scheme, is_local, local_path, parse_time)
-from .journals import stage_whole  # noqa: E402
+from .journals import bundle, stage_whole  # noqa: E402
 from .records import reason_label  # noqa: E402,F401
 from .report import build_report, write_tables  # noqa: E402
 from .session import Progress, check_java, is_connect, make_spark, require_modules  # noqa: E402,F401
@@ -131,7 +131,7 @@ def staged(inputs: list[str], out_shown: str, out_is_local: bool):
     shutil.rmtree(area, ignore_errors=True)
     try:
         copies, skipped = stage_whole([local_path(p) for p in local], area)
-        yield copies + [p for p in inputs if not is_local(p)], skipped
+        yield bundle(copies, area) + [p for p in inputs if not is_local(p)], skipped
     finally:
         shutil.rmtree(area, ignore_errors=True)
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from .batches import compact, ingest, load, save
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, PipelineError
-from .journals import scan
+from .journals import bundle, scan
 from .report import build_report, write_tables
 
 #: /4: the callees' side of SPC calls kept (for callers without a journal); /3: roll-ups partitioned
@@ -131,7 +131,8 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
         t = time.monotonic()
         if plan.ranges:
             batch_id = state["next_batch"]
-            batch = ingest(spark, plan.staged, batch_id=batch_id, accuracy=accuracy, step=step)
+            batch = ingest(spark, bundle(plan.staged, store.staging), batch_id=batch_id, accuracy=accuracy,
+                           step=step)
             tmp = store.batch_dir(batch_id) + ".tmp"
             save(batch, tmp)
             os.replace(tmp, store.batch_dir(batch_id))
