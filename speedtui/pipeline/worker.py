@@ -132,11 +132,12 @@ def _warm_up(spark, traces: list[str]) -> int:
     import shutil
     import tempfile
     from .batches import ingest
-    from .journals import stage_tails
+    from .journals import bundle, stage_tails
     from .report import build_report, write_tables
     d = tempfile.mkdtemp(prefix="speed-warm-")
     try:
-        staged = stage_tails(traces, os.path.join(d, "sample"), WARM_BYTES_PER_JOURNAL, WARM_BYTES)
+        sample = os.path.join(d, "sample")
+        staged = bundle(stage_tails(traces, sample, WARM_BYTES_PER_JOURNAL, WARM_BYTES), sample)  # as a run reads
         if not staged:
             staged = [os.path.join(d, "warm.jsonl")]
             with open(staged[0], "w", encoding="utf-8") as f:
