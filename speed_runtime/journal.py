@@ -188,8 +188,17 @@ class JournalTail:
         self._inode: tuple[int, int] | None = None
         self._offset = 0
         self._skipping = False  # inside an over-long line that has not ended yet
+        self._read_to_end: tuple[int, int, int, int] | None = None  # the file a read last took to its end
+        self._stat: os.stat_result | None = None
         self.bad_lines = 0
         self.error: str | None = None  # why the path cannot be read (not a regular file, …)
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        """Whether the file a stat of the path (not following a link) describes is the one the
+        last read took to its end, as it was then: nothing to read, so a reader of thousands of
+        journals need not open each one at every pass. Only a hint to skip: what is read is still
+        opened and checked by `read`."""
+        return self.error is None and self._read_to_end == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def read(self, max_records: int = 50_000) -> list[JournalEvent]:
         """The records the path gained since the last call (at most `max_records`; the rest wait)."""
@@ -203,6 +212,7 @@ class JournalTail:
             return []
         self.error = None
         out: list[JournalEvent] = []
+        self._read_to_end = None
         try:
             for line in self.lines(fd):
                 if line is not LONG and not line.strip():
@@ -214,6 +224,9 @@ class JournalTail:
                     out.append(event)
                     if len(out) >= max_records:
                         break
+            else:
+                st = self._stat
+                self._read_to_end = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         finally:
             os.close(fd)
         return out
@@ -223,7 +236,7 @@ class JournalTail:
         over-long one), each once, the tail moving past each before it is yielded (a reader may stop
         at any line). A file of another identity (rotated, replaced) or shorter than where the tail
         stands (truncated) is read from its start."""
-        st = os.fstat(fd)
+        st = self._stat = os.fstat(fd)
         identity = (st.st_dev, st.st_ino)
         if identity != self._inode or st.st_size < self._offset:
             self._inode, self._offset, self._skipping = identity, 0, False

@@ -115,3 +115,44 @@ def test_a_watch_still_starting_when_its_reader_is_stopped_is_stopped_too(tmp_pa
     stopper.join(10)
     wait_until(lambda: not reader.thread.is_alive(), what="the reader's thread to end")
     assert not made[0].is_alive() and reader.observer is None
+
+
+def test_the_tailer_opens_only_the_journals_that_changed(tmp_path, monkeypatch):
+    """Thousands of journals are looked at twice a second: one that is as the last read left it is
+    not opened again (a stat of its name), and one that changed is read as before."""
+    import speed_runtime.journal as journal
+    traces = tmp_path / "speed_traces"
+    traces.mkdir()
+    for i in range(30):
+        (traces / f"n{i:02d}.jsonl").write_text(rec(1000 + i) + "\n")
+    opened = []
+    real = journal.open_regular
+    monkeypatch.setattr(journal, "open_regular", lambda path, flags: opened.append(os.path.basename(path))
+                        or real(path, flags))
+    b = Bridge()
+    t = JournalTailer(b, tmp_path)
+    t.step()
+    assert len(b.drain().records) == 30 and len(opened) == 30 + 30  # start_near_end, then the read
+    opened.clear()
+    t.step()
+    assert opened == [] and b.drain().records == []
+    with open(traces / "n07.jsonl", "a") as f:
+        f.write(rec(2000) + "\n")
+    t.step()
+    assert opened == ["n07.jsonl"] and [r.ts for r in b.drain().records] == [2000.0]
+
+
+def test_the_watch_asks_the_kernel_for_no_event_of_our_own_reads(tmp_path):
+    """Opening and closing a file to read it are events too: with thousands of journals read twice a
+    second, watchdog's threads took a third of a core handling them, only to drop them."""
+    from watchdog.observers.inotify_c import InotifyConstants
+    (tmp_path / "speed_traces").mkdir()
+    reader = JournalTailer(Bridge(), tmp_path)
+    reader._watch()
+    try:
+        (emitter,) = reader.observer.emitters
+        mask = emitter.get_event_mask_from_filter()
+        assert mask & InotifyConstants.IN_MODIFY and mask & InotifyConstants.IN_MOVED_TO
+        assert not mask & (InotifyConstants.IN_OPEN | InotifyConstants.IN_CLOSE_NOWRITE | InotifyConstants.IN_ACCESS)
+    finally:
+        reader._unwatch()

@@ -90,3 +90,26 @@ def test_start_near_end_on_a_missing_path_leaves_read_to_report(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     tail.start_near_end(10)
     assert tail.read() == [] and "not a regular file" in tail.error
+
+
+def test_unchanged_says_whether_the_last_read_took_the_file_as_it_is_now_to_its_end(tmp_path):
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(line(1) + line(2))
+    tail = JournalTail(str(path))
+    assert not tail.unchanged(os.stat(path))  # never read
+    tail.read(max_records=1)
+    assert not tail.unchanged(os.stat(path))  # stopped before the end
+    tail.read()
+    assert tail.unchanged(os.stat(path))
+    with open(path, "ab") as f:
+        f.write(line(3)[:5])  # even a torn line is news
+    assert not tail.unchanged(os.stat(path))
+    tail.read()
+    assert tail.unchanged(os.stat(path))
+    os.rename(path, tmp_path / "n.jsonl.1")
+    path.write_bytes(line(3))
+    assert not tail.unchanged(os.stat(path))  # another file under the name
+    os.unlink(path)
+    os.mkfifo(path)
+    tail.read()
+    assert tail.error and not tail.unchanged(os.stat(path))  # a path that cannot be read is looked at again
