@@ -205,6 +205,11 @@ class RegistryModel:
     _by_name: dict | None = field(default=None, repr=False)
 
     def update(self, records: Iterable["RegistryRecord"], now: float, facts: HostFacts | None = None) -> None:
+        """A new scan: the rows of the records that changed (the reader returns the same record
+        object for an unchanged file) are built again, the others kept as the last refresh made
+        them — their countdowns move with the next `refresh`. In an environment of 10,000 nodes
+        heartbeating, a scan changes a few hundred records: building every row at every scan
+        took the UI thread a quarter of a second each time."""
         self.records = list(records)
         readings = []
         for r in self.records:
@@ -212,19 +217,31 @@ class RegistryModel:
             if isinstance(counters, dict):
                 readings.append(Reading(r.name, r.entry.last_heartbeat, r.entry.startup_timestamp, counters))
         self.rates.observe(readings)
-        self.refresh(now, facts)
+        self._build(now, facts, keep=True)
 
     def refresh(self, now: float, facts: HostFacts | None = None) -> None:
+        """Every row as of ``now`` (countdowns, ages, status; health marks and rates)."""
+        self._build(now, facts, keep=False)
+
+    def _build(self, now: float, facts: HostFacts | None, keep: bool) -> None:
         cache = self._static_cache
-        fresh: dict[int, tuple[Any, dict]] = {}
+        fresh: dict[int, tuple[Any, dict, NodeRow]] = {}
         rows = []
         health = self.health
         for r in self.records:
             hit = cache.get(id(r))
-            st = hit[1] if hit is not None and hit[0] is r else _static(r)
-            fresh[id(r)] = (r, st)
-            rows.append(build_row(r, now, facts, static=st, health=health.get(r.name, ""),
-                                  rate=self.rates.rate(r.name), rates=self.rates.series(r.name)))
+            if hit is not None and hit[0] is r:
+                if keep:
+                    fresh[id(r)] = hit
+                    rows.append(hit[2])
+                    continue
+                st = hit[1]
+            else:
+                st = _static(r)
+            row = build_row(r, now, facts, static=st, health=health.get(r.name, ""),
+                            rate=self.rates.rate(r.name), rates=self.rates.series(r.name))
+            fresh[id(r)] = (r, st, row)
+            rows.append(row)
         self._static_cache = fresh
         self.rows = rows
         self._by_name = None

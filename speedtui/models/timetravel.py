@@ -67,15 +67,21 @@ class RegistryHistory:
         self.first: float | None = None  # the console's first scan
         self.last: float | None = None
         self._nodes: dict[str, tuple[Sighting, ...]] = {}  # insertion order = least recently changed first
+        self._last_rows: dict[str, NodeRow] = {}  # the row object last observed per node
 
     def observe(self, ts: float, rows: Iterable[NodeRow]) -> None:
         if self.first is None:
             self.first = ts
         self.last = ts
         seen = set()
+        last = self._last_rows
         for row in rows:
             seen.add(row.name)
-            self._add(row.name, Sighting.of(ts, row))
+            if last.get(row.name) is not row:  # a row kept as it was (RegistryModel.update) is no change
+                last[row.name] = row
+                self._add(row.name, Sighting.of(ts, row))
+        for name in [n for n in last if n not in seen]:
+            del last[name]
         for name in [n for n, s in self._nodes.items() if n not in seen and s[-1].status != GONE]:
             self._add(name, Sighting(ts, GONE))
 

@@ -3,6 +3,7 @@ ten times a second (`drain`) and once a second for lease countdowns (`tick`), in
 ConsoleState; then only the active view is redrawn, and only when something changed."""
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from speed_runtime.core.visible import visible
@@ -14,6 +15,9 @@ from ..services.registry import host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from .port import UiPort
 from .state import ConsoleState
+
+
+TICK_SHARE = 0.05  # the most of the UI thread's time the once-a-second refresh of every row may take
 
 
 class Feed:
@@ -31,6 +35,7 @@ class Feed:
         self.registry_dirty = True  # the registry changed since the last redraw
         self._banner = ""
         self._health_version = 0
+        self._ticks_to_skip = 0
 
     def start_readers(self) -> list:
         """The registry and journal readers (threads), after one synchronous read each: the first
@@ -82,12 +87,20 @@ class Feed:
             self.registry_dirty = self.dirty = False
 
     def tick(self) -> None:
-        """Once a second: lease countdowns and heartbeat ages move even without file events."""
+        """Once a second: lease countdowns and heartbeat ages move even without file events. Every
+        row is built again, so with many nodes (a quarter of a second at 10,000) the refresh is
+        spaced out to take at most TICK_SHARE of the UI thread: what changed in the registry is
+        still shown at once (`drain`), only the countdowns of the others move less often."""
+        if self._ticks_to_skip:
+            self._ticks_to_skip -= 1
+            return
+        started = time.perf_counter()
         state, now = self.state, self.clock.time()
         state.registry.health = state.traces.health_marks(now)  # a passing problem's mark goes after a minute
         state.registry.refresh(now, host_facts(self.clock.boottime()))
         state.history.observe(now, state.registry.rows)  # a lease that ran out is a change to remember
         self.registry_dirty = True
+        self._ticks_to_skip = int((time.perf_counter() - started) / TICK_SHARE)
 
     def _tell(self, notes) -> None:
         for n in notes:

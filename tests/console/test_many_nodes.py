@@ -9,11 +9,14 @@ import random
 import uuid
 
 from speedtui.environments.fixture import FIXED_NOW, HOST, build
+from speedtui.models import timetravel
 from speedtui.models.access import MUTUAL, AccessGraph, Edge
-from speedtui.models.registry import build_row
+from speedtui.models.registry import RegistryModel, build_row
+from speedtui.models.timetravel import RegistryHistory
 from speedtui.paths import Paths
 from speedtui.services import runtime as rt
 from speedtui.services.clock import FrozenClock
+from speedtui.ui import feed as feed_module
 from speedtui.ui.app import make_app
 from speedtui.ui.messages import ChooseFabric
 from speedtui.ui.views import access as access_view
@@ -124,3 +127,63 @@ async def test_beyond_its_bound_the_csv_matrix_is_not_exported_and_the_json_hold
         doc = json.loads(next(exports.glob("access-matrix-*.json")).read_text())
         assert doc["m0001"]["may_write_to"] == ["m0000"] and doc["m0029"]["may_write_to"] == ["m0028"]
         assert any("exported as CSV for at most 20" in str(n.message) for n in app._notifications)
+
+
+def _record(name, age):
+    d = {"name": name, "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "pid": 1, "host": "elsewhere",
+         "status": "online", "startupTimestamp": 1000.0, "lastHeartbeat": 2000.0 - age, "leaseSeconds": 30,
+         "groups": [], "allow": [], "services": []}
+    return entry_record(name, d)
+
+
+def test_a_scan_builds_again_only_the_rows_of_the_records_that_changed():
+    """With 10,000 nodes heartbeating a scan changes a few hundred records; building every row at
+    every scan took the UI thread a quarter of a second each time."""
+    a, b, c = _record("a", 1), _record("b", 2), _record("c", 3)
+    m = RegistryModel()
+    m.update([a, b, c], 2000.0)
+    first = {r.name: r for r in m.rows}
+    b2 = _record("b", 0)                              # b heartbeated: the reader gives a new record
+    m.update([a, b2, c], 2010.0)
+    rows = {r.name: r for r in m.rows}
+    assert rows["a"] is first["a"] and rows["c"] is first["c"]  # kept as they were (ages of 2000.0)
+    assert rows["b"] is not first["b"] and rows["b"].hb_age == 10.0
+    m.update([a, c], 2010.0)
+    assert [r.name for r in m.rows] == ["a", "c"]
+    m.refresh(2020.0)                                 # the tick: every row as of now
+    assert {r.name: r.hb_age for r in m.rows} == {"a": 21.0, "c": 23.0}
+
+
+def test_the_history_looks_only_at_rows_it_has_not_seen(monkeypatch):
+    made = []
+    real = timetravel.Sighting.of
+    monkeypatch.setattr(timetravel.Sighting, "of", classmethod(lambda cls, ts, row: made.append(row.name)
+                                                                  or real.__func__(cls, ts, row)))
+    m, h = RegistryModel(), RegistryHistory()
+    m.update([_record("a", 1), _record("b", 2)], 2000.0)
+    h.observe(2000.0, m.rows)
+    assert sorted(made) == ["a", "b"]
+    made.clear()
+    m.update([m.records[0], _record("b", 0)], 2005.0)  # only b changed
+    h.observe(2005.0, m.rows)
+    assert made == ["b"]
+    m.update([m.records[1]], 2006.0)                    # a is gone
+    h.observe(2006.0, m.rows)
+    assert h.at("a", 2006.0).status == timetravel.GONE
+
+
+@run_async
+async def test_a_refresh_of_every_row_that_takes_long_is_spaced_out(tmp_path, monkeypatch):
+    root, paths, app = _crowd(tmp_path, 3)
+    async with app.run_test(size=SIZE):
+        refreshed = []
+        real = app.state.registry.refresh
+        monkeypatch.setattr(app.state.registry, "refresh", lambda now, facts=None: refreshed.append(now)
+                            or real(now, facts))
+        clock = iter(range(10_000))
+        # each refresh seems to take 0.25 s: five times the share of the UI thread it may take
+        monkeypatch.setattr(feed_module.time, "perf_counter", lambda: next(clock) * 0.25)
+        app.feed._ticks_to_skip = 0  # (whatever the app's own first tick took)
+        for _ in range(12):
+            app.feed.tick()
+        assert len(refreshed) == 2  # the first tick; five skipped; the seventh; five skipped again
