@@ -173,7 +173,9 @@ class AnalyticsWorker:
         self.idle_seconds = idle_seconds
         self.remote = remote            # a Spark Connect URL, else the child runs an embedded Spark
         self.proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()        # one request at a time
+        self._state = threading.Lock()       # `proc` and `_closed` together: no child starts after close
+        self._closed = False
 
     @property
     def alive(self) -> bool:
@@ -225,8 +227,11 @@ class AnalyticsWorker:
     def _request(self, request: dict, final: str, on_event: Callable[[dict], Any] | None = None) -> dict:
         with self._lock:
             for attempt in (1, 2):
-                if not self.alive:
-                    self.proc = self._start()
+                with self._state:
+                    if self._closed:  # (a request the closing ended must not start a new child)
+                        raise PipelineError("the analytics worker was closed.")
+                    if not self.alive:
+                        self.proc = self._start()
                 try:
                     self.proc.stdin.write(json.dumps(request) + "\n")
                     self.proc.stdin.flush()
@@ -265,10 +270,15 @@ class AnalyticsWorker:
 
     def close(self, timeout: float = 15.0) -> None:
         """Ask the child to exit (its stdin closes; it stops Spark); if it has not after `timeout`,
-        end its process group (the child and its JVM): SIGTERM, then SIGKILL."""
-        proc = self.proc
+        or at once when it is in the middle of a request (a warm-up, an analysis: it would read
+        its stdin only after it), end its process group (the child and its JVM): SIGTERM, then
+        SIGKILL. No request starts a child after this."""
+        with self._state:
+            self._closed, proc = True, self.proc
         if proc is None:
             return
+        if self._lock.locked():
+            timeout = 0.0
         try:
             proc.stdin.close()
         except OSError:
