@@ -57,14 +57,16 @@ class Feed:
             self._tell(replays.match_records(d.records))
             state.keycheck.observe(d.records)
             self.dirty = True
-        if traces.health_version != self._health_version:  # a node reported (or cleared) a problem
+        health_changed = traces.health_version != self._health_version  # a node reported (or cleared) a problem
+        if health_changed:
             self._health_version = traces.health_version
             registry.health = traces.health_marks(now)
-            if d.registry is None:
-                registry.refresh(now, host_facts(clock.boottime()))
-                self.registry_dirty = True
         if d.registry is not None:
             registry.update(d.registry, now, host_facts(clock.boottime()))
+        if health_changed:  # every row's mark: `update` keeps the rows of the entries that did not change
+            registry.refresh(now, host_facts(clock.boottime()))
+            self.registry_dirty = True
+        if d.registry is not None:
             state.history.observe(now, registry.rows)
             self.registry_dirty = True
         if d.lock is not None:

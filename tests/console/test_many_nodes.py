@@ -16,6 +16,7 @@ from speedtui.models.timetravel import RegistryHistory
 from speedtui.paths import Paths
 from speedtui.services import runtime as rt
 from speedtui.services.clock import FrozenClock
+from speedtui.services.sources import JournalTailer, RegistrySource
 from speedtui.ui import feed as feed_module
 from speedtui.ui.app import make_app
 from speedtui.ui.messages import ChooseFabric
@@ -73,7 +74,7 @@ def test_the_picture_lists_at_most_its_bound_and_says_how_many_more():
     assert f"… and {count + 1 - LIST_MAX:,} more (E exports them all)" in text  # gone0..gone229 and a0230
 
 
-def _crowd(tmp_path, count):
+def _crowd(tmp_path, count, **options):
     """The fixture's environment and `count` more nodes, each granting the next."""
     root, key_path = build(tmp_path / "root")
     reg = root / "speed_registry"
@@ -86,7 +87,7 @@ def _crowd(tmp_path, count):
         (reg / f"{name}.node").write_text(json.dumps(entry))
     paths = Paths(tmp_path / "config", tmp_path / "data")
     app = make_app(root, rt.load_key(key_path), paths=paths, clock=FrozenClock(FIXED_NOW),
-                   dir_label="/fixture/speed", steady=True)
+                   dir_label="/fixture/speed", steady=True, **options)
     return root, paths, app
 
 
@@ -187,3 +188,27 @@ async def test_a_refresh_of_every_row_that_takes_long_is_spaced_out(tmp_path, mo
         for _ in range(12):
             app.feed.tick()
         assert len(refreshed) == 2  # the first tick; five skipped; the seventh; five skipped again
+
+
+@run_async
+async def test_a_problem_reported_with_a_scan_marks_the_row_of_an_entry_that_did_not_change(tmp_path):
+    """A scan keeps the rows of unchanged entries; a health record that arrives with it must still
+    mark them (the mark is not part of the entry)."""
+    root, paths, app = _crowd(tmp_path, 3, start_sources=False)
+    readers = RegistrySource(app.bridge, root), JournalTailer(app.bridge, root)  # stepped here, not threads
+    async with app.run_test(size=SIZE):
+        for reader in readers:
+            reader.step()
+        app.feed.drain()
+        assert app.state.registry.by_name()["m0001"].health == ""
+        reg = root / "speed_registry"
+        entry = json.loads((reg / "m0002.node").read_text())
+        entry["lastHeartbeat"] = FIXED_NOW               # another entry changes in the same scan
+        (reg / "m0002.node").write_text(json.dumps(entry))
+        with open(root / "speed_traces" / "m0001.jsonl", "a") as f:
+            f.write(json.dumps({"kind": "health", "ts": FIXED_NOW - 1, "node": "m0001", "event": "receiving_failed",
+                                "detail": "inbox: gone"}) + "\n")
+        for reader in readers:  # a pass of each, then one drain of both
+            reader.step()
+        app.feed.drain()
+        assert app.state.registry.by_name()["m0001"].health == "receiving_failed: inbox: gone"
