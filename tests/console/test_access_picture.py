@@ -127,6 +127,15 @@ def test_nodes_appear_under_every_fabric_they_belong_to_and_ungrouped_have_their
     assert any("hub ──▶ solo" in ln for ln in secs["across fabrics"])
 
 
+def test_a_grant_between_two_ungrouped_nodes_is_in_their_picture_not_across_fabrics():
+    # (seen on hand-started `speed node`s, which have no fabric unless given one)
+    g = graph(entry("a", [], ["b"]), entry("b"), entry("c", ["x"], ["a"]))
+    secs = sections(access_picture(g, 80))
+    assert list(secs) == ["x", "(ungrouped)", "across fabrics"]
+    assert "▶" in secs["(ungrouped)"][1] or "◀" in secs["(ungrouped)"][1]  # b ──▶ a, drawn between the lanes
+    assert [ln.split()[:3] for ln in secs["across fabrics"]] == [["a", "──▶", "c"]]
+
+
 def test_a_fabrics_name_and_its_count_are_apart_by_a_visible_separator():
     """Not by spaces only: in the screenshots "analytics  2 nodes" was read as "analytics2 nodes"."""
     g = graph(entry("hub", ["analytics"], ["a"]), entry("a", ["analytics"], ["hub"]), entry("gw", ["edge"]))

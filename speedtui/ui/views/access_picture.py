@@ -52,7 +52,9 @@ def access_picture(g: AccessGraph, width: int, fabric: str | None = None) -> Tex
         out.append("\n")
         _line(out, width, (f"… and {len(fabrics) - LIST_MAX:,} more fabrics (pick one in 2 Fabrics)", NOTE_STYLE))
     if fabric is None:
-        cross = [e for e in g.edges() if not set(g.nodes[e.src].groups) & set(g.nodes[e.dst].groups)]
+        def fabrics(name: str) -> set[str]:  # two ungrouped nodes share the ungrouped picture
+            return set(g.nodes[name].groups or ("",))
+        cross = [e for e in g.edges() if not fabrics(e.src) & fabrics(e.dst)]
         if cross:
             out.append("\n")
             _line(out, width, ("across fabrics", TITLE_STYLE))
