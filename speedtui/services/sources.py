@@ -19,13 +19,15 @@ from .bridge import Bridge
 from .registry import LockWatch, RegistryReader
 
 try:
-    from watchdog.events import (FileClosedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent,
-                                 FileMovedEvent, FileSystemEventHandler)
+    from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirModifiedEvent, DirMovedEvent, FileClosedEvent,
+                                 FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent,
+                                 FileSystemEventHandler)
     from watchdog.observers import Observer
-    # what a reader must hear of, and all the kernel is asked to report: not our own opens and
-    # closes of the files we read (with 5,000 journals read twice a second, 20,000 events a second
-    # kept three of watchdog's threads at a third of a core in all)
-    EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent]
+    # what wakes a reader, and all the kernel is asked to report: every change, but not our own
+    # opens and closes of the files we read (with 5,000 journals read twice a second, 20,000 events
+    # a second kept three of watchdog's threads at a third of a core in all, only to be dropped)
+    EVENTS = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileDeletedEvent, FileClosedEvent,
+              DirCreatedEvent, DirModifiedEvent, DirMovedEvent, DirDeletedEvent]
 except Exception:  # noqa: BLE001  pragma: no cover
     Observer = None  # type: ignore[assignment]
     FileSystemEventHandler = object  # type: ignore[assignment,misc]
@@ -37,12 +39,8 @@ class _Wake(FileSystemEventHandler):  # type: ignore[misc]
         super().__init__()
         self.event = event
 
-    # our own reads cause "opened"/"closed_no_write" events: those must not wake us
-    WAKE_ON = frozenset({"created", "modified", "moved", "deleted", "closed"})
-
-    def on_any_event(self, event) -> None:  # noqa: ANN001
-        if event.event_type in self.WAKE_ON:
-            self.event.set()
+    def on_any_event(self, event) -> None:  # noqa: ANN001  (only the EVENTS the watch was scheduled for)
+        self.event.set()
 
 
 class _Loop:
