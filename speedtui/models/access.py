@@ -4,7 +4,7 @@ runtime's ``core.access.explain`` checks, in the console's words."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Collection, Iterable, Iterator
 
 from speed_runtime.core.access import Check, Explanation
 from speed_runtime.core.access import explain as explain_checks
@@ -44,16 +44,19 @@ class AccessGraph:
             return ONE_WAY
         return NONE
 
-    def edges(self, names: Iterable[str] | None = None) -> list[Edge]:
-        """Every grant between two of ``names`` (all nodes by default), a mutual pair once, sorted
-        by the pair. Found from the grants themselves, not from every pair of nodes: an
-        environment of 10,000 nodes has 50 million pairs and a few grants each."""
-        among = set(names) if names is not None else self.nodes.keys()
-        writes: set[tuple[str, str]] = set()  # (src, dst): src may write to dst
+    def _writes(self, among: Collection[str]) -> Iterator[tuple[str, str]]:
+        """(src, dst) for every grant between two of ``among``: src may write to dst. From the
+        grants themselves, not from every pair of nodes: an environment of 10,000 nodes has 50
+        million pairs and a few grants each."""
         for dst in among:
             row = self.nodes.get(dst)
             if row is not None:
-                writes.update((src, dst) for src in row.allow if src != dst and src in among)
+                yield from ((src, dst) for src in row.allow if src != dst and src in among)
+
+    def edges(self, names: Iterable[str] | None = None) -> list[Edge]:
+        """Every grant between two of ``names`` (all nodes by default), a mutual pair once, sorted
+        by the pair."""
+        writes = set(self._writes(set(names) if names is not None else self.nodes.keys()))
         out: list[Edge] = []
         for a, b in sorted({(min(p), max(p)) for p in writes}):
             ab, ba = (a, b) in writes, (b, a) in writes
@@ -61,14 +64,11 @@ class AccessGraph:
         return out
 
     def writes_to(self, names: Iterable[str]) -> dict[str, list[str]]:
-        """For each of ``names``: the nodes among them it may write to, sorted (from the grants)."""
+        """For each of ``names``: the nodes among them it may write to, sorted."""
         among = set(names)
         out: dict[str, list[str]] = {n: [] for n in among}
-        for dst in among:
-            row = self.nodes.get(dst)
-            for src in (row.allow if row is not None else ()):
-                if src in among and src != dst:
-                    out[src].append(dst)
+        for src, dst in self._writes(among):
+            out[src].append(dst)
         return {n: sorted(v) for n, v in out.items()}
 
     def dangling(self) -> list[tuple[str, str]]:
