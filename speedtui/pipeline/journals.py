@@ -283,18 +283,18 @@ def bundle(staged: list[str], staging: str, limit: int = BUNDLE_BYTES) -> list[s
     own. Compressed copies and copies of `limit` bytes or more stay files of their own. A record
     names its node, so a bundle reads as its parts did; the parts are removed."""
     out: list[str] = []
-    parts: list[str] = []
+    parts: list[tuple[str, int]] = []
     for path in staged:
         size = os.path.getsize(path)
         if path.lower().endswith(_COMPRESSED) or size >= limit:
             out.append(path)
         elif size:
-            parts.append(path)
+            parts.append((path, size))
         else:
             os.unlink(path)                 # nothing to read
     bundle_fd, filled = -1, 0
     try:
-        for path in parts:
+        for path, size in parts:
             if bundle_fd < 0 or filled >= limit:
                 if bundle_fd >= 0:
                     os.close(bundle_fd)
@@ -303,7 +303,6 @@ def bundle(staged: list[str], staging: str, limit: int = BUNDLE_BYTES) -> list[s
                 out.append(name)
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                size = os.fstat(fd).st_size
                 filled += _append(bundle_fd, fd, 0, size)
                 if os.pread(fd, 1, size - 1) != b"\n":
                     filled += os.write(bundle_fd, b"\n")
