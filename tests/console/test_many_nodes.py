@@ -26,11 +26,16 @@ from speedtui.ui.views.access_picture import LIST_MAX, access_picture
 from .conftest import SIZE, entry_record, run_async, wait_for
 
 
-def _row(name, allow=(), groups=()):
+def _record(name, age=1.0, allow=(), groups=()):
+    """A registry record of an entry that last beat `age` seconds before 2000.0."""
     d = {"name": name, "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "pid": 1, "host": "elsewhere",
-         "status": "online", "startupTimestamp": 1000.0, "lastHeartbeat": 1999.0, "leaseSeconds": 30,
+         "status": "online", "startupTimestamp": 1000.0, "lastHeartbeat": 2000.0 - age, "leaseSeconds": 30,
          "groups": list(groups), "allow": list(allow), "services": []}
-    return build_row(entry_record(name, d), 2000.0)
+    return entry_record(name, d)
+
+
+def _row(name, allow=(), groups=()):
+    return build_row(_record(name, allow=allow, groups=groups), 2000.0)
 
 
 def _every_pair_edges(g: AccessGraph, names=None) -> list[Edge]:
@@ -128,13 +133,6 @@ async def test_beyond_its_bound_the_csv_matrix_is_not_exported_and_the_json_hold
         doc = json.loads(next(exports.glob("access-matrix-*.json")).read_text())
         assert doc["m0001"]["may_write_to"] == ["m0000"] and doc["m0029"]["may_write_to"] == ["m0028"]
         assert any("exported as CSV for at most 20" in str(n.message) for n in app._notifications)
-
-
-def _record(name, age):
-    d = {"name": name, "id": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "pid": 1, "host": "elsewhere",
-         "status": "online", "startupTimestamp": 1000.0, "lastHeartbeat": 2000.0 - age, "leaseSeconds": 30,
-         "groups": [], "allow": [], "services": []}
-    return entry_record(name, d)
 
 
 def test_a_scan_builds_again_only_the_rows_of_the_records_that_changed():
