@@ -86,6 +86,8 @@ async def test_a_process_is_started_with_exactly_the_line_shown(live_env, tmp_pa
         with open(f"/proc/{own.proc.pid}/cmdline", "rb") as f:
             argv = f.read().rstrip(b"\0").decode().split("\0")
         assert argv == [*speed_command(), *shlex.split(line)[1:]]
+        # (the launch's worker records it just after it adds the node: wait for the record, not its absence)
+        await wait_for(pilot, lambda: [e for e in app.audit.entries() if e.action == "launch"], what="the audit record")
         assert app.audit.entries()[-1].command == line
 
 
