@@ -103,6 +103,9 @@ async def test_launch_in_process_node_and_stop(live_env):
         assert entry(root, "ops") is not None  # nothing is stopped before the confirmation
         await pilot.press("y")
         await wait_for(pilot, lambda: entry(root, "ops") is None, timeout=60, what="ops deregistered")
+        # (the stop is recorded just after the node is gone, on the action's worker)
+        await wait_for(pilot, lambda: [e for e in AuditLog(paths.audit_log(root)).entries() if e.action == "stop"],
+                       what="the audit record")
         assert AuditLog(paths.audit_log(root)).entries()[-1].action == "stop"
 
 
@@ -213,6 +216,9 @@ async def test_call_history_journal_and_replay(live_env):
             rec = CallHistory(paths.call_history(root)).entries()[-1]
             assert rec.status == "SUCCESS" and rec.result == {"tax": 36.0} and rec.latency_ms > 0
             assert "SUCCESS" in str(app.screen.query_one("#call-result").render())
+            # (the call is audited just after its history record, on the action's worker)
+            await wait_for(pilot, lambda: [e for e in AuditLog(paths.audit_log(root)).entries() if e.action == "call"],
+                           what="the audit record")
             audit = AuditLog(paths.audit_log(root)).entries()[-1]
             assert audit.command.startswith("speed call billing calculateTax '{\"amount\":200}' --as ops")
             # the envelope is in ops's journal, and the console shows it
