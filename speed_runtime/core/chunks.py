@@ -190,7 +190,7 @@ def check_chunk_header(header: dict[str, Any], etype: int) -> None:
         raise EnvelopeError("bad_payload", "'chunkIndex' must be below 'chunkCount'")
     prev = header.get("chunkPrev")
     if index == 0:
-        if prev is not None:
+        if "chunkPrev" in header:  # present at all, null included (the text: "a chunkPrev on the first chunk")
             raise EnvelopeError("bad_payload", "the first chunk has no 'chunkPrev'")
         check_first_fields(header, etype)
     elif not isinstance(prev, str) or not CHAIN.fullmatch(prev):

@@ -68,6 +68,8 @@ def test_the_v1_layout_is_decoded_as_v1_whatever_the_reliable_bit():
      "chunkPrev"),
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":0,"chunkCount":2,"messageSize":4,"body":"bytes",'
      b'"chunkPrev":"' + b"0" * 32 + b'"}\x00ab', MSG, BOTH, "first chunk"),
+    (b'{"from":"a","to":"b","messageId":"m","chunkIndex":0,"chunkCount":2,"messageSize":4,"body":"bytes",'
+     b'"chunkPrev":null}\x00ab', MSG, BOTH, "first chunk"),  # present at all: the C node's reading too
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":1,"chunkCount":2,"messageSize":4,'
      b'"chunkPrev":"' + b"0" * 64 + b'"}\x00ab', MSG, BOTH, "32 lowercase"),
     (b'{"from":"a","to":"b","messageId":"m","chunkIndex":0,"chunkCount":2,"messageSize":-4,"body":"bytes"}\x00ab',

@@ -124,34 +124,68 @@ def test_the_c_node_acknowledges_reliable_sends_once_per_message(procs, env):
     assert len(c.find(event="message", messageId=first.message_id)) == 1
 
 
+def _sealed_to(node, c, plaintext: bytes, seq: int) -> bytes:
+    """A MESSAGE of the chunk layout from `node` to the C node `c`, sealed as it is (forged or not)."""
+    import time
+    import uuid
+    from speed_runtime.core.envelope import EnvelopeType, Header, seal
+    header = Header(EnvelopeType.MESSAGE, seq, int(time.time() * 1000), len(plaintext), node.id_bytes,
+                    uuid.UUID(c.id).bytes, BINARY | CHUNK)
+    return seal(header, plaintext, node.key, os.urandom(12))
+
+
+def _chained(node, c, message_id: str, body: bytes, first_seq: int) -> list[bytes]:
+    """`body` cut in chunks of 1,500 bytes, each chunk's `chunkPrev` naming the envelope before."""
+    from speed_runtime.core import chunks
+    cutter = chunks.Chunker({"from": "py", "to": "cnode", "body": "bytes"}, message_id, body, 1500, MiB)
+    out, prev = [], None
+    for i in range(cutter.count):
+        out.append(_sealed_to(node, c, cutter.plaintext(i, prev), first_seq + i))
+        prev = chunks.chain_value(out[-1])
+    return out
+
+
+def _inject(env, node, numbered) -> None:
+    from speed_runtime.core.envelope import envelope_filename
+    from speed_runtime.transport import inject
+    for seq, data in numbered:
+        inject(env.root, "cnode", envelope_filename("py", node.id_bytes, seq, data[64:76]), data)
+
+
 def test_forged_and_broken_chains_are_refused_by_the_c_node(procs, env):
     rt = python_runtime()
-    from speed_runtime.core import chunks
-    from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
-    from speed_runtime.transport import inject
     c = procs.c_node("cnode", allow=["py"], args=FEATURES)
     with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"]) as node:
-        target = __import__("uuid").UUID(c.id).bytes
-
-        def sealed(plaintext: bytes, seq: int) -> bytes:
-            header = Header(EnvelopeType.MESSAGE, seq, int(__import__("time").time() * 1000), len(plaintext),
-                            node.id_bytes, target, BINARY | CHUNK)
-            return seal(header, plaintext, node.key, os.urandom(12))
-
-        def chain(body: bytes, first_seq: int) -> list[bytes]:
-            cutter = chunks.Chunker({"from": "py", "to": "cnode", "body": "bytes"}, "forged-1", body, 1500, MiB)
-            out, prev = [], None
-            for i in range(cutter.count):
-                out.append(sealed(cutter.plaintext(i, prev), first_seq + i))
-                prev = chunks.chain_value(out[-1])
-            return out
-        ours, other = chain(os.urandom(5000), 500), chain(os.urandom(5000), 500)  # same id and numbers, another chain
-        for seq, data in ((500, ours[0]), (501, ours[1]), (502, other[2]), (503, ours[3])):
-            inject(env.root, "cnode", envelope_filename("py", node.id_bytes, seq, data[64:76]), data)
+        # the same id and numbers, another chain
+        ours, other = _chained(node, c, "forged-1", os.urandom(5000), 500), \
+            _chained(node, c, "forged-1", os.urandom(5000), 500)
+        _inject(env, node, ((500, ours[0]), (501, ours[1]), (502, other[2]), (503, ours[3])))
         voided = c.wait_event(event="voided", messageId="forged-1")
         later = c.wait_event(event="rejected", seq=503)
     assert voided["reason"] == "chunk_chain" and later["reason"] == "chunk_chain"
     assert not c.find(event="message")
+
+
+def test_a_first_chunk_forgets_the_id_the_c_node_remembered_as_voided(procs, env):
+    """docs/PROTOCOL.md, chunks, step 1: a first chunk always starts a new message, also under the
+    id remembered as voided (a retransmission reuses its id), and the remembered id is forgotten:
+    a stray later chunk of that id afterwards is `chunk_missing`, as in the Python runtime, not
+    the reason of the message voided before (the C node kept it until this was settled)."""
+    rt = python_runtime()
+    from speed_runtime.core import chunks
+    c = procs.c_node("cnode", allow=["py"], args=FEATURES)
+    with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"]) as node:
+        first = {"from": "py", "to": "cnode", "body": "bytes"}
+        too_large = _sealed_to(node, c, chunks.binary_plaintext(
+            chunks.chunk_header(first, "again-1", 0, 2, 64 * MiB + 1, None), b"x"), 600)
+        _inject(env, node, [(600, too_large)])
+        assert c.wait_event(event="rejected", seq=600)["reason"] == "message_too_large"
+        again = _chained(node, c, "again-1", os.urandom(2000), 601)  # the retransmission: two chunks
+        _inject(env, node, ((601, again[0]), (602, again[1])))
+        c.wait_event(event="message", messageId="again-1")
+        stray = _chained(node, c, "again-1", os.urandom(2000), 603)[1]  # a later chunk of that id again
+        _inject(env, node, [(604, stray)])
+        assert c.wait_event(event="rejected", seq=604)["reason"] == "chunk_missing"
 
 
 def test_a_request_that_can_never_be_taken_is_answered_at_once_each_way(procs, env):

@@ -295,6 +295,11 @@ void reasm_feed(reasm_t *r, const char *sender, const uint8_t instance[16], int 
     json_get_u64(h, "messageSize", &size);
     partial_t *p = find_partial(r, instance);
     if (index == 0) {
+        /* a first chunk always starts a new message, also under the id remembered as voided (a
+           retransmission reuses it): the mark is forgotten (docs/PROTOCOL.md, chunks, step 1) */
+        void_mark *forgotten = find_mark(r, instance);
+        if (forgotten)
+            forgotten->message_id[0] = '\0';
         if (p) { /* interrupted by a new message */
             void_partial(r, p, "chunk_missing", out);
             snprintf(out->detail, sizeof out->detail, "message %s was interrupted by message %s", out->voided_id, id);
