@@ -28,7 +28,7 @@ from ..core import payloads
 from ..core.durable import (MAX_STREAMS, NotDurableError, Receipt, StreamLedger, add_fields, compacted,
                             durable_flag, is_stream, judge_carried, ledger_line, parse_fields, receipt_from_json,
                             receipt_key, replay_ledger, stream_of)
-from ..core.envelope import FLAG_DURABLE, EnvelopeType
+from ..core.envelope import FLAG_BINARY, FLAG_CHUNK, FLAG_DURABLE, EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
 from ..core.liveness import judge
@@ -146,6 +146,7 @@ class DurableExtension(Extension):
         cfg = self._config = host.config
         self._name, self._id_bytes, self._key = host.name, host.id_bytes, host.key
         self._telemetry, self._monitor = host.telemetry, host.monitor
+        self._layouts = "chunks" in cfg.features  # it reads the binary and chunk layouts (decode)
         self.warning = check_persistent(host.root, cfg.durable_on_tmpfs)
         self.syncs = Syncs(lambda n: host.telemetry.count("fsyncs", n))
         home_fd = os.open(os.path.join(host.root), os.O_RDONLY | os.O_DIRECTORY)
@@ -370,6 +371,15 @@ class DurableExtension(Extension):
         return True
 
     # ------------------------------------------------------------------ receiving (the protocol thread)
+    def decode(self, plaintext: bytes, etype: int, flags: int) -> None:
+        """A durable MESSAGE is one envelope of the v1 layout (docs/PROTOCOL.md, "Combinations"):
+        with the binary or chunk bit too, at a node that reads those layouts, it is bad_payload,
+        as the C node judges it (no sender sets both)."""
+        if etype == _MESSAGE and flags & FLAG_DURABLE and flags & (FLAG_BINARY | FLAG_CHUNK) and self._layouts:
+            raise EnvelopeError("bad_payload", "a durable message is one envelope of the v1 layout, "
+                                               "never binary or chunked")
+        return None
+
     def rejudge(self, verdict: Verdict, sender: str, data: bytes, arrived_ms: int) -> Verdict:
         if verdict.reason not in ("wrong_target", "unknown_sender") or not durable_flag(data):
             return verdict

@@ -38,10 +38,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .telemetry import Telemetry
 
 # name -> the module that defines `EXTENSION` (an Extension subclass), imported by name when a node
-# enables it: `node` never imports `ext` (the layers run one way: ext builds on node)
-KNOWN = {"chunks": "speed_runtime.ext.chunks", "reliable": "speed_runtime.ext.reliable",
-         "quota": "speed_runtime.ext.quota", "control": "speed_runtime.ext.control",
-         "durable": "speed_runtime.ext.durable"}
+# enables it: `node` never imports `ext` (the layers run one way: ext builds on node).
+# In the order their hooks run, whatever order a node names them in: durable first (it refuses a
+# durable bit on a binary or chunk layout, and takes a MESSAGE or ACK with its bit, reliable's bit
+# too, as the C node does), then chunks (a chunk is reassembled before reliable sees the whole
+# message: reliable first took a chunked reliable message's chunks and lost it)
+KNOWN = {"control": "speed_runtime.ext.control", "durable": "speed_runtime.ext.durable",
+         "chunks": "speed_runtime.ext.chunks", "reliable": "speed_runtime.ext.reliable",
+         "quota": "speed_runtime.ext.quota"}
 
 
 def speaks(entry: RegistryEntry | None, feature: str) -> bool:
@@ -165,12 +169,15 @@ def decoder(extensions: dict[str, Extension]) -> Decoder:
 
 
 def load(features: tuple[str, ...], host: "ExtensionHost") -> dict[str, Extension]:
-    """The extensions a node enables, by name, in the order given, each given `host`."""
-    out: dict[str, Extension] = {}
+    """The extensions a node enables, by name, in KNOWN's order (that of their hooks), each given
+    `host`."""
     for feature in features:
-        module = KNOWN.get(feature)
-        if module is None:
+        if feature not in KNOWN:
             raise ConfigError(f"unknown feature {feature!r}; the extensions are: {', '.join(sorted(KNOWN))}")
+    out: dict[str, Extension] = {}
+    for feature, module in KNOWN.items():
+        if feature not in features:
+            continue
         try:
             cls = importlib.import_module(module).EXTENSION
         except (ImportError, AttributeError):

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -192,3 +193,34 @@ def test_bytes_and_large_values_from_the_command_line(procs, root, key_path, tmp
     assert got["data"] == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} and got["messageId"]
     missing = procs.run("send", "r", "--file", str(tmp_path / "nope"), "--as", "cli", "--dir", root, "--key", key_path)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "nope" in missing.stderr
+
+
+@pytest.mark.parametrize("order", [["reliable", "chunks"], ["quota", "reliable", "durable", "chunks"]])
+def test_a_chunked_reliable_message_arrives_whatever_order_the_features_are_named_in(root, key, order):
+    """The extensions' hooks run in one order, whatever order a node names them in: named reliable
+    first, its hook took the chunks of a chunked reliable message and the message was lost."""
+    got: list = []
+    with Node(root, key, "r", allow=["s"], features=order, durable_on_tmpfs=True) as r, \
+            Node(root, key, "s", allow=["r"], features=FEATURES) as s:
+        r.on_message(got.append)
+        body = os.urandom(3 * MiB)  # three chunks at least
+        assert s.send("r", body, reliable=True).result(30).transmissions == 1
+        wait_until(lambda: got, 30, "the message")
+    assert [m.data for m in got] == [body]
+
+
+def test_a_durable_bit_on_a_binary_layout_is_bad_payload(root, key):
+    """docs/PROTOCOL.md, "Combinations": a durable MESSAGE is one envelope of the v1 layout; with
+    the binary or chunk bit too, a node that reads those layouts refuses it (as the C node does)."""
+    from speed_runtime.core.chunks import binary_plaintext
+    from speed_runtime.core.envelope import FLAG_DURABLE
+    got: list = []
+    with Node(root, key, "r", allow=["s"], features=["chunks", "durable"], durable_on_tmpfs=True,
+              trace=True) as r, Node(root, key, "s", allow=["r"], features=FEATURES) as s:
+        r.on_message(got.append)
+        Forger(s, r).deliver(EnvelopeType.MESSAGE, binary_plaintext(
+            {"from": "s", "to": "r", "body": "bytes", "durable": {
+                "stream": "5f0c2a9e7d1b4c3a8e6f0d2b4a6c8e1f", "id": 1, "base": 1,
+                "expiresAt": int(time.time() * 1000) + 60_000}}, b"x"), FLAG_BINARY | FLAG_DURABLE)
+        record = wait_record(r, "envelope", outcome="rejected", peer="s")
+    assert record["reason"] == "bad_payload" and got == []
