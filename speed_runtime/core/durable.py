@@ -122,9 +122,10 @@ def judge_carried(sender: str, data: bytes, key: Key, me: str, current_id: bytes
 
 def lineage_ids(text: bytes, limit: int) -> frozenset[bytes]:
     """The instance IDs of a `durable/instances` file (one of 32 lowercase hex digits per line; the
-    last `limit` lines count, anything else is skipped)."""
+    last `limit` lines count, anything else is skipped). A line is ended by 0x0A: a last one
+    without it is a torn append, not a line (the C node reads it so too)."""
     out = []
-    for line in text.splitlines()[-limit:]:
+    for line in text.split(b"\n")[:-1][-limit:]:
         if len(line) == 32 and is_stream(line.decode("ascii", "replace")):
             out.append(bytes.fromhex(line.decode()))
     return frozenset(out)

@@ -280,3 +280,12 @@ def test_a_compacted_ledger_keeps_the_runs_and_the_highest_id():
     [again] = d.replay_ledger(d.compacted({STREAM: ledger}).splitlines(), "rx", "tx").values()
     assert (again.runs, again.high, again.floor) == ([[1, 3], [7, 8], [20, 20]], 20, 0)
     assert [again.seen(i) is not False for i in range(1, 22)] == [ledger.seen(i) is not False for i in range(1, 22)]
+
+
+def test_a_lineage_line_counts_only_when_ended_by_a_newline():
+    """A last line without 0x0A is a torn append, not a line (as the C node reads the file)."""
+    from speed_runtime.core.durable import lineage_ids
+    a, b = "a" * 32, "b" * 32
+    assert lineage_ids(f"{a}\n{b}".encode(), 1024) == {bytes.fromhex(a)}
+    assert lineage_ids(f"{a}\n{b}\n".encode(), 1024) == {bytes.fromhex(a), bytes.fromhex(b)}
+    assert lineage_ids(f"{a}\n{'B' * 32}\n{b}\n".encode(), 2) == {bytes.fromhex(b)}  # skipped, yet one of the 2

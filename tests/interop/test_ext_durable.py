@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from speed_runtime import Node
-from speed_runtime.core.durable import MAX_ID, NotDurableError
+from speed_runtime.core.durable import MAX_ID, NotDurableError, lineage_ids
 from speed_runtime.ext.durable_store import list_pending, verify_receipts
 
 from ..ext.test_durable import persistent_base
@@ -191,3 +191,57 @@ def test_a_c_ledger_that_cannot_grow_acknowledges_nothing_torn(dprocs, denv):
     assert all(len(flags) == 1 or all(flags[1:]) for flags in runs.values()), runs
     reports = verify_receipts(denv.root, denv.key, "crx")
     assert len(reports) == 2 and all(r.ok and r.count == 100 for _, r in reports), reports
+
+
+def test_a_restarted_c_node_handles_the_copies_sealed_for_its_previous_instance(dprocs, denv):
+    c1 = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True, durable_retry_seconds=30) as py:
+        with stopped(c1):                                   # sealed for c1, left in the inbox
+            for n in range(3):
+                py.send("crx", n, durable=True)
+            wait_for(lambda: len(list_pending(denv.root, ["crx"])) == 3, 20, "three copies in the inbox")
+            c1.proc.kill()
+        c1.proc.wait()
+        c2 = dprocs.c_node("crx", allow=["py"], args=["--durable"])      # the same name, a new instance
+        assert c2.id != c1.id
+        wait_for(lambda: len(messages(c2)) >= 3 or c2.find(event="rejected", reason="wrong_target"), 20,
+                 "the copies for the previous instance handled or refused")
+        assert not c2.find(event="rejected", reason="wrong_target"), c2.find(event="rejected")
+        wait_for(lambda: not py.extension("durable").outbox_items(), 30, "every receipt")
+    assert [(m["data"], m["redelivered"]) for m in messages(c2)] == [(0, False), (1, False), (2, False)]
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert len(reports) == 2 and all(r.ok and r.count == 3 for _, r in reports), reports
+
+
+def _prefilled_instances(root: str, name: str) -> tuple[str, list[str]]:
+    """ROOT/<name>/durable/instances with 1,100 valid IDs, two lines of other forms (skipped, yet
+    lines) and a torn last line (cut off), as if after many starts and a crash mid-append."""
+    durable = os.path.join(root, name, "durable")
+    os.makedirs(durable, mode=0o700)
+    ids = [os.urandom(16).hex() for _ in range(1100)]
+    lines = [i + "\n" for i in ids]
+    lines[1090:1090] = ["not an instance id\n", ids[5].upper() + "\n"]
+    path = os.path.join(durable, "instances")
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write("".join(lines) + ids[7][:20])
+    return path, ids
+
+
+def test_the_c_node_keeps_its_instances_file_bounded_as_the_python_writer_does(dprocs, denv):
+    c_path, c_ids = _prefilled_instances(denv.root, "crx")
+    py_path, py_ids = _prefilled_instances(denv.root, "pyw")
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"])
+    with Node(denv.root, denv.key_path, "pyw", durable=True) as pyw:      # the reference writer
+        py_id = pyw.id_bytes.hex()
+    for path, ids, own in ((py_path, py_ids, py_id), (c_path, c_ids, uuid.UUID(c.id).hex)):
+        with open(path) as f:
+            text = f.read()
+        # 1,102 lines reach 1,024: rewritten to the last 512 IDs, then this instance appended
+        assert text == "".join(i + "\n" for i in ids[-512:]) + own + "\n", path
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert not [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".tmp")]
+        assert lineage_ids(text.encode(), 1024) == {bytes.fromhex(i) for i in ids[-512:] + [own]}
+    c.stop()
+    again = dprocs.c_node("crx", allow=["py"], args=["--durable"])     # below 1,024 lines: appended
+    with open(c_path) as f:
+        assert f.read().splitlines() == c_ids[-512:] + [uuid.UUID(c.id).hex, uuid.UUID(again.id).hex]

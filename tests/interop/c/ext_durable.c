@@ -202,6 +202,97 @@ static int open_log_in(int dir, const char *name)
     return fd;
 }
 
+/* Reads durable/instances (fd, a log of ours of at most MAX_LOG_BYTES) as the Python writer does:
+ * a torn last line (a crash mid-append) is cut off; of its lines those of exactly 32 lowercase hex
+ * digits and 0x0A count (any other line is skipped), the last MAX_INSTANCES of them are loaded
+ * into d->instances in file order. *lines gets the number of lines. 0, or -1 with errno. */
+static int load_instances(struct durable_state *d, int fd, size_t *lines)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    size_t size = (size_t)st.st_size, got = 0;
+    char *text = xmalloc(size + 1);
+    while (got < size) {
+        ssize_t r = pread(fd, text + got, size - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            free(text);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    size_t end = size;
+    while (end > 0 && text[end - 1] != '\n')
+        end--;
+    if (end != size && ftruncate(fd, (off_t)end) != 0) { /* the next line starts on its own */
+        free(text);
+        return -1;
+    }
+    uint8_t(*ring)[16] = xmalloc(MAX_INSTANCES * sizeof *ring);
+    size_t nvalid = 0, start = 0;
+    *lines = 0;
+    for (size_t i = 0; i < end; i++) {
+        if (text[i] != '\n')
+            continue;
+        ++*lines;
+        text[i] = '\0'; /* the line without its 0x0A: exactly 32 lowercase hex digits count */
+        if (is_stream(text + start) && hex_decode(text + start, ring[nvalid % MAX_INSTANCES], 16) == 0)
+            nvalid++;
+        start = i + 1;
+    }
+    size_t keep = nvalid < MAX_INSTANCES ? nvalid : MAX_INSTANCES;
+    for (size_t k = 0; k < keep; k++)
+        memcpy(d->instances[k], ring[(nvalid - keep + k) % MAX_INSTANCES], 16);
+    d->ninstances = keep;
+    free(ring);
+    free(text);
+    return 0;
+}
+
+/* Rewrites durable/instances in dir to ids (one line each), as the Python writer compacts a log:
+ * .instances.tmp, write, fsync, rename over instances, fsync(dir) (after a crash the file is the
+ * old one or the new one, whole). Returns the new log opened for appending, or -1 with errno
+ * (the temporary file removed unless it was renamed). */
+static int rewrite_instances(int dir, const uint8_t (*ids)[16], size_t n)
+{
+    static const char tmp[] = ".instances.tmp";
+    char *text = xmalloc(n * 33 + 1);
+    for (size_t k = 0; k < n; k++) {
+        hex_encode(ids[k], 16, text + 33 * k);
+        text[33 * k + 32] = '\n';
+    }
+    int renamed = 0, ok = 0, e = 0;
+    int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        ok = write_all(fd, text, n * 33) == 0 && fsync(fd) == 0;
+        e = errno;
+        if (close(fd) != 0 && ok) {
+            ok = 0;
+            e = errno;
+        }
+        errno = e;
+    }
+    if (ok && renameat(dir, tmp, dir, "instances") != 0)
+        ok = 0;
+    else if (ok)
+        renamed = 1;
+    if (ok && fsync(dir) != 0)
+        ok = 0;
+    free(text);
+    if (!renamed) {
+        e = errno;
+        unlinkat(dir, tmp, 0);
+        errno = e;
+    }
+    if (!ok)
+        return -1;
+    return openat(dir, "instances", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+}
+
 int durable_init(node_t *n, int on_tmpfs)
 {
     struct statfs sf;
@@ -227,30 +318,41 @@ int durable_init(node_t *n, int on_tmpfs)
     int fd = dur >= 0 ? open_log_in(dur, "instances") : -1;
     if (home >= 0)
         close(home);
-    if (dur >= 0)
-        close(dur);
     if (d->ledger_fd < 0 || fd < 0) {
         fprintf(stderr, "error: cannot open %s/%s/durable: %s\n", n->root, n->name, strerror(errno));
         if (fd >= 0)
             close(fd);
+        if (dur >= 0)
+            close(dur);
         return -1;
     }
     d->instances = xmalloc((MAX_INSTANCES + 1) * sizeof *d->instances);
-    char line[40];
-    FILE *f = fdopen(dup(fd), "r");
-    while (f && fgets(line, sizeof line, f)) /* the last MAX_INSTANCES earlier instances */
-        if (strlen(line) == 33 && hex_decode(line, d->instances[d->ninstances % MAX_INSTANCES], 16) == 0)
-            d->ninstances++;
-    if (f)
-        fclose(f);
-    if (d->ninstances > MAX_INSTANCES)
-        d->ninstances = MAX_INSTANCES;
+    size_t lines = 0;
+    int ok = load_instances(d, fd, &lines) == 0;
+    if (ok && lines >= MAX_INSTANCES) { /* bounded: the last half of what is remembered stays */
+        size_t keep = d->ninstances < MAX_INSTANCES / 2 ? d->ninstances : MAX_INSTANCES / 2;
+        memmove(d->instances, d->instances + (d->ninstances - keep), keep * sizeof *d->instances);
+        d->ninstances = keep;
+        close(fd);
+        fd = rewrite_instances(dur, (const uint8_t(*)[16])d->instances, keep);
+        ok = fd >= 0;
+    }
+    int e = errno;
+    close(dur);
+    errno = e;
+    if (!ok) {
+        fprintf(stderr, "error: cannot read or rewrite %s/%s/durable/instances: %s\n", n->root, n->name,
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
     memcpy(d->instances[d->ninstances++], n->id_bytes, 16);
     char hex[33];
     hex_encode(n->id_bytes, 16, hex);
     hex[32] = '\n';
     off_t before = lseek(fd, 0, SEEK_END);
-    int ok = before >= 0 && write_all(fd, hex, 33) == 0 && fdatasync(fd) == 0;
+    ok = before >= 0 && write_all(fd, hex, 33) == 0 && fdatasync(fd) == 0;
     if (!ok && before >= 0 && ftruncate(fd, before) != 0) /* whole or absent */
         fprintf(stderr, "warning: cannot cut a failed line off durable/instances\n");
     close(fd);
