@@ -23,7 +23,7 @@ _EXPORTS = {
     "NodeConfig": ".node",
     **dict.fromkeys((
         "AccessDeniedError", "BadEntryError", "ConfigError", "ControlRefusedError", "ControlTimeoutError",
-        "DeliveryError", "DeliveryTimeoutError", "DirectoryError", "OperatorNotTrustedError",
+        "DeliveryError", "DeliveryTimeoutError", "DirectoryError", "EntryTooLargeError", "OperatorNotTrustedError",
         "EnvelopeError", "InvalidNameError", "KeyFileError", "LeaseLostError", "NameInUseError", "NodeClosedError",
         "NodeLeavingError", "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
         ".core.errors"),

@@ -24,7 +24,8 @@ from typing import Iterator
 
 from .core import accel
 from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
-from .core.errors import BadEntryError, DirectoryError, LeaseLostError, NameInUseError, RegistryLockError
+from .core.errors import (BadEntryError, DirectoryError, EntryTooLargeError, LeaseLostError, NameInUseError,
+                          RegistryLockError)
 from .core.liveness import HostFacts, judge
 from .fsutil import REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root, read_regular
 
@@ -76,6 +77,16 @@ def _pure_file_stamp(path: str) -> FileStamp | None:
 # taken twice a send (the entry judged current before the seal, unchanged after the delivery): the
 # compiled form's twin builds no os.stat_result, a sixth of the cost (tests/runtime/test_compiled_form.py)
 _file_stamp = accel.compiled.file_stamp if accel.compiled is not None else _pure_file_stamp
+
+
+def check_size(name: str, data: bytes) -> None:
+    """EntryTooLargeError when `data`, node `name`'s entry as written, is more than every reader
+    accepts: published, it would be unreadable, to its own node too (which then stops, its lease
+    taken for lost)."""
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EntryTooLargeError(
+            f"node {name}'s registry entry would be {len(data):,} bytes, more than the {MAX_ENTRY_BYTES:,} every "
+            f"reader accepts: allow fewer names (a group grants many at once) or offer fewer services")
 
 
 @dataclass(frozen=True)
@@ -219,10 +230,11 @@ class Registry:
 
     # ------------------------------------------------------------------ writing (under the lock)
     def _write(self, entry: RegistryEntry) -> None:
+        data = entry.to_json()
+        check_size(entry.name, data)  # never an entry that its readers (ourselves included) refuse
         tmp = os.path.join(self.dir, f".{entry.name}.{uuid.uuid4().hex[:12]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            data = entry.to_json()
             if os.write(fd, data) != len(data):
                 raise OSError(errno.EIO, "short write")
         except BaseException:

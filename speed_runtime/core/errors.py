@@ -32,6 +32,11 @@ class InvalidNameError(ConfigError):
     """A node name breaks the naming rule of the wire contract."""
 
 
+class EntryTooLargeError(ConfigError):
+    """The node's registry entry would exceed what every reader accepts (MAX_ENTRY_BYTES): the
+    change that would make it so is refused, and the entry in force stays."""
+
+
 class PayloadTooLargeError(ConfigError):
     """A payload exceeds what this node may send; nothing was written."""
 

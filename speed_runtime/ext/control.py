@@ -29,7 +29,7 @@ from ..core.control import (FEATURE, MAX_FILE, ControlRequest, ControlVerdict, R
                             answer_error, answer_result, fingerprint, judge_control, open_control, parse_public_key,
                             trust_map, trusted_operators)
 from ..core.envelope import EnvelopeType, parse_filename
-from ..core.errors import ConfigError, DirectoryError
+from ..core.errors import ConfigError, DirectoryError, EntryTooLargeError
 from ..core.receiving import Identity
 from ..core.records import ControlTrace
 from ..fsutil import close_quietly, ensure_private_dir
@@ -191,8 +191,13 @@ class ControlExtension(Extension):
             quota = host.extension("quota")
             changed = quota.lift(request.arguments["sender"]) if quota is not None else False
         else:
-            changed = (host.allow(peer) if request.command == "allow"
-                       else host.revoke(peer) if request.command == "revoke" else False)
+            try:
+                changed = (host.allow(peer) if request.command == "allow"
+                           else host.revoke(peer) if request.command == "revoke" else False)
+            except EntryTooLargeError as exc:  # not applied: the entry in force stays, and says so
+                self._telemetry.problem("grant_refused", str(exc))
+                self._later(lambda: self._finish(requester, request, False, publishable=False))
+                return
         self._later(lambda: self._finish(requester, request, changed))
 
     def _later(self, task: Callable[[], None]) -> None:
@@ -201,9 +206,9 @@ class ControlExtension(Extension):
         except RuntimeError:  # the worker pool stopped with the node: nobody is left to answer
             pass
 
-    def _finish(self, requester: str, request: ControlRequest, changed: bool) -> None:
+    def _finish(self, requester: str, request: ControlRequest, changed: bool, publishable: bool = True) -> None:
         """On the control lane: publish, journal, answer (then stop, for `stop`)."""
-        published = self.host.publish() if changed else True
+        published = (self.host.publish() if changed else True) if publishable else False
         self._telemetry.count("controlApplied")
         self._telemetry.emit(ControlTrace(time.time(), self._name, requester, request.operator, request.request_id,
                                          request.command, request.arguments, "applied"))

@@ -4,7 +4,7 @@ thread (the protocol thread checks every file name against it) never wait."""
 from __future__ import annotations
 
 import threading
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..core.access import granted, revoked
 
@@ -15,12 +15,20 @@ class AccessRegistry:
         # the granted names now: an immutable set, replaced whole (the protocol thread tests every
         # file's sender with `in self.current`, a C-level lookup, not a method call)
         self.current: frozenset[str] = granted(frozenset(), *names)
+        # called with the names a grant would leave, before they take effect; raises to refuse
+        # them (the node's: an entry too large to publish, EntryTooLargeError)
+        self.check: Callable[[frozenset[str]], None] | None = None
 
     def allow(self, *names: str) -> bool:
         """Grant `names`; True if this changed anything."""
         with self._lock:
-            before, self.current = self.current, granted(self.current, *names)
-            return self.current != before
+            after = granted(self.current, *names)
+            if after == self.current:
+                return False
+            if self.check is not None:
+                self.check(after)
+            self.current = after
+            return True
 
     def revoke(self, *names: str) -> bool:
         with self._lock:

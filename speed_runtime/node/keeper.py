@@ -10,6 +10,7 @@ progress again, the node publishes `online` and renews as before. A node is neve
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import Any, Callable, Protocol
 from ..core.entry import RegistryEntry
 from ..core.errors import LeaseLostError, RegistryLockError
 from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts
-from ..registry import SUFFIX
+from ..registry import SUFFIX, check_size
 from ..transport import sweep_orphans, sweep_temporary_homes
 from .context import Lifecycle, NodeContext
 
@@ -72,6 +73,12 @@ class LeaseKeeper:
             heartbeat_seconds=cfg.heartbeat_seconds, groups=cfg.groups, allow=tuple(ctx.access.names()),
             services=tuple(ctx.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
             boot_time_heartbeat=boottime(), features=tuple(e.name for e in self._extensions), extra=fields)
+
+    def check_fits(self, allow: frozenset[str]) -> None:
+        """EntryTooLargeError when our entry with these grants could not be published (a grant is
+        refused before it takes effect: the entry in force stays, and so does the lease)."""
+        entry = dataclasses.replace(self.entry(time.time(), "online"), allow=tuple(sorted(allow)))
+        check_size(self._ctx.name, entry.to_json())
 
     def register(self, now: float) -> bool:
         self._started_at = now

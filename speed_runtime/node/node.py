@@ -86,6 +86,7 @@ class Node:
         self.lane_pool = WorkerPool(cfg.lane_workers, f"speed-{self.name}-lane", self.handler_failed)
         self.deadlines = Deadlines(f"speed-{self.name}-deadlines")
         self.keeper = LeaseKeeper(ctx, self)
+        self.access.check = self.keeper.check_fits  # a grant the entry cannot carry is refused
         self.sender = Sender(self.root, self.name, self.id_bytes, self.key, cfg.max_payload, self.monitor,
                              local_facts, self.telemetry)
         self.caller = Caller(self.name, self.sender, self.access.__contains__, self.deadlines, self.telemetry,
