@@ -15,6 +15,7 @@ returns its id; the durable thread delivers, retries and expires.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import threading
@@ -51,10 +52,10 @@ FIELDS_ROOM = 160            # bytes the durable fields add to a payload
 class SenderLedger:
     """One sender's ledger log while it is open, and what was replayed from it."""
 
-    __slots__ = ("log", "streams", "users", "unstored")
+    __slots__ = ("sender", "log", "streams", "users", "unstored")
 
-    def __init__(self, log_: AppendLog, streams: dict[str, StreamLedger]):
-        self.log, self.streams, self.users = log_, streams, 0
+    def __init__(self, sender: str, log_: AppendLog, streams: dict[str, StreamLedger]):
+        self.sender, self.log, self.streams, self.users = sender, log_, streams, 0
         # (stream, id) -> status: a handler returned but its receipt could not be stored; the next
         # copy stores it without running the handler again (lost with the ledger's eviction or a
         # restart: the claim on disk then marks the next run `redelivered`, as after a crash)
@@ -65,25 +66,35 @@ class Ledgers:
     """The receiver's ledger logs, one per sender, each used from that sender's lane only. At most
     `limit` are open (descriptor and replayed state): opening another closes the least recently
     used one that no lane is using (reopened and replayed from its file when its sender comes
-    again), so descriptors and memory stay bounded whatever the number of senders."""
+    again), so descriptors and memory stay bounded whatever the number of senders.
+
+    A ledger whose name no longer names the file held open (removed, or replaced by another file, a
+    directory, a link: `AppendLog.in_place`, checked before each claim and each receipt) is never
+    written again nor reopened by this instance: that sender's copies are refused as a store failure
+    until the node is restarted (a fresh ledger would lose the floor and the chain). The descriptor
+    is kept (at most `limit` of them) so that the operator can copy the ledger back from /proc."""
 
     def __init__(self, home_fd: int, home: str, name: str, rkey: bytes, syncs: Syncs, limit: int):
         self.name, self.rkey, self.syncs, self.limit = name, rkey, syncs, limit
         self.dir_fd, self.path = private_dir(home_fd, home, "ledger", syncs)
         self._open: "OrderedDict[str, SenderLedger]" = OrderedDict()
+        self._refused: "OrderedDict[str, tuple[str, AppendLog | None]]" = OrderedDict()  # why, the held log
         self._lock = threading.Lock()
 
     @contextmanager
     def use(self, sender: str) -> Iterator[SenderLedger]:
         """The sender's ledger, open while the block runs (StoreError when it cannot be opened)."""
         with self._lock:
+            refused = self._refused.get(sender)
             book = self._open.get(sender)
+            if refused is not None:
+                raise StoreError(errno.ESTALE, refused[0])
             if book is not None:
                 self._open.move_to_end(sender)
                 book.users += 1
         if book is None:  # a sender's lane is serial: nobody else opens this one meanwhile
             log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs, self.path)
-            book = SenderLedger(log_, replay_ledger(log_.lines, self.name, sender))
+            book = SenderLedger(sender, log_, replay_ledger(log_.lines, self.name, sender))
             log_.lines = []
             book.users = 1
             with self._lock:
@@ -107,14 +118,36 @@ class Ledgers:
                 if len(self._open) <= self.limit:
                     return
 
+    def _in_place(self, book: SenderLedger) -> None:
+        """StoreError, and the sender refused from now on, when its ledger file was removed or replaced."""
+        try:
+            book.log.in_place()
+        except StoreError as exc:
+            if exc.errno != errno.ESTALE:
+                raise
+            why = (f"{exc}; {book.sender}'s durable messages are refused until the node is restarted, which starts "
+                   f"from what is then at that path (copy the ledger back first, from /proc/{os.getpid()}/fd/"
+                   f"{book.log.fd} while this node runs, or its floor and receipt chain start again)")
+            with self._lock:
+                if self._open.get(book.sender) is book:
+                    del self._open[book.sender]
+                self._refused[book.sender] = (why, book.log)
+                held = [s for s, (_, l) in self._refused.items() if l is not None]
+                for sender in held[:max(0, len(held) - self.limit)]:  # descriptors stay bounded
+                    self._refused[sender][1].close()
+                    self._refused[sender] = (self._refused[sender][0], None)
+            raise StoreError(errno.ESTALE, why) from None
+
     def claim(self, book: SenderLedger, stream: str, msg_id: int) -> None:
         """Before the handler: no fsync (a lost claim only loses the `redelivered` mark)."""
+        self._in_place(book)
         book.log.append(ledger_line("claim", {"stream": stream, "id": msg_id}), sync=False)
         book.streams[stream].claims.add(msg_id)
 
     def commit(self, book: SenderLedger, receipt: Receipt, base: int) -> str | None:
         """The receipt on disk (fdatasync) before the caller removes the envelope; StoreError when
         it is not. Returns why a due compaction failed (the receipt is committed all the same)."""
+        self._in_place(book)
         book.log.append(ledger_line("receipt", {**receipt.to_json(), "base": base}), sync=True)
         book.streams[receipt.stream].record(receipt)
         if book.log.size > COMPACT_BYTES:
@@ -135,6 +168,10 @@ class Ledgers:
             for book in self._open.values():
                 book.log.close()
             self._open.clear()
+            for _, held in self._refused.values():
+                if held is not None:
+                    held.close()
+            self._refused.clear()
         close_quietly(self.dir_fd)
 
 

@@ -214,6 +214,21 @@ class AppendLog:
             os.ftruncate(self.fd, end)
         return []
 
+    def in_place(self) -> None:
+        """StoreError unless the log's name still names the file this log holds open (one lstat and
+        one fstat): a log removed or replaced while open (by another file, a directory, a symbolic
+        link) is never appended to, since what went into it would vanish with the descriptor."""
+        if self.fd < 0:
+            raise StoreError(errno.EBADF, f"cannot write {self.path}: it is not open")
+        try:
+            here = os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+            held = os.fstat(self.fd)
+            same = (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            same = False
+        if not same:
+            raise StoreError(errno.ESTALE, f"{self.path} was removed or replaced while this node held it open")
+
     def append(self, data: bytes, sync: bool) -> None:
         """Append one or more whole records (with sync: fdatasync before returning); StoreError,
         and the log as it was before, when that cannot be done."""
