@@ -30,6 +30,7 @@ MAX_NAMES = 65_536             # … in all; beyond, the inbox is listed again w
 FAIR_SHARE = 1_024             # … except that a sender holding fewer names than this is always remembered
 MAX_JUNK = 4_096               # names of files refused on the name alone, waiting to be removed
 OLD_INBOX_SECONDS = 5.0        # a replaced inbox is watched this long after it was last found non-empty
+OLD_INBOX_LOOK_SECONDS = 0.25  # … and looked at this often, counting from the last look
 _NEVER = float("inf")
 
 
@@ -316,7 +317,8 @@ class InboxDirectory(WatchedDir):
     def __init__(self, root: str, name: str, watch: Watch):
         self.root, self.name = root, name
         super().__init__(self._prepare, lambda path: watch.add(path, INBOX_EVENTS, "inbox"))
-        self._old: list[tuple[int, float]] = []  # replaced inboxes still drained: (fd, last seen busy)
+        # replaced inboxes still drained: (fd, last seen busy, last looked at)
+        self._old: list[tuple[int, float, float]] = []
 
     def _prepare(self) -> str:
         self.path, self.tmp_path = prepare_home(self.root, self.name)
@@ -327,19 +329,23 @@ class InboxDirectory(WatchedDir):
         old = self.adopt_replaced()
         if old is None:
             return False
-        self._old.append((old, time.monotonic()))
+        self._old.append((old, time.monotonic(), -_NEVER))  # never looked at yet: due at once
         return True
 
     def next_old_check(self) -> float:
+        """When a replaced inbox is next due a look: OLD_INBOX_LOOK_SECONDS after the last look, found
+        busy or not (counting from when it was last seen busy made every step after the first
+        quarter second a look, and the receiver spin for the rest of OLD_INBOX_SECONDS)."""
         if not self._old:  # the usual case, asked at every step
             return _NEVER
-        return min(seen + 0.25 for _, seen in self._old)
+        return min(looked + OLD_INBOX_LOOK_SECONDS for _, _, looked in self._old)
 
     def drain_old(self, taken: dict[str, int], remember: Callable[[str], None]) -> None:
         """Move what senders (with descriptors opened before the replacement) still deliver to a
         replaced inbox into the current one; close it once it stayed empty for a while."""
         keep = []
-        for fd, seen in self._old:
+        for fd, seen, _ in self._old:
+            looked = time.monotonic()
             try:
                 with os.scandir(fd) as it:
                     names = [item.name for item in it]
@@ -359,7 +365,7 @@ class InboxDirectory(WatchedDir):
             if busy:
                 seen = time.monotonic()
             if time.monotonic() - seen < OLD_INBOX_SECONDS or fd in taken.values():
-                keep.append((fd, seen))
+                keep.append((fd, seen, looked))
             else:
                 os.close(fd)
         self._old = keep
@@ -370,6 +376,6 @@ class InboxDirectory(WatchedDir):
 
     def close(self) -> None:
         """Close once (a second call must not close descriptor numbers reused meanwhile)."""
-        fds, self._old = [fd for fd, _ in self._old], []
+        fds, self._old = [fd for fd, _, _ in self._old], []
         super().close()
         close_quietly(*fds)

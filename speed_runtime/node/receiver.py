@@ -234,7 +234,8 @@ class Receiver:
             # it is spaced out so that it takes at most about 1% of this thread's time
             spacing = max(self._config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
             next_listing = time.monotonic() + spacing
-        if self.inbox.draining_old:
+        if self.inbox.draining_old and time.monotonic() >= self.inbox.next_old_check():
+            # a replaced inbox is looked at when due (every quarter second), not at every step
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
         self._lane_pool.start_waiting()  # handlers and services that could get no thread (out of
         self._callee.start_waiting()     # memory) get one now

@@ -1,6 +1,7 @@
 """A Node's behaviour, in one process with real directories, real inotify and real threads."""
 import json
 import os
+import shutil
 import threading
 import time
 
@@ -302,3 +303,25 @@ def test_a_cancelled_call_does_not_break_reception(pair):
     wait_until(lambda: a.counters()["lateResponses"] == 1, what="the response to arrive after the cancel")
     assert a.call("callee", "echo", {"still": "alive"}) == {"still": "alive"}
     assert a.counters().get("protocolErrors", 0) == 0
+
+
+def test_a_removed_inbox_is_drained_at_intervals_not_in_a_busy_loop(pair, root):
+    """After `rm -rf` of its inbox the protocol thread used to scan the old directory in a tight loop
+    (a full core) for almost OLD_INBOX_SECONDS; it looks every quarter second, and receives from the
+    new inbox as before."""
+    a, b = pair
+    inbox = b.receiver.inbox
+    looks = []
+    drain_old = inbox.drain_old
+
+    def counted(*args, **kwargs):
+        looks.append(time.monotonic())
+        return drain_old(*args, **kwargs)
+
+    inbox.drain_old = counted
+    shutil.rmtree(os.path.join(root, "callee", "inbox"))
+    # a look at least a second after the first one: the old inbox is still drained then (5 s)
+    wait_until(lambda: looks and looks[-1] - looks[0] >= 1.0, what="the old inbox to be looked at for a second")
+    first_second = [t for t in looks if t - looks[0] < 1.0]
+    assert len(first_second) <= 10, f"{len(first_second)} looks at the old inbox in one second"
+    assert a.call("callee", "echo", {"x": 1}, timeout=10) == {"x": 1}  # the new inbox receives

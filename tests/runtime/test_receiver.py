@@ -149,3 +149,39 @@ def test_a_sender_no_longer_allowed_is_refused_unread(node, tmp_path):
     access.revoke("a")
     assert receiver._receive_one(name, "a", 1)
     assert os.listdir(inbox) == [] and callee.requests == [] and scores.heard == []
+
+
+class Clock:
+    """time.monotonic for the inbox module, moved only by the test."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_replaced_inbox_is_looked_at_every_quarter_second_counting_from_the_last_look(node, tmp_path, monkeypatch):
+    """A replaced inbox found empty used to be due again at once from a quarter second after it was
+    adopted on (due counted from when it was last found busy): the receiver waited 0 and scanned it
+    in a busy loop for the rest of OLD_INBOX_SECONDS."""
+    from speed_runtime.node import inbox as inbox_module
+    receiver, _, _, _, _, inbox = node
+    directory = receiver.inbox
+    clock = Clock(1000.0)
+    monkeypatch.setattr(inbox_module, "time", clock)
+    os.rename(inbox, str(inbox) + ".old")
+    assert directory.replaced() and directory.draining_old
+    remembered = []
+    name = put(tmp_path, EnvelopeType.MESSAGE, {"n": 1})  # (into the new inbox: moved back to the old one below)
+    os.rename(inbox / name, tmp_path / "b" / "inbox.old" / name)
+    directory.drain_old({}, remembered.append)
+    assert remembered == [name] and os.listdir(inbox) == [name]  # what was left there is moved over
+    assert directory.next_old_check() == clock.now + 0.25
+    for _ in range(19):  # found empty from now on: due a quarter second after each look, never at once
+        clock.now += 0.25
+        directory.drain_old({}, remembered.append)
+        assert directory.draining_old and directory.next_old_check() == clock.now + 0.25
+    clock.now += 0.25  # OLD_INBOX_SECONDS after it was last found busy: closed
+    directory.drain_old({}, remembered.append)
+    assert not directory.draining_old and directory.next_old_check() == float("inf") and remembered == [name]
