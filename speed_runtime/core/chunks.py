@@ -21,11 +21,10 @@ budget, and expiry of messages whose next piece does not come.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, NamedTuple
 
-from .entry import entry_integer
+from .entry import entry_integer, json_loads
 from .envelope import FLAG_BINARY, FLAG_CHUNK, EnvelopeType
 from .errors import EnvelopeError
 from .payloads import decode_payload, decoded_cost, encode_payload
@@ -126,7 +125,7 @@ def decode_with_cost(plaintext: bytes, etype: int, flags: int) -> tuple[dict[str
 
 def _header(text: memoryview) -> dict[str, Any]:
     try:
-        obj = json.loads(text.tobytes().decode("utf-8"))
+        obj = json_loads(text.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise EnvelopeError("bad_payload", "the binary header is not UTF-8 JSON") from None
     if not isinstance(obj, dict):
@@ -151,7 +150,7 @@ def decode_json(text: str) -> Any:
     """A body's JSON text (already a str: its bytes may be given back before the value is built);
     EnvelopeError('bad_payload') when it is not JSON. A MemoryError is this node's, and passes."""
     try:
-        return json.loads(text)
+        return json_loads(text)
     except (ValueError, RecursionError):
         raise EnvelopeError("bad_payload", "the body is not UTF-8 JSON") from None
 

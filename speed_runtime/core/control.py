@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import re
 import secrets
 import uuid
@@ -24,7 +23,7 @@ from nacl import bindings as _sodium
 from nacl.exceptions import BadSignatureError, CryptoError
 
 from . import payloads
-from .entry import RegistryEntry
+from .entry import RegistryEntry, json_loads
 from .envelope import FLAG_CONTROL, OVERHEAD, EnvelopeType, open_envelope
 from .errors import ConfigError, EnvelopeError, KeyFileError
 from .names import is_valid_name
@@ -297,7 +296,7 @@ def judge_control(payload: dict, me: Identity, trusted: Mapping[str, bytes], gua
 
 def _parse_request(raw: bytes) -> tuple[dict | None, str]:
     try:
-        request = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
+        request = json_loads(raw.decode("utf-8"), parse_constant=_not_json)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None, "the signed request is not UTF-8 JSON"
     if not isinstance(request, dict):

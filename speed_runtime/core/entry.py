@@ -72,7 +72,7 @@ class RegistryEntry:
         if len(data) > MAX_ENTRY_BYTES:
             raise BadEntryError(f"registry entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
         try:
-            obj = json.loads(data.decode("utf-8"))
+            obj = json_loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise BadEntryError("registry entry is not UTF-8 JSON") from None
         return cls.from_dict(obj)
@@ -105,6 +105,32 @@ class RegistryEntry:
             features=_names(obj.get("features")),
             extra={k: v for k, v in obj.items() if k not in _KNOWN},
         )
+
+
+_INF = float("inf")
+
+
+def long_int(text: str) -> int | float:
+    """json's `parse_int` that never raises: an integer of more digits than Python converts
+    (`sys.get_int_max_str_digits()`, 4,300) is far beyond a double, and reads as ±infinity, as
+    `1e400` does: every reader of a number then takes it as too large (an entry's field as missing,
+    docs/PROTOCOL.md §9 "Numbers"). Converting it exactly would cost time quadratic in its length."""
+    try:
+        return int(text)
+    except ValueError:
+        return -_INF if text.startswith("-") else _INF
+
+
+def json_loads(text: str | bytes, **options: Any) -> Any:
+    """json.loads(text, **options), except that a too long integer is ±infinity (`long_int`), not a
+    ValueError that callers would report as text that is not JSON. Such a text is parsed twice:
+    the usual one pays nothing."""
+    try:
+        return json.loads(text, **options)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer beyond int()'s limit of digits
+        return json.loads(text, parse_int=long_int, **options)
 
 
 def entry_number(v: Any) -> float | None:

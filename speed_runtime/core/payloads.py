@@ -8,6 +8,7 @@ from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
 from . import accel
+from .entry import long_int
 from .envelope import EnvelopeType
 from .errors import SPC_ERROR_CODES, EnvelopeError
 
@@ -25,6 +26,7 @@ _REQUIRED: dict[int, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # one, not one per call
 _SCAN = json.JSONDecoder().scan_once
+_SCAN_LONG = json.JSONDecoder(parse_int=long_int).scan_once  # … where an integer is too long for int()
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder skips it
 
 
@@ -39,8 +41,14 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
 
 def _loads(text: str) -> Any:
     """json.loads(text), straight to its scanner (json.loads is three Python calls around it)."""
+    start = _SPACE.match(text, 0).end()
     try:
-        value, end = _SCAN(text, _SPACE.match(text, 0).end())
+        try:
+            value, end = _SCAN(text, start)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # an integer beyond int()'s limit of digits: ±infinity, as 1e400 (entry.long_int)
+            value, end = _SCAN_LONG(text, start)
     except StopIteration:
         raise ValueError("no JSON value") from None
     if _SPACE.match(text, end).end() != len(text):

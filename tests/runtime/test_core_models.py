@@ -133,6 +133,22 @@ def test_an_entrys_numbers_are_values_not_spellings():
         RegistryEntry.from_json(text.replace('"lastHeartbeat":1000', '"lastHeartbeat":1' + "0" * 400).encode())
 
 
+def test_an_entry_with_an_integer_too_long_for_int_reads_with_that_field_missing():
+    """An integer of more digits than Python's int() converts (4,300) used to make json.loads raise
+    ValueError, reported as "not UTF-8 JSON". It is beyond a double: missing (§9 "Numbers")."""
+    ident = str(uuid.uuid4())
+    nines = "9" * 5000
+    text = ('{"name":"n","id":"%s","lastHeartbeat":1000,"pid":%s,"host":"h","leaseSeconds":-%s,"allow":["a"],'
+            '"protocol":1}' % (ident, nines, nines))
+    e = RegistryEntry.from_json(text.encode())
+    assert (e.pid, e.lease_seconds) == (0, 30.0)  # missing: the defaults
+    assert (e.name, e.id, e.last_heartbeat, e.host, e.allow, e.protocol) == ("n", ident, 1000.0, "h", ("a",), 1)
+    with pytest.raises(BadEntryError, match="lacks a numeric 'lastHeartbeat'"):  # the required one: unreadable
+        RegistryEntry.from_json(text.replace('"lastHeartbeat":1000', '"lastHeartbeat":' + nines).encode())
+    with pytest.raises(BadEntryError, match="not UTF-8 JSON"):  # what is not JSON still is not
+        RegistryEntry.from_json(text[:-1].encode())  # (cut short after the long integers)
+
+
 @pytest.mark.parametrize("data", [b"", b"[]", b"{", b'{"name":"n","id":"x","lastHeartbeat":1}',
                                   b'{"name":"n.x","id":"' + str(uuid.uuid4()).encode() + b'","lastHeartbeat":1}',
                                   b'{"name":"n","id":"' + str(uuid.uuid4()).encode() + b'"}',
@@ -198,6 +214,34 @@ def test_payload_parse_accepts_and_refuses_what_json_loads_does(text):
             payloads._loads(text)
     else:
         assert repr(payloads._loads(text)) == expected
+
+
+@pytest.mark.parametrize("decode", [payloads.pure_decode_payload, payloads.decode_payload])
+def test_a_payload_integer_too_long_for_int_is_beyond_a_double_like_1e400(decode):
+    """An integer of more digits than int() converts (4,300) is valid JSON: in an application's
+    value it reads as 1e400 does (infinity); in a field meant as an integer it is out of range, and
+    the field's own rule says bad_payload. It used to be "the payload is not UTF-8 JSON"."""
+    nines = "9" * 5000
+    message = ('{"from":"a","to":"b","data":[-%s,%s,1e400]}' % (nines, nines)).encode()
+    assert decode(message, EnvelopeType.MESSAGE)["data"] == [float("-inf"), float("inf"), float("inf")]
+    with pytest.raises(EnvelopeError, match="needs 'ackSeq'"):
+        decode(('{"from":"a","to":"b","ackSeq":%s}' % nines).encode(), EnvelopeType.ACK)
+    with pytest.raises(EnvelopeError, match="not UTF-8 JSON"):  # what is not JSON still is not
+        decode(('{"from":"a","to":"b","data":%s' % nines).encode(), EnvelopeType.MESSAGE)
+
+
+def test_other_readers_of_a_peers_json_take_a_too_long_integer_as_beyond_a_double():
+    """The chunk headers and bodies (extension chunks) and an operator's signed control request:
+    a 5,000-digit integer is not "not UTF-8 JSON", but a number too large (the field's own rule)."""
+    from speed_runtime.core import chunks, control
+    nines = "9" * 5000
+    assert chunks.decode_json("[%s]" % nines) == [float("inf")]
+    header = chunks._header(memoryview(('{"from":"a","to":"b","n":%s}' % nines).encode()))
+    assert header == {"from": "a", "to": "b", "n": float("inf")}
+    request = {"target": "t", "instance": str(uuid.uuid4()), "requestId": "r", "requester": "o", "command": "status",
+               "issuedAt": 0, "expiresAt": 1}
+    raw = json.dumps(request).replace('"issuedAt": 0', '"issuedAt": ' + nines).encode()
+    assert control._parse_request(raw) == (None, "the signed request lacks an integer 'issuedAt' (Unix milliseconds)")
 
 
 def test_payload_encoder_keeps_the_circular_reference_check():
