@@ -116,7 +116,9 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def _control(node, lines) -> None:
-    """Apply `allow NAME` / `revoke NAME` lines; answer each on stderr, never stop the node."""
+    """Apply `allow NAME` / `revoke NAME` lines; answer each on stderr, never stop the node. The
+    answer is one line of bounded length: what changed and how many names are allowed now (not the
+    whole list, which made a long run of grants cost stderr quadratic in their number)."""
     for line in lines:
         words = line.split()
         if not words:
@@ -124,8 +126,15 @@ def _control(node, lines) -> None:
         try:
             if len(words) != 2 or words[0] not in ("allow", "revoke"):
                 raise ConfigError(f"unknown control line {line.strip()[:80]!r}: use `allow NAME` or `revoke NAME`")
-            (node.allow if words[0] == "allow" else node.revoke)(words[1])
-            print(f"speed: {words[0]} {words[1]}: allow is now {','.join(node.allowed) or '(nobody)'}",
+            verb, name = words
+            before = len(node.allowed)
+            (node.allow if verb == "allow" else node.revoke)(name)  # (a name it accepts is a valid, short one)
+            count = len(node.allowed)
+            if verb == "allow":
+                outcome = "allowed" if count != before else "already allowed"
+            else:
+                outcome = "revoked" if count != before else "was not allowed"
+            print(f"speed: {verb} {name}: {outcome} ({count} {'name' if count == 1 else 'names'} allowed)",
                   file=sys.stderr, flush=True)
         except SpeedError as exc:
             print(f"speed: {exc}", file=sys.stderr, flush=True)

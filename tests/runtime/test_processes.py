@@ -184,3 +184,37 @@ def test_control_stdin_grants_and_revokes_at_once(procs):
         proc.stderr.close()
     assert proc.returncode == 0
     assert "unknown control line 'bogus line'" in err and "invalid node name 'bad.name'" in err
+
+
+def test_control_stdin_answers_each_line_with_one_short_line_whatever_the_number_of_names(procs, workdir):
+    """Each answer used to repeat the whole allow list: 974 grants of 64-character names wrote 31 MB
+    to stderr. It says what changed and how many names are allowed, in one line of bounded length."""
+    names = [f"n{i:063d}" for i in range(300)]  # the longest names there are (64 characters)
+    commands = [f"allow {name}" for name in names] + [f"allow {names[0]}", f"revoke {names[0]}", f"revoke {names[0]}"]
+    err_path = os.path.join(workdir, "ctl.stderr")
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "speed_runtime", "node", "--dir", procs.root, "--key",
+                                 procs.key_path, "--name", "ctl", "--control-stdin"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file, text=True)
+    try:
+        assert proc.stdout.readline().startswith("ready ctl")
+        proc.stdin.write("".join(f"{c}\n" for c in commands))
+        proc.stdin.flush()
+
+        def answers():
+            with open(err_path) as f:
+                return [line for line in f.read().split("\n") if line.startswith("speed: ")]
+        wait_until(lambda: len(answers()) == len(commands), timeout=60, what="an answer to every control line")
+        lines = answers()
+    finally:
+        proc.stdin.close()
+        proc.terminate()
+        proc.wait(30)
+        proc.stdout.close()
+    assert proc.returncode == 0
+    assert max(len(line) for line in lines) <= 160
+    assert lines[0] == f"speed: allow {names[0]}: allowed (1 name allowed)"
+    assert lines[299] == f"speed: allow {names[299]}: allowed (300 names allowed)"
+    assert lines[300:] == [f"speed: allow {names[0]}: already allowed (300 names allowed)",
+                           f"speed: revoke {names[0]}: revoked (299 names allowed)",
+                           f"speed: revoke {names[0]}: was not allowed (299 names allowed)"]
