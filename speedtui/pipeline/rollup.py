@@ -34,7 +34,7 @@ The queries are SQL text: building them column by column costs thousands of Py4J
 """
 from __future__ import annotations
 
-from .records import CONTROL_SERVICE, ERROR_CODES, RECEIVER_MESSAGE_EVENTS
+from .records import CONTROL_SERVICE, ERROR_CODES, MAX_TS, RECEIVER_MESSAGE_EVENTS
 
 TRAFFIC, REJECTED, CALL, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 #: the callee's side of a call (its accepted request, its sent response): caller a, callee b, requestId c
@@ -116,7 +116,8 @@ SELECT tag,
             WHEN tag = {DURABLE} THEN status END AS d,
        IF(tag IN ({TRAFFIC}, {REJECTED}, {MESSAGE}, {THREAT}), CAST(floor(ts / 60) * 60 AS BIGINT), NULL) AS m,
        IF(tag = {LEASE}, ts, NULL) AS x,
-       IF(tag IN ({CALL}, {CALLEE}), NULL, date_add(DATE'1970-01-01', CAST(floor(ts / 86400) AS INT))) AS day,
+       IF(tag IN ({CALL}, {CALLEE}) OR NOT coalesce(ts >= 0 AND ts < {MAX_TS!r}, FALSE), NULL,
+          date_add(DATE'1970-01-01', CAST(floor(ts / 86400) AS INT))) AS day,
        count(1) AS n, sum(IF(tag IN ({TRAFFIC}, {MESSAGE}), coalesce(size, 0), 0)) AS bytes,
        min(IF(tag = {LINES}, NULL, ts)) AS tmin, max(IF(tag = {LINES}, NULL, ts)) AS tmax,
        sum(IF((tag = {CALL} AND is_req) OR (tag = {CALLEE} AND is_creq), 1, 0)) AS nreq,

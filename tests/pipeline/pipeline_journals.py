@@ -29,6 +29,8 @@ MALFORMED = [
                 "outcome": "sent"}),                                        # ts not a number
     json.dumps({"kind": "weird", "ts": T0 + 3, "node": "a"}),             # unknown kind
     '"just a string"',                                                     # JSON, not an object
+    '{"ts":1e300,"node":"x"}',            # ts far beyond MAX_TS: its day overflowed an INT (Spark's ANSI mode
+    '{"ts":-1e300,"node":"x"}',           # stopped every analysis, ARITHMETIC_OVERFLOW), as far below
 ]
 #: lines that are no record at all (ignored, not counted): blank and whitespace-only lines
 BLANK = ["", "   \t"]

@@ -76,7 +76,7 @@ def test_analyze_command_in_process(spark, tmp_path, capsys):
                           "--out", str(tmp_path / "rep")])
     assert args.func(args) == 0
     out, err = capsys.readouterr()
-    assert "malformed lines skipped: 7" in out and "summary.json" in out
+    assert "malformed lines skipped: 9" in out and "summary.json" in out
     assert "%]" in err                                   # progress on stderr
     doc = json.load(open(tmp_path / "rep" / "summary.json"))
     assert doc["totals"]["nodes"] == 4                   # a, b, c + p

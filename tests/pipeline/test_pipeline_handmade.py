@@ -29,8 +29,8 @@ def hand(spark, tmp_path_factory):
 def test_totals_and_malformed(hand):
     _, _, s, _ = hand
     t = s["totals"]
-    assert s["malformed_lines"] == len(MALFORMED) == 7
-    assert t["malformed"] == 7
+    assert s["malformed_lines"] == len(MALFORMED) == 9
+    assert t["malformed"] == 9
     # a: 3 MESSAGE + 7 SPC_REQUEST sent; b: 6 SPC_RESPONSE sent
     assert t["envelopes_sent"] == 16
     assert t["bytes_sent"] == 100 + 200 + 50 + 7 * 300 + 6 * 150
@@ -39,7 +39,7 @@ def test_totals_and_malformed(hand):
     assert t["rejected"] == 6 + 3 + 5
     assert t["lease_records"] == 2 + 2 + 8
     assert t["nodes"] == 3
-    assert t["records"] == t["valid"] == t["lines"] - 7
+    assert t["records"] == t["valid"] == t["lines"] - len(MALFORMED)
     assert s["time_range"]["start"] == T0 and s["time_range"]["end"] == T0 + 600
     assert s["empty"] is False and s["message"] is None
 
@@ -174,7 +174,7 @@ def test_since_until_filter(spark, tmp_path):
     t = s["totals"]
     assert t["envelopes_sent"] == 1                    # only a -> c at T0+61
     assert t["rejected"] == 6 + 3                      # replays at T0+300.. excluded (until is exclusive)
-    assert t["malformed"] == 7                         # malformed lines are counted regardless
+    assert t["malformed"] == 9                         # malformed lines are counted regardless
     assert t["filtered_out"] == t["valid"] - t["records"] > 0
     assert s["time_range"]["start"] == T0 + 60 and s["time_range"]["end"] == T0 + 300
     av = {r["node"]: r for r in s["availability"]}
@@ -191,9 +191,9 @@ def test_empty_input(spark, tmp_path):
     (traces / "empty.jsonl").write_text("")
     (traces / "x.jsonl").write_text("\n".join(MALFORMED) + "\n")
     s = run_pipeline([str(traces)], str(tmp_path / "out"), spark=spark)
-    assert s["empty"] is True and s["totals"]["records"] == 0 and s["malformed_lines"] == 7
+    assert s["empty"] is True and s["totals"]["records"] == 0 and s["malformed_lines"] == 9
     assert s["message"].startswith("no trace records found in")
-    assert "7 malformed lines skipped" in s["message"]
+    assert "9 malformed lines skipped" in s["message"]
     assert s["spc"] == [] and s["availability"] == [] and s["traffic_over_time"]["buckets"] == []
     assert json.load(open(tmp_path / "out" / "summary.json"))["empty"] is True
     for name in TABLES:
