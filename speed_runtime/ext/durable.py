@@ -32,6 +32,7 @@ from ..core.durable import (MAX_STREAMS, NotDurableError, Receipt, StreamLedger,
 from ..core.envelope import FLAG_BINARY, FLAG_CHUNK, FLAG_DURABLE, EnvelopeType
 from ..core.errors import (AccessDeniedError, ConfigError, DeliveryError, DeliveryTimeoutError, EnvelopeError,
                            NodeUnavailableError, PayloadTooLargeError)
+from ..core.entry import RegistryEntry, entry_integer
 from ..core.liveness import judge
 from ..core.message import message_of
 from ..core.receiving import Verdict
@@ -175,6 +176,14 @@ class Ledgers:
         close_quietly(self.dir_fd)
 
 
+def advertised_limit(entry: RegistryEntry) -> int | None:
+    """The largest envelope payload `entry`'s node says it takes (extension `chunks`'s
+    `maxEnvelopePayload`, §9's rule for numbers), if it says."""
+    fields = entry.extra.get("chunks")
+    limit = entry_integer(fields.get("maxEnvelopePayload")) if isinstance(fields, dict) else None
+    return limit if limit is not None and limit >= 1 else None
+
+
 class DurableExtension(Extension):
     name = "durable"
 
@@ -260,17 +269,24 @@ class DurableExtension(Extension):
         """Store a MESSAGE durably for `target` and return its id (stream position). With confirm,
         wait for the receipt (handled: return; failed or expired: DeliveryError)."""
         host = self.host
+        if not host.allows(target):  # else every receipt would be refused here and the message expire
+            raise AccessDeniedError(f"durable messages to {target} are acknowledged by receipts that {target} "
+                                    f"sends back, and this node does not allow {target}; nothing was stored: allow "
+                                    f"it first (Node(..., allow=[{target!r}]), speed node --allow {target})")
         entry = self._monitor.current(target)
+        limit = self._config.max_payload
         if entry is not None and not judge(entry, time.time(), local_facts()).stale:
             if not speaks(entry, "durable"):
                 raise NotDurableError(f"node {target} does not speak the durable extension (its entry does not "
                                       "advertise it); nothing was stored: send without durable=True, or start "
                                       f"{target} with --durable")
             host.check_grant(target, entry)
+            limit = min(limit, advertised_limit(entry) or limit)
         body = payloads.encode_payload(payloads.message(self._name, target, data))
-        if len(body) + FIELDS_ROOM > self._config.max_payload:
-            raise PayloadTooLargeError(f"a payload of {len(body)} bytes (with the durable fields) exceeds this "
-                                       f"node's limit of {self._config.max_payload} bytes; nothing was stored")
+        if len(body) + FIELDS_ROOM > limit:  # a copy the target refuses as too_large would wait for its TTL
+            whose = "this node's" if limit == self._config.max_payload else f"{target}'s (its entry)"
+            raise PayloadTooLargeError(f"a payload of {len(body)} bytes (with the durable fields) exceeds {whose} "
+                                       f"limit of {limit} bytes; nothing was stored")
         ttl = self._config.durable_ttl if ttl is None else ttl
         if not 0 < ttl <= 30 * 86_400:
             raise ConfigError(f"ttl must be above 0 and at most 30 days, not {ttl!r}")

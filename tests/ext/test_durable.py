@@ -369,3 +369,22 @@ def test_a_durable_handlers_exception_is_a_line_and_a_health_record_not_only_a_c
         assert "\x1b" not in event.detail and "\\x1b" in event.detail          # the text as data, escaped
         assert any(event.detail in r.getMessage() for r in caplog.records)
         assert rx.counters()["handlerErrors"] == 1
+
+
+def test_a_durable_message_no_receipt_could_answer_is_refused_before_it_is_stored(droot, dkey):
+    """Receipts come back from the target: a sender that does not allow it would refuse every one
+    and the message would wait for its TTL, handled all along; and a copy larger than the target's
+    advertised envelope limit would be refused `too_large` until its TTL. Both are refused at once."""
+    from speed_runtime import AccessDeniedError, PayloadTooLargeError
+    with Node(droot, dkey, "rx", allow=["tx"], durable=True, features=["chunks"], max_payload=4096) as rx, \
+            Node(droot, dkey, "tx", durable=True) as tx:
+        with pytest.raises(AccessDeniedError, match="receipts that rx sends back"):
+            tx.send("rx", "x", durable=True)
+        tx.allow("rx")
+        with pytest.raises(PayloadTooLargeError, match="exceeds rx's .* limit of 4096 bytes"):
+            tx.send("rx", "y" * 5000, durable=True)
+        assert tx.extension("durable").outbox_items() == []
+        got: list = []
+        rx.on_message(got.append)
+        tx.send("rx", "y" * 3000, durable=True, confirm=True, timeout=20)  # within both limits: stored, receipted
+        assert [m.data for m in got] == ["y" * 3000]
