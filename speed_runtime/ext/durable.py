@@ -369,7 +369,11 @@ class DurableExtension(Extension):
             if not box.pending:
                 continue
             entry = self._monitor.current(target)
-            live = entry is not None and judge(entry, now, local_facts()).state == "online"
+            state = judge(entry, now, local_facts()).state if entry is not None else "gone"
+            live = state == "online"
+            # an instance that is leaving drains its inbox: a copy it holds may still be handled, and
+            # its receipt decides (expiring it here, the two sides could disagree about the message)
+            holding = state in ("online", "leaving")
             if live and not speaks(entry, "durable"):
                 reason = f"node {target} does not speak the durable extension"
                 with self.outbox.lock:
@@ -379,7 +383,7 @@ class DurableExtension(Extension):
                 pending = list(box.pending.values())
             outstanding = sum(1 for p in pending if live and p.delivered_to == entry.id)
             for p in pending:
-                if now * 1000 > p.expires_ms and not (live and p.delivered_to == entry.id):
+                if now * 1000 > p.expires_ms and not (holding and p.delivered_to == entry.id):
                     why = "its time-to-live ran out before " + (
                         f"{target} receipted it" if p.copies else f"{target} was online to take it")
                     expired.append((box, p.id, expiry_record(box.stream, p.id, why, now)))

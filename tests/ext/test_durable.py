@@ -3,6 +3,7 @@ forward, the outbox across restarts, expiry, v1-only targets, handlers cut by ki
 over a receiver's restart, duplicates, receipts and their verification, the CLI, tmpfs refused."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -388,3 +389,39 @@ def test_a_durable_message_no_receipt_could_answer_is_refused_before_it_is_store
         rx.on_message(got.append)
         tx.send("rx", "y" * 3000, durable=True, confirm=True, timeout=20)  # within both limits: stored, receipted
         assert [m.data for m in got] == ["y" * 3000]
+
+
+@contextlib.contextmanager
+def _finally(action):
+    try:
+        yield
+    finally:
+        action()
+
+
+def test_a_copy_held_by_a_leaving_target_is_not_expired_under_it(droot, dkey):
+    """A target that is leaving drains its inbox: a copy it holds, whose handler started in time,
+    is still handled and receipted. The sender waits for that receipt past the time-to-live (it
+    expired the message as soon as the target was no longer `online`, and then the receipt said
+    `handled`: the two sides disagreed)."""
+    import threading
+    started, release = threading.Event(), threading.Event()
+    rx = Node(droot, dkey, "rx", allow=["tx"], durable=True)
+    rx.on_message(lambda m: (started.set(), release.wait(30)))
+    closer = threading.Thread(target=rx.close)
+    with rx, Node(droot, dkey, "tx", allow=["rx"], durable=True) as tx, _finally(release.set):
+        events, durable = durable_events(tx), tx.extension("durable")
+        expires = time.time() + 1.0
+        tx.send("rx", "slow", durable=True, ttl=1.0)
+        assert started.wait(20)                         # its handler began before expiresAt
+        closer.start()                                  # rx publishes leaving and drains
+        wait_until(lambda: (e := durable._monitor.current("rx")) is not None and e.status == "leaving", 20,
+                   "rx leaving")
+        wait_until(lambda: time.time() > expires + 0.2, 5, "the time-to-live passed")
+        durable._deliver_and_expire()                   # what the sender's thread does, now
+        assert not [e for e in events if e.event == "send_error"]
+        release.set()
+        wait_until(lambda: any(e.event == "receipt" for e in events), 20, "the receipt")
+        assert [e.status for e in events if e.event == "receipt"] == ["handled"]
+        assert not [e for e in events if e.event == "send_error"]
+        closer.join(30)
