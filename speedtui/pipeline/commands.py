@@ -119,7 +119,10 @@ def output_to(log: str | None):
 
 
 def _err(msg: str) -> int:
-    print(f"error: {msg}", file=sys.stderr)
+    """Print the error sentence, its control characters and newlines escaped (it may hold a journal's
+    name or other text a member wrote), and return exit status 2."""
+    from .common import visible
+    print(f"error: {visible(msg)}", file=sys.stderr)
     return 2
 
 
@@ -134,7 +137,8 @@ class _StderrProgress:
         if text == self.last_text or (now - self.last_time < 1.0 and frac < 1.0 and not self.tty):
             return
         self.last_text, self.last_time = text, now
-        line = f"[{frac * 100:5.1f}%] {text}"
+        from .common import visible
+        line = f"[{frac * 100:5.1f}%] {visible(text)}"
         if self.tty:
             sys.stderr.write("\r\x1b[K" + line + ("\n" if frac >= 1.0 else ""))
         else:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
+
+from .records import MAX_TS
 
 SUMMARY_SCHEMA = "speed-analytics-summary/1"
 TABLES = ("traffic", "top_talkers", "spc", "security", "availability", "messages", "threats", "durable")
@@ -19,6 +22,24 @@ BUCKET_CHOICES = (60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400
 MAX_BUCKETS = 120
 
 
+# The runtime's rule for untrusted text (speed_runtime/core/visible.py); the pipeline also ships
+# alone (spark-submit's pipeline.zip), so the same rule inline, pinned to it by a test over every
+# code point (tests/pipeline/test_pipeline_hostile_output.py)
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e"
+                     "\u2066-\u2069\u2028\u2029]")
+
+
+def inline_visible(text: str) -> str:
+    return _HIDDEN.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                  else f"\\u{ord(m.group()):04x}"), text)
+
+
+try:
+    from speed_runtime.core.visible import visible as _visible
+except ImportError:  # pragma: no cover - spark-submit without the project
+    _visible = inline_visible
+
+
 class PipelineError(Exception):
     """A user-facing error of the pipeline: its message is one clear sentence."""
 
@@ -28,22 +49,31 @@ class JavaMissingError(PipelineError):
 
 
 def parse_time(text: str | float | int | None) -> float | None:
-    """Epoch seconds, or ISO 8601 (naive = local time). Raises PipelineError."""
+    """Epoch seconds, or ISO 8601 (naive = local time), within the journals' range of times
+    [0, MAX_TS] (records.py; NaN and infinities refused). Raises PipelineError."""
     if text is None:
         return None
-    if isinstance(text, (int, float)):
-        return float(text)
-    s = str(text).strip()
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    try:
-        d = _dt.datetime.fromisoformat(s.replace("Z", "+00:00") if s.endswith("Z") else s)
-    except ValueError:
-        raise PipelineError(f"cannot read time {text!r}: give epoch seconds or ISO 8601 "
-                            f"such as 2025-01-31T12:00:00Z.") from None
-    return d.timestamp()
+    shown = visible(repr(text) if isinstance(text, str) else str(text))
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        try:
+            ts = float(text)
+        except OverflowError:
+            ts = math.inf
+    else:
+        s = str(text).strip()
+        try:
+            ts = float(s)
+        except ValueError:
+            try:
+                d = _dt.datetime.fromisoformat(s.replace("Z", "+00:00") if s.endswith("Z") else s)
+                ts = d.timestamp()
+            except (ValueError, OverflowError, OSError):
+                raise PipelineError(f"cannot read time {shown}: give epoch seconds or ISO 8601 "
+                                    f"such as 2025-01-31T12:00:00Z.") from None
+    if not (0.0 <= ts <= MAX_TS):       # NaN fails this too
+        raise PipelineError(f"time {shown} is out of range: give epoch seconds from 0 to {MAX_TS:.0f} "
+                            f"(1970 to 5138) or an ISO 8601 date in those years.")
+    return ts
 
 
 def has_scheme(path: str) -> bool:
@@ -75,9 +105,20 @@ def choose_bucket(start: float | None, end: float | None) -> int:
 
 
 def iso(ts: float | None) -> str | None:
+    """ts as ISO 8601 UTC; None for None and for a number no date has (NaN, infinities, out of
+    the platform's range): never raises."""
     if ts is None:
         return None
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    try:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return None
+
+
+def visible(text) -> str:
+    """str(text) with every control character written out (speed_runtime.core.visible, when the
+    runtime is installed; the pipeline also runs under spark-submit without it)."""
+    return _visible(str(text))
 
 
 def empty_message(inputs: list[str]) -> str:

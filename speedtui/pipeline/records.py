@@ -101,6 +101,11 @@ DEFAULT_LABEL = "other rejection"
 
 #: timestamps outside [0, MAX_TS) make a line malformed (guards against Infinity / garbage)
 MAX_TS = 1e11
+#: a record whose size or chunks is below 0 or above MAX_COUNT is malformed (no envelope or message is
+#: that large; it bounds each record's share of the byte and chunk totals, which are 64-bit sums)
+MAX_COUNT = 1 << 53
+#: the fields MAX_COUNT bounds
+COUNTED_FIELDS = ("size", "chunks")
 #: Spark's JSON reader options that match lines.parse_line's rules
 JSON_OPTIONS = {"mode": "PERMISSIVE", "allowSingleQuotes": "false",
                 "allowNonNumericNumbers": "false", "allowUnquotedFieldNames": "false"}
@@ -132,6 +137,16 @@ def read_records(spark, paths: list[str]):
     return with_validity(spark.read.schema(spark_schema()).options(**JSON_OPTIONS).json(paths))
 
 
+def counts_in_range(rec: dict) -> bool:
+    """Whether a record's size and chunks (when present) are in [0, MAX_COUNT]: the reference's
+    half of the rule with_validity writes for Spark (a lease record of lines.record_of has neither)."""
+    for name in COUNTED_FIELDS:
+        v = rec.get(name)
+        if v is not None and not (0 <= v <= MAX_COUNT):
+            return False
+    return True
+
+
 def with_validity(p):
     """kind defaults to "envelope"; `valid` says whether the row is a record (SQL text: one Py4J
     round trip instead of one per column expression)."""
@@ -139,7 +154,10 @@ def with_validity(p):
         is_kind = "(kind IS NULL OR kind = 'envelope')" if kind == "envelope" else f"kind = '{kind}'"
         return "(" + " AND ".join([is_kind, *(f"{n} IS NOT NULL" for n in required)]) + ")"
     kinds = " OR ".join(rule(k, req) for k, req in KIND_REQUIRED.items())
+    # a lease record has no size or chunks (lines.record_of keeps neither): the bound is not its
+    counts = "(kind = 'lease' OR " + " AND ".join(
+        f"({n} IS NULL OR ({n} >= 0 AND {n} <= {MAX_COUNT}))" for n in COUNTED_FIELDS) + ")"
     valid = (f"coalesce(ts IS NOT NULL AND ts >= 0 AND ts < {MAX_TS!r} AND node IS NOT NULL AND "
-             f"({kinds}), FALSE) AS valid")
+             f"{counts} AND ({kinds}), FALSE) AS valid")
     cols = [n if n != "kind" else "coalesce(kind, 'envelope') AS kind" for n, _ in FIELDS]
     return p.selectExpr(*cols, valid)

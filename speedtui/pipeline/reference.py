@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, parse_time
 from .lines import iter_files, open_journal, parse_values
-from .records import CONTROL_SERVICE, COUNTED_KINDS, ERROR_CODES, TERMINAL_EVENTS, reason_label
+from .records import CONTROL_SERVICE, COUNTED_KINDS, ERROR_CODES, TERMINAL_EVENTS, counts_in_range, reason_label
 from .reference_extensions import ExtensionRollup
 from .summary import availability, build_summary
 
@@ -67,7 +67,7 @@ def analyze(inputs: list[str], since: float | None = None, until: float | None =
             for line in fh:
                 for rec in parse(line):  # one record per line, but none or several for rare lines
                     lines += 1
-                    if rec is None:
+                    if rec is None or not counts_in_range(rec):
                         malformed += 1
                         continue
                     valid += 1

@@ -15,7 +15,8 @@ import os
 import shutil
 from collections import defaultdict
 
-from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, choose_bucket, is_local, local_path
+from .common import BURST_THRESHOLD, PERCENTILE_ACCURACY, SUMMARY_TOP, PipelineError, choose_bucket, is_local, \
+    local_path
 from .records import COUNTED_KINDS, ERROR_CODES, MESSAGE_COLUMNS, RECEIVER_MESSAGE_EVENTS, TERMINAL_EVENTS, \
     THREAT_EVENTS, reason_label
 from .rollup import (CALLEE, DURABLE, LEASE, LINES, MESSAGE, OTHER, REJECTED, SPC_SUMS,
@@ -78,6 +79,21 @@ def spc_rows(dones: list, opens: list, accuracy: int, writers: set[str]) -> tupl
     return out, from_callees
 
 
+def check_sums(rows) -> None:
+    """Raise PipelineError when the byte or chunk counts of the roll-ups add up to more than a 64-bit
+    sum holds: every total and group sum the report makes of them is at most that, so none of the
+    merges below wraps round (each record's share is at most records.MAX_COUNT, so only some 1,000
+    records of the largest size get here: within one batch Spark's own sums fail first, across the
+    store's batches this is the check)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    for col in ("bytes", "chunks"):
+        total = pc.sum(pc.abs(rows[col].cast(pa.decimal128(38, 0)))).as_py()
+        if total is not None and total >= 1 << 63:
+            raise PipelineError(f"the {col} counts of the journals add up to {total:,}, more than a 64-bit "
+                                f"sum holds: the totals would be wrong.")
+
+
 def build_report(batches: list, *, since=None, until=None, burst_threshold: int = BURST_THRESHOLD,
                  accuracy: int = PERCENTILE_ACCURACY, step=None) -> tuple[dict, dict]:
     """(arguments of summary.build_summary less inputs/out_dir/engine, {table name: rows as dicts,
@@ -90,6 +106,7 @@ def build_report(batches: list, *, since=None, until=None, burst_threshold: int 
         from .batches import Batch
         batches = [Batch.empty()]
     rows = pa.concat_tables([b.rows for b in batches])
+    check_sums(rows)
     kind = {tag: rows.filter(pc.equal(rows["tag"], tag)) for tag in
             (TRAFFIC, REJECTED, LEASE, OTHER, LINES, MESSAGE, THREAT, DURABLE)}
     tables: dict[str, list] = {}

@@ -8,7 +8,7 @@ import os
 import time
 
 from .common import (SUMMARY_SCHEMA, SUMMARY_TOP, TABLES, PipelineError, empty_message, hadoop_path, is_local,
-                     iso, local_path)
+                     iso, local_path, visible)
 from .records import COUNTED_KINDS, GRACEFUL_EVENTS, SELF_EVENTS, TERMINAL_EVENTS
 from .sections import durable_section, messages_section, threats_section
 
@@ -102,7 +102,28 @@ def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, b
     }
 
 
+#: summary.json keeps at most this many entries of each list of journals in "ingest" (a directory of
+#: 100,000 journals must not make a summary of megabytes that the console loads); "<name>_more"
+#: counts the rest
+INGEST_LIST_CAP = 100
+INGEST_LISTS = ("rotated", "replaced", "waiting", "skipped")
+
+
+def cap_ingest(summary: dict) -> dict:
+    """summary with each list of journals in summary["ingest"] cut to INGEST_LIST_CAP entries and
+    the number left out in "<name>_more" (changed in place, and returned)."""
+    ing = summary.get("ingest")
+    if isinstance(ing, dict):
+        for k in INGEST_LISTS:
+            v = ing.get(k)
+            if isinstance(v, (list, tuple)) and len(v) > INGEST_LIST_CAP:
+                ing[k] = list(v[:INGEST_LIST_CAP])
+                ing[f"{k}_more"] = int(ing.get(f"{k}_more") or 0) + len(v) - INGEST_LIST_CAP
+    return summary
+
+
 def write_summary(spark, out_uri: str, summary: dict) -> None:
+    cap_ingest(summary)
     data = json.dumps(summary, indent=1, sort_keys=False, allow_nan=False).encode()
     if is_local(out_uri):
         path = os.path.join(local_path(out_uri), "summary.json")
@@ -135,25 +156,28 @@ def load_summary(out_dir: str) -> dict:
 
 
 def format_summary(s: dict) -> str:
-    """A few lines for a terminal."""
+    """A few lines for a terminal. Every string in them that a member or a path could have written
+    (names, reasons, the message, paths) shows its control characters escaped (common.visible):
+    nothing reaches the terminal as a control sequence, and no line can be forged."""
+    v = visible
     t = s["totals"]
     lines = []
     if s.get("message"):
-        lines.append(s["message"])
+        lines.append(v(s["message"]))
     tr = s["time_range"]
     lines.append(f"records {t['records']:,} (malformed lines skipped: {s['malformed_lines']:,}, "
                  f"outside time range: {t['filtered_out']:,}), nodes {t['nodes']}, "
-                 f"{tr['start_iso'] or '-'} .. {tr['end_iso'] or '-'}")
+                 f"{v(tr['start_iso'] or '-')} .. {v(tr['end_iso'] or '-')}")
     lines.append(f"envelopes sent {t['envelopes_sent']:,} ({t['bytes_sent']:,} bytes), accepted "
                  f"{t['accepted']:,}, rejected {t['rejected']:,}; SPC calls {t['spc_calls']:,}"
                  + (f" ({t['spc_success_rate'] * 100:.1f}% success)" if t["spc_success_rate"] is not None else ""))
     if s["top_talkers"]:
         tt = s["top_talkers"][0]
-        lines.append(f"top talker {tt['source']} -> {tt['target']}: {tt['envelopes']:,} envelopes")
+        lines.append(f"top talker {v(tt['source'])} -> {v(tt['target'])}: {tt['envelopes']:,} envelopes")
     if s["rejections"]["bursts"]:
         b = s["rejections"]["bursts"][0]
         lines.append(f"{len(s['rejections']['bursts'])} rejection burst(s); largest {b['rejections']} "
-                     f"x {b['reason']} at {b['node']} ({b['label']})")
+                     f"x {v(b['reason'])} at {v(b['node'])} ({v(b['label'])})")
     mt = (s.get("messages") or {}).get("totals") or {}
     if mt.get("sent") or mt.get("delivered"):
         lines.append(f"logical messages sent {mt['sent']:,} ({mt['chunks']:,} chunks), retransmissions "
@@ -168,9 +192,10 @@ def format_summary(s: dict) -> str:
         lines.append(f"availability: {len(s['availability'])} nodes, {crashes} crash(es)")
     ing = s.get("ingest")
     if ing:
-        changes = "".join(f", {len(ing[k])} {k}" for k in ("rotated", "replaced") if ing.get(k))
-        lines.append(f"store {ing['store']}: {ing['new_bytes']:,} new bytes, {ing['batches']} batch(es){changes}")
-    lines.append(f"report: {s['out_dir']}/summary.json")
+        counts = {k: len(ing.get(k) or ()) + int(ing.get(f"{k}_more") or 0) for k in ("rotated", "replaced")}
+        changes = "".join(f", {n} {k}" for k, n in counts.items() if n)
+        lines.append(f"store {v(ing['store'])}: {ing['new_bytes']:,} new bytes, {ing['batches']} batch(es){changes}")
+    lines.append(f"report: {v(s['out_dir'])}/summary.json")
     return "\n".join(lines)
 
 
