@@ -1,7 +1,8 @@
 """The incremental store: what is new in the journals is rolled up once, reports come from the
 roll-ups of every batch so far.
 
-    STORE/state.json      journals read so far (head -> path, offset), the batches, timings
+    STORE/state.json      journals read so far (head -> path, offset, device/inode, digest of the
+                          bytes before the offset), the batches, timings
     STORE/batches/bNNNNNN roll-ups of one ingest (batches.py)
     STORE/staging/        the new bytes of the journals while a batch is made
     STORE/lock            one ingest at a time (flock)
@@ -164,7 +165,7 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
         store.save(state)
         facts = {"store": store.path, "batches": len(state["batches"]), "new_bytes": plan.new_bytes,
                  "journals": len(plan.files), "rotated": plan.rotated, "replaced": plan.replaced,
-                 "waiting": plan.waiting, "skipped": plan.skipped,
+                 "waiting": plan.waiting, "skipped": plan.skipped, "problems": plan.problems,
                  "ingested_bytes": state["ingested_bytes"], **timings}
         return parts, facts
 

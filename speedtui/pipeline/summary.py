@@ -106,7 +106,7 @@ def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, b
 #: 100,000 journals must not make a summary of megabytes that the console loads); "<name>_more"
 #: counts the rest
 INGEST_LIST_CAP = 100
-INGEST_LISTS = ("rotated", "replaced", "waiting", "skipped")
+INGEST_LISTS = ("rotated", "replaced", "waiting", "skipped", "problems")
 
 
 def cap_ingest(summary: dict) -> dict:
