@@ -1,7 +1,8 @@
 """The durable extension between the Python runtime (sending) and the C node (receiving, written
 from docs/PROTOCOL.md alone): known-answer vectors, messages and receipts, a receiver killed with
 copies in its inbox and in the middle of a stream, v1-only peers, tmpfs refused, forged copies, a
-ledger that cannot grow."""
+ledger that cannot grow, a ledger compacted (by the C node, or by the Python runtime and read by the
+C node)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import os
 import random
 import resource
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -16,6 +18,7 @@ import pytest
 
 from speed_runtime import Node
 from speed_runtime.core.durable import MAX_ID, NotDurableError, lineage_ids
+from speed_runtime.ext import durable as durable_ext
 from speed_runtime.ext.durable_store import list_pending, verify_receipts
 
 from ..ext.test_durable import persistent_base
@@ -245,3 +248,139 @@ def test_the_c_node_keeps_its_instances_file_bounded_as_the_python_writer_does(d
     again = dprocs.c_node("crx", allow=["py"], args=["--durable"])     # below 1,024 lines: appended
     with open(c_path) as f:
         assert f.read().splitlines() == c_ids[-512:] + [uuid.UUID(c.id).hex, uuid.UUID(again.id).hex]
+
+
+# ----------------------------------------------------------------- the ledger compacted (4 MiB)
+# docs/PROTOCOL.md, durable, "Files and the order of writes" and "The formats, byte for byte": beyond
+# 4 MiB after a commit the ledger of a sender is rewritten as, per stream, a checkpoint
+# {"stream","index","mac","floor","handled","high","runs"}, the receipts kept and the open claims.
+
+SMALL_LEDGER = 24 << 10     # the C node's threshold lowered for the test (SPEED_C_NODE_DURABLE_COMPACT_BYTES)
+
+
+def ledger_records(root: str, receiver: str, sender: str) -> list[dict]:
+    with open(os.path.join(root, receiver, "durable", "ledger", f"{sender}.log"), "rb") as f:
+        return [json.loads(line) for line in f.read().splitlines()]   # every line whole
+
+
+def receipts_cli(env: Env, receiver: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "speed_runtime", "receipts", "--dir", env.root, "--key",
+                           env.key_path, receiver], capture_output=True, text=True, timeout=60)
+
+
+def test_the_c_nodes_ledger_is_compacted_beyond_its_threshold_and_read_again_after_a_restart(dprocs, denv):
+    small = {"SPEED_C_NODE_DURABLE_COMPACT_BYTES": str(SMALL_LEDGER)}
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"], env=small)
+    ledger = os.path.join(denv.root, "crx", "durable", "ledger", "py.log")
+    total = 150
+    sizes = []
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        for n in range(total):
+            py.send("crx", n, durable=True)
+            if n % 10 == 9:                       # the ledger grows past the threshold, then shrinks
+                wait_for(lambda: len(messages(c)) == n + 1, 30, f"{n + 1} messages handled")
+                sizes.append(os.path.getsize(ledger))
+        wait_for(lambda: not py.extension("durable").outbox_items(), 60, "every receipt")
+        earlier = py.id_bytes
+    stream = open(os.path.join(denv.root, "py", "durable", "outbox", "crx", "stream")).read().strip()
+    assert not c.find(event="durable_store_failed"), c.errors
+    assert any(b < a for a, b in zip(sizes, sizes[1:])), sizes           # it shrank (from past the threshold)
+    assert max(sizes) <= SMALL_LEDGER + 1024, sizes                      # and never grew far beyond it
+    records = ledger_records(denv.root, "crx", "py")
+    [cp] = [r["checkpoint"] for r in records if "checkpoint" in r]
+    assert list(cp) == ["stream", "index", "mac", "floor", "handled", "high", "runs"]
+    assert cp["stream"] == stream and cp["handled"] <= cp["index"] <= total and cp["high"] <= total
+    assert all(lo <= hi for lo, hi in cp["runs"]) and all(lo > cp["floor"] for lo, _ in cp["runs"])
+    assert sum("receipt" in r for r in records) < total                  # what lies below the floor went
+    assert not [n for n in os.listdir(os.path.dirname(ledger)) if n.endswith(".tmp")]
+    assert os.stat(ledger).st_mode & 0o777 == 0o600
+    # each message handled once, and receipted once in one chain
+    assert [(m["data"], m["durableId"], m["redelivered"]) for m in messages(c)] == \
+        [(n, n + 1, False) for n in range(total)]
+    assert [e["index"] for e in c.find(event="durable_receipt")] == list(range(1, total + 1))
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert sorted(where for where, _ in reports) == ["ledger of crx", "stored by py"]
+    # (`count` of a compacted ledger in the verifier adds the kept receipts to the checkpoint's index)
+    assert all(r.ok and r.handled == total for _, r in reports), reports
+    assert [r.count for where, r in reports if where == "stored by py"] == [total]
+    cli = receipts_cli(denv, "crx")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    # a new C instance reads the compacted ledger: copies of handled ids are duplicates (below the
+    # floor: no receipt; above it, kept: its receipt again), new messages continue the chain
+    c.stop()
+    c2 = dprocs.c_node("crx", allow=["py"], args=["--durable"], env=small)
+    c2_id = uuid.UUID(c2.id).bytes
+    assert cp["floor"] >= 1
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        for seq, msg_id in enumerate((1, total, total - 1), start=1000):
+            forge(denv.root, denv.key_path, sender="py", target="crx", source=earlier, target_id=c2_id,
+                  stream=stream, msg_id=msg_id, base_id=1, seq=seq)
+        wait_for(lambda: len(c2.find(event="rejected", reason="durable_duplicate")) == 3, 20, "three duplicates")
+        wait_for(lambda: len(c2.find(event="durable_receipt")) == 2, 20, "two receipts sent again")
+        assert sorted((e["id"], e["index"]) for e in c2.find(event="durable_receipt")) == \
+            [(total - 1, total - 1), (total, total)]                  # none for id 1: below the floor
+        more = [py.send("crx", f"after {n}", durable=True) for n in range(5)]
+        wait_for(lambda: not py.extension("durable").outbox_items(), 30, "the receipts after the restart")
+    assert more == list(range(total + 1, total + 6))
+    assert [(m["data"], m["durableId"], m["redelivered"]) for m in messages(c2)] == \
+        [(f"after {n}", total + 1 + n, False) for n in range(5)]
+    assert [e["index"] for e in c2.find(event="durable_receipt") if e["id"] > total] == \
+        list(range(total + 1, total + 6))
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert all(r.ok and r.handled == total + 5 for _, r in reports), reports
+    assert receipts_cli(denv, "crx").returncode == 0
+
+
+def test_the_c_node_continues_a_ledger_the_python_runtime_compacted(dprocs, denv, monkeypatch):
+    monkeypatch.setattr(durable_ext, "COMPACT_BYTES", 16 << 10)      # the Python receiver's threshold
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        earlier = py.id_bytes                                        # an instance of py's lineage
+    forged = os.urandom(16).hex()                                    # a second stream of py's, forged
+    top = 301                                                        # its ids 2..301, base 1: floor 0
+    with Node(denv.root, denv.key_path, "crx", allow=["py"], durable=True) as rx:
+        got = []
+        rx.on_message(got.append)
+        with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+            for n in range(40):
+                py.send("crx", n, durable=True)
+            wait_for(lambda: not py.extension("durable").outbox_items(), 30, "the receipts of the Python receiver")
+            for seq, msg_id in enumerate(range(2, top + 1), start=1000):
+                forge(denv.root, denv.key_path, sender="py", target="crx", source=earlier, target_id=rx.id_bytes,
+                      stream=forged, msg_id=msg_id, base_id=1, seq=seq, data=msg_id)
+                if msg_id % 50 == 0:
+                    wait_for(lambda: len(got) == 40 + msg_id - 1, 30, f"the forged copies up to {msg_id}")
+            wait_for(lambda: len(got) == 40 + top - 1, 30, "every forged copy handled")
+            stream = open(os.path.join(denv.root, "py", "durable", "outbox", "crx", "stream")).read().strip()
+    records = ledger_records(denv.root, "crx", "py")
+    checkpoints = {r["checkpoint"]["stream"]: r["checkpoint"] for r in records if "checkpoint" in r}
+    assert set(checkpoints) == {stream, forged}, "the Python runtime compacted its ledger"
+    cp = checkpoints[forged]
+    assert (cp["index"], cp["floor"], cp["high"], cp["runs"]) == (top - 1, 0, top, [[2, top]])
+    kept = [r["receipt"]["id"] for r in records if "receipt" in r and r["receipt"]["stream"] == forged]
+    assert 10 not in kept and top in kept                # id 10 is known by the runs alone
+    c = dprocs.c_node("crx", allow=["py"], args=["--durable"])         # the same name, now the C node
+    c_id = uuid.UUID(c.id).bytes
+    for seq, msg_id in enumerate((10, top, top + 1), start=2000):
+        forge(denv.root, denv.key_path, sender="py", target="crx", source=earlier, target_id=c_id, stream=forged,
+              msg_id=msg_id, base_id=1, seq=seq, data=msg_id)
+    c.wait_event(event="message", durableId=top + 1, timeout=20)
+    with Node(denv.root, denv.key_path, "py", allow=["crx"], durable=True) as py:
+        for n in range(40, 45):
+            py.send("crx", n, durable=True)
+        wait_for(lambda: not py.extension("durable").outbox_items(), 30, "the receipts of the C node")
+    # 10 (in the checkpoint's runs) and 301 (a receipt kept) are duplicates; the chains continue
+    assert [(m["data"], m["durableId"]) for m in messages(c)] == [(top + 1, top + 1)] + \
+        [(n, n + 1) for n in range(40, 45)]
+    assert len(c.find(event="rejected", reason="durable_duplicate")) == 2
+    assert [(e["id"], e["index"]) for e in c.find(event="durable_receipt")] == [(n + 1, n + 1) for n in range(40, 45)]
+    # (py was away when the forged stream's receipt was sent: it is read from the ledger)
+    [after] = [r["receipt"] for r in ledger_records(denv.root, "crx", "py")
+               if "receipt" in r and r["receipt"]["id"] == top + 1]
+    assert (after["stream"], after["index"], after["prev"], after["status"]) == (forged, top, cp["mac"], "handled")
+    reports = verify_receipts(denv.root, denv.key, "crx")
+    assert all(r.ok for _, r in reports), reports
+    # (a checkpoint's `count` in the verifier adds the kept receipts to its index: compared by `handled`)
+    assert sorted((where, r.stream, r.handled) for where, r in reports) == \
+        sorted([("ledger of crx", forged, top), ("ledger of crx", stream, 45), ("stored by py", stream, 45)]), reports
+    cli = receipts_cli(denv, "crx")
+    assert cli.returncode == 0, cli.stdout + cli.stderr

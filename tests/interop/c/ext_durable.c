@@ -25,6 +25,10 @@
 #define MAX_RUNS 256      /* runs of receipted ids kept per stream above its floor */
 #define MAX_STREAMS 8     /* streams kept per sender */
 #define MAX_LOG_BYTES (16u << 20)
+/* "Files and the order of writes": a ledger log is rewritten (compacted) when it exceeds this after
+ * a commit; SPEED_C_NODE_DURABLE_COMPACT_BYTES lowers it (tests), see README.md */
+#define COMPACT_BYTES (4u << 20)
+#define COMPACT_ENV "SPEED_C_NODE_DURABLE_COMPACT_BYTES"
 #define LINEAGE_MAX_BYTES (64u << 10)
 
 static const char *const STATUS_NAMES[] = {"", "handled", "failed", "expired"};
@@ -41,6 +45,7 @@ typedef struct {
 typedef struct {
     char stream[33];
     uint64_t index, floor, high;
+    uint64_t handled; /* how many receipts of the whole chain (1..index) are `handled` */
     uint8_t mac[32];
     dreceipt *rc; /* in chain order */
     size_t nrc;
@@ -63,6 +68,7 @@ typedef struct {
 struct durable_state {
     int ledger_fd;
     uint64_t started_ms; /* copies sealed for an earlier instance count if they arrived before */
+    uint64_t compact_bytes; /* a ledger log beyond this after a commit is compacted */
     uint8_t rkey[32];
     uint8_t (*instances)[16];
     size_t ninstances;
@@ -310,6 +316,19 @@ int durable_init(node_t *n, int on_tmpfs)
         abort();
     n->durable = d;
     durable_receipt_key(n->key, d->rkey);
+    d->compact_bytes = COMPACT_BYTES;
+    const char *compact = getenv(COMPACT_ENV);
+    if (compact && *compact) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(compact, &end, 10);
+        if (errno || *end || compact[0] < '0' || compact[0] > '9' || v < 1 || v > COMPACT_BYTES) {
+            fprintf(stderr, "error: %s must be a number of bytes from 1 to %u, not \"%s\"\n", COMPACT_ENV,
+                    COMPACT_BYTES, compact);
+            return -1;
+        }
+        d->compact_bytes = v;
+    }
     char *home_path = xasprintf("%s/%s", n->root, n->name);
     int home = open(home_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     free(home_path);
@@ -484,9 +503,15 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* The sender says every id below base is finished: the floor rises to at most
  * min(base - 1, floor + FLOOR_STEP, high); what lies at or below it is forgotten. */
+static void raise_floor(dstream *st, uint64_t floor);
 static void advance(dstream *st, uint64_t base)
 {
-    uint64_t floor = base == 0 ? 0 : min_u64(base - 1, min_u64(st->floor + FLOOR_STEP, st->high));
+    raise_floor(st, base == 0 ? 0 : min_u64(base - 1, min_u64(st->floor + FLOOR_STEP, st->high)));
+}
+
+/* The floor rises to floor (never falls); what lies at or below it is forgotten. */
+static void raise_floor(dstream *st, uint64_t floor)
+{
     if (floor <= st->floor)
         return;
     st->floor = floor;
@@ -521,32 +546,35 @@ static void forget_receipts(dstream *st, uint64_t lo, uint64_t hi)
     st->nrc = k;
 }
 
-/* id joins the runs of receipted ids; beyond MAX_RUNS the highest run is forgotten. */
-static void add_run(dstream *st, uint64_t id)
+/* The ids lo..hi (above the floor) join the runs of receipted ids, merged with the runs they touch;
+ * beyond MAX_RUNS the highest run is forgotten (and its receipts with it). */
+static void add_range(dstream *st, uint64_t lo, uint64_t hi)
 {
-    size_t at = 0;
-    while (at < st->nruns && st->runs[at].lo <= id)
-        at++; /* runs[at - 1] starts at or below id */
-    if (at > 0 && st->runs[at - 1].hi >= id)
+    if (hi < lo || hi <= st->floor)
         return;
-    int low = at > 0 && st->runs[at - 1].hi == id - 1;
-    int high = at < st->nruns && st->runs[at].lo == id + 1;
-    if (low && high) {
-        st->runs[at - 1].hi = st->runs[at].hi;
-        memmove(&st->runs[at], &st->runs[at + 1], (st->nruns - at - 1) * sizeof *st->runs);
-        st->nruns--;
-    } else if (low) {
-        st->runs[at - 1].hi = id;
-    } else if (high) {
-        st->runs[at].lo = id;
-    } else {
-        st->runs = xrealloc(st->runs, (st->nruns + 1) * sizeof *st->runs);
-        memmove(&st->runs[at + 1], &st->runs[at], (st->nruns - at) * sizeof *st->runs);
-        st->runs[at] = (drun){id, id};
-        if (++st->nruns > MAX_RUNS) {
-            drun last = st->runs[--st->nruns];
-            forget_receipts(st, last.lo, last.hi);
-        }
+    if (lo <= st->floor)
+        lo = st->floor + 1;
+    size_t i = 0;
+    while (i < st->nruns && st->runs[i].hi + 1 < lo)
+        i++; /* runs[i] is the first that ends at or after lo - 1 */
+    size_t j = i;
+    while (j < st->nruns && st->runs[j].lo <= hi + 1) { /* runs[i..j) touch lo..hi: one run */
+        lo = min_u64(lo, st->runs[j].lo);
+        hi = st->runs[j].hi > hi ? st->runs[j].hi : hi;
+        j++;
+    }
+    if (j > i) {
+        st->runs[i] = (drun){lo, hi};
+        memmove(&st->runs[i + 1], &st->runs[j], (st->nruns - j) * sizeof *st->runs);
+        st->nruns -= j - i - 1;
+        return;
+    }
+    st->runs = xrealloc(st->runs, (st->nruns + 1) * sizeof *st->runs);
+    memmove(&st->runs[i + 1], &st->runs[i], (st->nruns - i) * sizeof *st->runs);
+    st->runs[i] = (drun){lo, hi};
+    if (++st->nruns > MAX_RUNS) {
+        drun last = st->runs[--st->nruns];
+        forget_receipts(st, last.lo, last.hi);
     }
 }
 
@@ -555,6 +583,7 @@ static void record(dstream *st, const dreceipt *r)
     if (r->index > st->index) { /* a checkpoint's head is never moved back by older lines */
         st->index = r->index;
         memcpy(st->mac, r->mac, 32);
+        st->handled += r->status == 1; /* the receipts a checkpoint kept are counted in it */
     }
     for (size_t i = 0; i < st->nclaims; i++)
         if (st->claims[i] == r->id)
@@ -569,7 +598,7 @@ static void record(dstream *st, const dreceipt *r)
     }
     st->rc = xrealloc(st->rc, (st->nrc + 1) * sizeof *st->rc);
     st->rc[st->nrc++] = *r;
-    add_run(st, r->id);
+    add_range(st, r->id, r->id);
 }
 
 static int claimed(const dstream *st, uint64_t id)
@@ -615,6 +644,42 @@ static int parse_receipt(const jval *o, dreceipt *r)
                : -1;
 }
 
+/* A checkpoint (docs/PROTOCOL.md, "The formats, byte for byte", ledger/<sender>.log) stands for
+ * the stream's whole chain before the lines after it: its head (index, mac), the count of
+ * `handled` receipts in it, the floor, the highest id receipted and the runs of receipted ids above
+ * the floor. The receipts kept and the open claims follow it as ordinary lines. A head older than
+ * the one already read is not taken (a checkpoint never moves the chain back). */
+static void replay_checkpoint(dstream *st, const jval *o)
+{
+    const char *mac = json_get_str(o, "mac");
+    uint64_t index = 0, v = 0;
+    uint8_t head[32] = {0};
+    if (json_get_u64(o, "index", &index) == 0 && index <= ID_MAX && index >= st->index &&
+        (index == 0 || (mac && strlen(mac) == 64 && hex_decode(mac, head, 32) == 0))) {
+        st->index = index;
+        memcpy(st->mac, head, 32);
+        st->handled = json_get_u64(o, "handled", &v) == 0 && v <= index ? v : 0;
+    }
+    if (json_get_u64(o, "high", &v) == 0 && v <= ID_MAX && v > st->high)
+        st->high = v;
+    if (json_get_u64(o, "floor", &v) == 0 && v <= ID_MAX) {
+        raise_floor(st, v);
+        if (st->floor > st->high)
+            st->high = st->floor;
+    }
+    const jval *runs = json_get(o, "runs");
+    for (size_t i = 0; runs && runs->type == J_ARR && i < runs->n; i++) {
+        const jval *pair = runs->items[i];
+        uint64_t lo, hi;
+        if (pair->type == J_ARR && pair->n == 2 && json_num_u64(pair->items[0], &lo) == 0 &&
+            json_num_u64(pair->items[1], &hi) == 0 && lo >= 1 && lo <= hi && hi <= ID_MAX) {
+            add_range(st, lo, hi);
+            if (hi > st->high)
+                st->high = hi;
+        }
+    }
+}
+
 /* Replays one ledger line (a claim, a receipt, a checkpoint) as it was applied when written: a
  * receipt's base (of the copy it answered) first, then the receipt; anything else is skipped. */
 static void replay_line(dsender *s, const char *line, size_t len)
@@ -635,15 +700,7 @@ static void replay_line(dsender *s, const char *line, size_t len)
             st->claims = xrealloc(st->claims, (st->nclaims + 1) * sizeof *st->claims);
             st->claims[st->nclaims++] = v;
         } else if (strcmp(rec->keys[0], "checkpoint") == 0) {
-            const char *mac = json_get_str(o, "mac");
-            json_get_u64(o, "index", &st->index);
-            json_get_u64(o, "floor", &st->floor);
-            if (json_get_u64(o, "high", &v) == 0 && v > st->high)
-                st->high = v;
-            if (st->floor > st->high)
-                st->high = st->floor;
-            if (mac && strlen(mac) == 64)
-                hex_decode(mac, st->mac, 32);
+            replay_checkpoint(st, o);
         }
     }
     json_free(rec);
@@ -686,8 +743,8 @@ static dsender *sender_of(node_t *n, const char *name)
 
 /* Appends one {"kind": obj} line to the sender's log (opened for it and closed again); with
  * sync, fdatasync before returning. Whole or absent: a line that cannot be written whole (and
- * synced) is cut off again. 0, or -1 with errno. */
-static int append(node_t *n, const dsender *s, const char *kind, jval *obj, int sync)
+ * synced) is cut off again. 0 (*size, when given, the log's size after it), or -1 with errno. */
+static int append(node_t *n, const dsender *s, const char *kind, jval *obj, int sync, off_t *size)
 {
     jval *line = json_obj();
     json_set(line, kind, obj);
@@ -702,6 +759,8 @@ static int append(node_t *n, const dsender *s, const char *kind, jval *obj, int 
     off_t before = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
     if (before >= 0) {
         rc = write_all(fd, text, len);
+        if (rc == 0 && size)
+            *size = before + (off_t)len;
         if (rc == 0 && sync)
             rc = fdatasync(fd);
         int err = errno;
@@ -716,6 +775,138 @@ static int append(node_t *n, const dsender *s, const char *kind, jval *obj, int 
     }
     free(text);
     return rc;
+}
+
+/* ---------- compaction ---------- */
+
+static int cmp_index(const void *a, const void *b)
+{
+    const dreceipt *x = a, *y = b;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void put_line(buf_t *b, const char *kind, jval *obj)
+{
+    jval *line = json_obj();
+    json_set(line, kind, obj);
+    json_write(b, line);
+    json_free(line);
+    buf_append(b, "\n", 1);
+}
+
+/* The compacted ledger of s (docs/PROTOCOL.md, "The formats, byte for byte", ledger/<sender>.log):
+ * per stream its checkpoint {"stream","index","mac","floor","handled","high","runs"}, then the
+ * receipts kept in index order, each with "base" = floor + 1 (which moves nothing when read
+ * again), then the open claims by id. A stream that holds nothing (no receipt, floor 0, no claim)
+ * is left out. */
+static void compacted(const dsender *s, buf_t *b)
+{
+    for (size_t i = 0; i < s->nstreams; i++) {
+        const dstream *st = &s->streams[i];
+        uint64_t *open = xmalloc((st->nclaims + 1) * sizeof *open);
+        size_t nopen = 0;
+        for (size_t k = 0; k < st->nclaims; k++)
+            if (!finished(st, st->claims[k]) && !receipt_for(st, st->claims[k]))
+                open[nopen++] = st->claims[k];
+        qsort(open, nopen, sizeof *open, cmp_u64);
+        if (st->index == 0 && st->floor == 0 && st->high == 0 && st->nruns == 0 && nopen == 0) {
+            free(open);
+            continue;
+        }
+        char mac[65];
+        hex_encode(st->mac, 32, mac);
+        jval *cp = json_obj();
+        json_set(cp, "stream", json_str(st->stream));
+        json_set(cp, "index", json_int((int64_t)st->index));
+        json_set(cp, "mac", json_str(mac));
+        json_set(cp, "floor", json_int((int64_t)st->floor));
+        json_set(cp, "handled", json_int((int64_t)st->handled));
+        json_set(cp, "high", json_int((int64_t)st->high));
+        jval *runs = json_arr();
+        for (size_t k = 0; k < st->nruns; k++) {
+            jval *pair = json_arr();
+            json_push(pair, json_int((int64_t)st->runs[k].lo));
+            json_push(pair, json_int((int64_t)st->runs[k].hi));
+            json_push(runs, pair);
+        }
+        json_set(cp, "runs", runs);
+        put_line(b, "checkpoint", cp);
+        dreceipt *kept = xmalloc((st->nrc + 1) * sizeof *kept);
+        memcpy(kept, st->rc, st->nrc * sizeof *kept);
+        qsort(kept, st->nrc, sizeof *kept, cmp_index);
+        for (size_t k = 0; k < st->nrc; k++) {
+            jval *rec = receipt_json(st->stream, &kept[k]);
+            json_set(rec, "base", json_int((int64_t)(st->floor + 1)));
+            put_line(b, "receipt", rec);
+        }
+        free(kept);
+        for (size_t k = 0; k < nopen; k++) {
+            if (k > 0 && open[k] == open[k - 1])
+                continue; /* a claim written twice (a crash in its handler) is one open claim */
+            jval *c = json_obj();
+            json_set(c, "stream", json_str(st->stream));
+            json_set(c, "id", json_int((int64_t)open[k]));
+            put_line(b, "claim", c);
+        }
+        free(open);
+    }
+}
+
+/* Rewrites the sender's log as its compacted form: .<sender>.log.tmp in the ledger directory
+ * (mode 0600), write, fsync, rename over <sender>.log, fsync of the directory; after a crash the
+ * log is the old one or the new one, whole. 0, or -1 with errno (the old log left as it was). */
+static int compact(node_t *n, const dsender *s)
+{
+    int dir = n->durable->ledger_fd;
+    buf_t b = {0};
+    compacted(s, &b);
+    char *tmp = xasprintf(".%s.log.tmp", s->name), *file = xasprintf("%s.log", s->name);
+    unlinkat(dir, tmp, 0); /* a leftover of a compaction cut by a crash */
+    int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int ok = fd >= 0, renamed = 0, e = 0;
+    if (ok) {
+        ok = write_all(fd, b.p ? b.p : "", b.len) == 0 && fsync(fd) == 0;
+        e = errno;
+        if (close(fd) != 0 && ok) {
+            ok = 0;
+            e = errno;
+        }
+        errno = e;
+    }
+    if (ok && renameat(dir, tmp, dir, file) != 0)
+        ok = 0;
+    else if (ok)
+        renamed = 1;
+    if (ok && fsync(dir) != 0)
+        ok = 0;
+    e = errno;
+    if (!renamed && fd >= 0)
+        unlinkat(dir, tmp, 0);
+    free(tmp);
+    free(file);
+    free(b.p);
+    errno = e;
+    return ok ? 0 : -1;
+}
+
+/* A compaction that failed: one line on stderr and a durable_store_failed line; nothing else
+ * changes (the log keeps its records and grows until a compaction succeeds). */
+static void compact_failed(node_t *n, const char *from)
+{
+    char detail[512];
+    snprintf(detail, sizeof detail, "cannot compact the durable ledger of %s: %s", from, strerror(errno));
+    fprintf(stderr, "error: %s\n", detail);
+    jval *l = json_obj();
+    json_set(l, "event", json_str("durable_store_failed"));
+    json_set(l, "peer", json_str(from));
+    json_set(l, "detail", json_str(detail));
+    node_emit(n->events, l);
 }
 
 const char *durable_ledger_step(durable_ledger_kat *k, const char *stream, uint64_t id, uint64_t base,
@@ -852,7 +1043,7 @@ void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h,
         jval *c = json_obj();
         json_set(c, "stream", json_str(f.stream));
         json_set(c, "id", json_int((int64_t)f.id));
-        if (append(n, s, "claim", c, 0) != 0) {
+        if (append(n, s, "claim", c, 0, NULL) != 0) {
             store_failed(n, dirfd, file, from, "the claim");
             return;
         }
@@ -873,7 +1064,8 @@ void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h,
     receipt_mac(n->durable->rkey, n->name, from, f.stream, &r);
     jval *rec = receipt_json(f.stream, &r);
     json_set(rec, "base", json_int((int64_t)f.base));
-    if (append(n, s, "receipt", rec, 1) != 0) { /* not committed: nothing is acknowledged */
+    off_t logsize = 0;
+    if (append(n, s, "receipt", rec, 1, &logsize) != 0) { /* not committed: nothing is acknowledged */
         st->unstored_id = f.id;
         st->unstored_status = r.status;
         store_failed(n, dirfd, file, from, "the receipt");
@@ -883,4 +1075,6 @@ void durable_handle(node_t *n, int dirfd, const char *file, const env_header *h,
     record(st, &r);
     unlinkat(dirfd, file, 0); /* only after the receipt is on disk */
     send_receipt(n, from, f.stream, &r, h->sequence);
+    if ((uint64_t)logsize > n->durable->compact_bytes && compact(n, s) != 0)
+        compact_failed(n, from); /* the receipt is committed all the same: the next commit tries again */
 }
