@@ -241,6 +241,11 @@ class SpeedApp(App):
         if not self._live() or not hasattr(self, "_views"):
             return
         vid = event.pane.id or "leases"
+        if vid != self._tabs.active:
+            # a stale activation (two view keys at once: this one was overtaken by the next):
+            # focusing its view would make it the active tab again (as in action_show), and the
+            # two switched back and forth for ever (a core at 100 %, memory growing)
+            return
         self.view_widget(vid).refresh_view(force=True)
         self.nav.focus_view(vid)
 
@@ -254,7 +259,14 @@ class SpeedApp(App):
 
     def action_show(self, vid: str) -> None:
         self._tabs.active = vid
-        self.nav.focus_view(vid)  # at once: keys typed right after the switch go to the new view
+        # before the tab's activation: keys typed right after the switch go to the new view. Only
+        # if it is still the one shown when the focus is due: focusing a widget makes its pane the
+        # active tab, so the focus of a view overtaken by the next key switched back to it
+        self.call_later(self._focus_if_shown, vid)
+
+    def _focus_if_shown(self, vid: str) -> None:
+        if self.active_view() == vid:
+            self.nav.focus_view(vid)
 
     # ------------------------------------------------------------------ requests from views and dialogs
     def on_choose_fabric(self, m: msg.ChooseFabric) -> None:

@@ -174,3 +174,32 @@ async def test_a_steady_app_keeps_its_notifications_whatever_the_time_taken(fixt
         app.notify("kept", timeout=0.05)
         await pilot.pause(0.3)  # the time that passes is the input here, not a synchronisation
         assert [n.message for n in app._notifications] == ["kept"]
+
+
+@run_async
+async def test_two_view_keys_at_once_end_on_the_last_and_the_console_goes_idle(fixture_app):
+    """Two view keys in one write (a paste, or keys typed while the console was busy): the
+    activation of the first tab came after the second key had switched again, focused the first
+    view, which made its tab active again, and the two switched back and forth for ever."""
+    from speedtui.ui.keymap import VIEWS
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        activations = []
+        original = app.on_tabbed_content_tab_activated
+
+        def counted(event):
+            activations.append(event.pane.id)
+            original(event)
+        app.on_tabbed_content_tab_activated = counted
+        for keys in (("2", "1"), ("3", "1"), ("8", "9"), ("1", "2", "3")):
+            last = VIEWS[int(keys[-1]) - 1][0]
+            for key in keys:  # handled one after the other before any tab's activation arrives, as
+                app.action_show(VIEWS[int(key) - 1][0])  # when both came in one write
+            await wait_for(pilot, lambda: app.active_view() == last, what=f"the view of {keys[-1]}")
+            for _ in range(5):
+                await pilot.pause()
+            settled = len(activations)
+            for _ in range(10):
+                await pilot.pause(0.02)
+            assert len(activations) == settled, f"tabs still switching after {keys}: {activations[-6:]}"
+            assert app.active_view() == last
