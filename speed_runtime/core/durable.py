@@ -233,6 +233,9 @@ def verify_chain(receipts: Iterable[Receipt], rkey: bytes,
     out = []
     for k, chain in streams.items():
         first, prev = (starts or {}).get(k[2], (0, ZERO_MAC))
+        # the receipts after the checkpoint: those a compacted ledger keeps at or below it (to send
+        # again) are what the checkpoint already stands for, and counted twice otherwise
+        count = sum(1 for index in chain if index > first)
         ids, handled, broken = set(), 0, None
         for position in range(first + 1, max(chain) + 1):
             r = chain.get(position)
@@ -247,12 +250,12 @@ def verify_chain(receipts: Iterable[Receipt], rkey: bytes,
             elif r.id in ids:
                 broken = f"receipt {position} acknowledges message {r.id} a second time"
             if broken:
-                out.append(ChainReport(k[0], k[1], k[2], len(chain), handled, position, broken))
+                out.append(ChainReport(k[0], k[1], k[2], count, handled, position, broken))
                 break
             prev, handled = r.mac, handled + (r.status == "handled")
             ids.add(r.id)
         else:
-            out.append(ChainReport(k[0], k[1], k[2], len(chain), handled, None))
+            out.append(ChainReport(k[0], k[1], k[2], count, handled, None))
     return out
 
 
