@@ -895,18 +895,24 @@ static int compact(node_t *n, const dsender *s)
     return ok ? 0 : -1;
 }
 
-/* A compaction that failed: one line on stderr and a durable_store_failed line; nothing else
- * changes (the log keeps its records and grows until a compaction succeeds). */
-static void compact_failed(node_t *n, const char *from)
+/* A durable store failure: one line on stderr and a durable_store_failed event line. */
+static void report_store_failed(node_t *n, const char *from, const char *detail)
 {
-    char detail[512];
-    snprintf(detail, sizeof detail, "cannot compact the durable ledger of %s: %s", from, strerror(errno));
     fprintf(stderr, "error: %s\n", detail);
     jval *l = json_obj();
     json_set(l, "event", json_str("durable_store_failed"));
     json_set(l, "peer", json_str(from));
     json_set(l, "detail", json_str(detail));
     node_emit(n->events, l);
+}
+
+/* A compaction that failed: reported; nothing else changes (the log keeps its records and grows
+ * until a compaction succeeds). */
+static void compact_failed(node_t *n, const char *from)
+{
+    char detail[512];
+    snprintf(detail, sizeof detail, "cannot compact the durable ledger of %s: %s", from, strerror(errno));
+    report_store_failed(n, from, detail);
 }
 
 const char *durable_ledger_step(durable_ledger_kat *k, const char *stream, uint64_t id, uint64_t base,
@@ -977,12 +983,7 @@ static void store_failed(node_t *n, int dirfd, const char *file, const char *fro
     char detail[512];
     snprintf(detail, sizeof detail, "cannot store durable receipts for %s: %s: %s; its messages are not "
              "acknowledged until the ledger can be written", from, what, strerror(errno));
-    fprintf(stderr, "error: %s\n", detail);
-    jval *l = json_obj();
-    json_set(l, "event", json_str("durable_store_failed"));
-    json_set(l, "peer", json_str(from));
-    json_set(l, "detail", json_str(detail));
-    node_emit(n->events, l);
+    report_store_failed(n, from, detail);
     unlinkat(dirfd, file, 0);
 }
 
