@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import platformdirs
 
@@ -29,7 +29,8 @@ from .core.control import (DEFAULT_LIFETIME_MS, OperatorKey, administers, argume
                            request_text)
 from .core.entry import RegistryEntry
 from .core.envelope import FLAG_CONTROL, EnvelopeType
-from .core.errors import ConfigError, ControlRefusedError, ControlTimeoutError, OperatorNotTrustedError, SpcError
+from .core.errors import (ConfigError, ControlRefusedError, ControlTimeoutError, NodeClosedError,
+                          OperatorNotTrustedError, SpcError)
 from .core.keys import Key
 from .ext.control import CONTROL_DIR
 from .keyfile import load_key, read_private_file, write_private_file
@@ -86,6 +87,8 @@ class Operator:
         self._lock = threading.Lock()
         self._node: "Node | None" = None
         self._seq = 0
+        self._closing = False
+        self._in_flight: dict[str, _InFlight] = {}  # request id -> its delivery (withdrawn on close)
 
     @property
     def fingerprint(self) -> str:
@@ -98,8 +101,15 @@ class Operator:
         self.close()
 
     def close(self) -> None:
+        """End the requester node. A request still on its way is withdrawn first from the target's
+        control/ (it must not be applied after its requester gave up: the request then fails with
+        what the withdrawal found), and no request is sent after this."""
         with self._lock:
+            self._closing = True
             node, self._node = self._node, None
+            flights = list(self._in_flight.values())
+        for flight in flights:
+            flight.withdraw()
         if node is not None:
             node.close()
 
@@ -156,23 +166,39 @@ class Operator:
         text = request_text(target=target, instance=entry.id, request_id=request_id, requester=node.name,
                             command=command, arguments=arguments, issued_ms=issued, expires_ms=issued + self.lifetime_ms)
         body = request_payload(self.key, node.name, target, request_id, text)
-        dirs = TargetDirs(self.root, target, CONTROL_DIR)
-        delivered: list[str] = []
+        flight = _InFlight(TargetDirs(self.root, target, CONTROL_DIR))
+        with self._lock:
+            if self._closing:
+                raise NodeClosedError("the operator was closed: nothing was sent")
+            self._in_flight[request_id] = flight
         try:
             future = node.expect_response(request_id, target, entry.id_bytes, f"control {command}", timeout,
-                                          lambda: delivered.append(self._deliver(node, dirs, target, entry, body)))
+                                          lambda: flight.deliver(lambda: self._deliver(node, flight.dirs, target,
+                                                                                       entry, body)))
             try:
                 return future.result()
             except SpcError as exc:
-                raise self._error(target, exc, dirs, delivered, timeout) from None
+                raise self._error(target, exc, flight.dirs, flight.delivered, timeout) from None
+            except NodeClosedError:
+                if not (flight.closed and flight.delivered):
+                    raise
+                raise self._closed(target, flight.withdrawn) from None
         finally:
-            dirs.close()
+            with self._lock:
+                self._in_flight.pop(request_id, None)
+            flight.close()
 
     # ------------------------------------------------------------------ parts
     def _requester(self) -> "Node":
         from .node import Node  # (only when a request is made: key files need no node)
 
         with self._lock:
+            if self._closing:
+                raise NodeClosedError("the operator was closed: nothing was sent")
+            if self._node is not None and not _holds_its_name(self._node):
+                # it lost its lease (ROOT removed and recreated, its name taken): a new one asks
+                stale, self._node = self._node, None
+                threading.Thread(target=stale.close, name="speed-operator-stale", daemon=True).start()
             if self._node is None:
                 node = Node(self.root, self.env_key, f"speed-cli-{uuid.uuid4().hex[:8]}", observe_registry=False,
                             temporary=True, linger_seconds=2.0, lock_timeout=self.lock_timeout,
@@ -207,6 +233,15 @@ class Operator:
         return ControlTimeoutError(f"node {target} took the request but did not answer within {timeout:g} s; it may "
                                    f"have been applied (ask with `speed status {target}`)", withdrawn=False)
 
+    @staticmethod
+    def _closed(target: str, withdrawn: bool) -> ControlTimeoutError:
+        if withdrawn:
+            return ControlTimeoutError(f"the requester closed before {target} answered; the request was withdrawn "
+                                       "and not applied", withdrawn=True)
+        return ControlTimeoutError(f"the requester closed before {target} answered, and {target} had taken the "
+                                   f"request: it may have been applied (ask with `speed status {target}`)",
+                                   withdrawn=False)
+
     def _wait_gone(self, target: str, instance: str, timeout: float) -> None:
         node = self._requester()
         deadline = time.monotonic() + timeout
@@ -217,3 +252,40 @@ class Operator:
             time.sleep(0.02)  # polling a file another process removes: no event to wait on here
         raise ControlTimeoutError(f"node {target} is stopping but still registered after {timeout:g} s "
                                   "(it drains its inbox first)", withdrawn=False)
+
+
+def _holds_its_name(node: "Node") -> bool:
+    """Whether the requester node still runs and its name's entry is still its own."""
+    try:
+        entry = node.current_entry(node.name)
+    except Exception:  # noqa: BLE001 - an unreadable registry: it could not be answered there either
+        return False
+    return node.state == "running" and entry is not None and entry.id == node.id
+
+
+class _InFlight:
+    """One request's delivery into the target's control/, which `Operator.close` may withdraw:
+    the two never overlap, and nothing is delivered once it was withdrawn."""
+
+    def __init__(self, dirs: TargetDirs):
+        self.dirs = dirs
+        self.delivered: list[str] = []
+        self.closed = False  # by Operator.close: nothing is delivered after it
+        self.withdrawn = False  # … and the file delivered was still there: it is not applied
+        self._lock = threading.Lock()
+
+    def deliver(self, write: Callable[[], str]) -> None:
+        with self._lock:
+            if self.closed:
+                raise NodeClosedError("the operator was closed before the request was written: nothing was sent")
+            self.delivered.append(write())
+
+    def withdraw(self) -> None:
+        with self._lock:
+            self.closed = True
+            if self.delivered:
+                self.withdrawn = retract(self.dirs, self.delivered[0])  # whoever unlinks first decides
+
+    def close(self) -> None:
+        with self._lock:
+            self.dirs.close()

@@ -17,12 +17,12 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from speed_runtime.core.errors import SpeedError
 from speed_runtime.core.visible import visible
 
-from ..models.commands import NodeSpec, call_command, node_command, reap_command, send_command
+from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
 from ..models.errors import describe_call_error, describe_failure
 from ..models.history import CallRecord
 from ..models.traces import TraceRecord
@@ -195,17 +195,49 @@ class ActionService:
                 changed.append((caller, target))
         return changed
 
-    def revoke_grants(self, grants: list[tuple[str, str]]) -> None:
-        """Undo ``grant_for``'s grants (each audited; a failure is audited and left at that)."""
+    def revoke_grants(self, grants: list[tuple[str, str]], warn: Callable[[str], None] | None = None) -> list[str]:
+        """Undo ``grant_for``'s grants (each audited). A revoke that fails leaves a grant in place
+        for good: each such grant is audited as a warning that names it and how to remove it, and
+        said to ``warn`` (the UI's notification); returns those sentences."""
+        left: list[str] = []
         for node, peer in reversed(grants):
             try:
                 self.set_allow(node, peer, False)
-            except ActionError:
-                pass
+            except ActionError as exc:
+                try:
+                    allowed = rt.read_allow(self.root, node)
+                except OSError:
+                    allowed = None
+                if allowed is not None and peer not in allowed:
+                    continue  # it answered too late, but its entry shows the revoke applied: nothing left
+                cmd, text = self._grant_left(node, peer, str(exc))
+                self.audit.note("revoke", f"{node} still allows {peer}: the grant made for the call or message "
+                                "was left in place", cmd, ok=False, result=text)
+                left.append(text)
+        if warn is not None:
+            for text in left:
+                try:
+                    warn(text)
+                except Exception:  # noqa: BLE001 - the console is closing: the audit log has it
+                    pass
+        return left
+
+    def _grant_left(self, node: str, peer: str, why: str) -> tuple[str, str]:
+        """(the command line that removes the grant, one sentence naming it and how to remove it)."""
+        own = self.own.get(node)
+        in_console = f"revoke it in the console (g on {node}, peer {peer}, revoke)"
+        if own is not None and own.node is not None:  # the console's own in-process node
+            return "", f"{node} still allows {peer} (the revoke afterwards failed: {why}): {in_console}"
+        channel = self.control if own is None else self._own_requests()
+        cmd = operator_command("revoke", node, peer, self.root, self.key.path, channel.choice.path).shell()
+        return cmd, (f"{node} still allows {peer} (the revoke afterwards failed: {why}): {in_console} "
+                     f"or run `{cmd}`")
 
     # ------------------------------------------------------------------ calls and messages
     def call(self, caller: str, target: str, service: str, arguments: dict, timeout: float = 5.0,
-             grant_first: bool = False, revoke_after: bool = False) -> CallRecord:
+             grant_first: bool = False, revoke_after: bool = False,
+             warn: Callable[[str], None] | None = None) -> CallRecord:
+        """``warn``: told of each grant the revoke afterwards left in place (``revoke_grants``)."""
         self._check_writable()
         node = self.own.node(caller)
         granted = self.grant_for(caller, target, answer=True) if grant_first else []
@@ -213,7 +245,7 @@ class ActionService:
             return self._call(node, caller, target, service, arguments, timeout)
         finally:
             if revoke_after:
-                self.revoke_grants(granted)
+                self.revoke_grants(granted, warn)
 
     def _call(self, node: Any, caller: str, target: str, service: str, arguments: dict, timeout: float) -> CallRecord:
         cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
@@ -237,7 +269,9 @@ class ActionService:
         return rec
 
     def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0,
-             grant_first: bool = False, revoke_after: bool = False) -> int:
+             grant_first: bool = False, revoke_after: bool = False,
+             warn: Callable[[str], None] | None = None) -> int:
+        """``warn``: told of each grant the revoke afterwards left in place (``revoke_grants``)."""
         self._check_writable()
         node = self.own.node(sender)
         # a revoke right after an unconfirmed send could overtake the message in the target's inbox
@@ -248,7 +282,7 @@ class ActionService:
             return self._send(node, sender, target, data, confirm, timeout)
         finally:
             if revoke_after:
-                self.revoke_grants(granted)
+                self.revoke_grants(granted, warn)
 
     def _send(self, node: Any, sender: str, target: str, data: Any, confirm: bool, timeout: float) -> int:
         cmd = send_command(target, data, sender, self.root, self.key.path, confirm).shell()

@@ -93,6 +93,8 @@ class ControlRequests:
         self.describe = describe  # a failure in the console's words
         self._client: Any = None
         self._lock = threading.Lock()
+        self._on_their_way = 0  # requests not yet audited (close waits for them)
+        self._audited = threading.Condition(self._lock)
 
     def no_key_sentence(self, target: str | None = None) -> str:
         where = f"{target} was not started by this console and " if target else ""
@@ -121,6 +123,17 @@ class ControlRequests:
             self.audit.note(verb, detail, "", ok=False, result=msg)
             raise ActionError(msg)
         cmd = operator_command(command, target, peer, self.root, self.env_key.path, self.choice.path).shell()
+        with self._lock:
+            self._on_their_way += 1
+        try:
+            return self._request(command, target, peer, verb, detail, cmd)
+        finally:
+            with self._lock:
+                self._on_their_way -= 1
+                self._audited.notify_all()
+
+    def _request(self, command: str, target: str, peer: str | None, verb: str, detail: str,
+                 cmd: str) -> dict[str, Any]:
         try:
             op = self._operator()
             if command == "stop":
@@ -144,8 +157,13 @@ class ControlRequests:
         self.audit.note(verb, detail, cmd, result=summary)
         return result
 
-    def close(self) -> None:
+    def close(self, wait: float = 10.0) -> None:
+        """End the requester: a request still on its way is withdrawn from its target (the runtime's
+        Operator.close: not applied after the console is gone) and fails with what the withdrawal
+        found, which is audited before this returns (at most `wait` seconds more)."""
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+        with self._lock:
+            self._audited.wait_for(lambda: self._on_their_way == 0, wait)

@@ -69,13 +69,20 @@ class CallActions:
 
         def work() -> None:
             try:
-                rec = acts.call(caller, target, service, arguments, timeout, grant_first, revoke_after)
+                rec = acts.call(caller, target, service, arguments, timeout, grant_first, revoke_after,
+                                warn=self.grant_left)
             except ActionError as exc:
                 port.post_message(msg.ActionDone("call", False, str(exc)))
                 return
             port.post_message(msg.CallFinished(rec))
 
         port.run_worker(work, thread=True, group="call", name="call")
+
+    def grant_left(self, text: str) -> None:
+        """From a worker: the revoke after a call or message failed and left a grant in place for
+        good; a warning that stays long enough to be read (it names the grant and how to remove it)."""
+        # (notify only posts a message, thread-safe: never call_from_thread, which waits on a closing app)
+        self.port.notify(text, title="grant left in place", severity="warning", timeout=30)
 
     def finished(self, rec: CallRecord) -> None:
         screen = self.port.screen
@@ -134,6 +141,6 @@ class CallActions:
                 self.unsent = None
 
             self.runner.run("send", lambda: acts.send(sender, to, data, confirm, grant_first=grant,
-                                                      revoke_after=revoke),
+                                                      revoke_after=revoke, warn=self.grant_left),
                             f"message {sender} → {to} delivered" + (" and confirmed" if confirm else ""),
                             after=delivered)
