@@ -44,6 +44,9 @@ def describe_call_error(code: str, message: str, own_nodes: frozenset[str] = fro
 
 def describe_failure(exc: BaseException, own_nodes: frozenset[str] = frozenset()) -> str:
     """Any failure of an action, as one sentence (the first line of its message)."""
+    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 28] No space left on device" alone says too little
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"the environment's files could not be written or read{where}: {exc.strerror}"
     code = getattr(exc, "code", "")
     text = str(getattr(exc, "message", "") or exc).strip()
     text = text.splitlines()[0] if text else ""

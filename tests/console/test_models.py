@@ -383,3 +383,14 @@ def test_call_errors_in_the_consoles_words():
     assert text.count("ACCESS_DENIED") == 1 and "press g" in text and "allow(" not in text
     text = describe_failure(NodeUnavailableError("billing"))
     assert "Error" not in text and "billing" in text
+
+
+def test_a_file_system_error_of_an_action_says_what_could_not_be_done():
+    """A full environment directory made the whole message "[Errno 28] No space left on device"."""
+    import errno
+
+    from speedtui.models.errors import describe_failure
+    text = describe_failure(OSError(errno.ENOSPC, "No space left on device", "/dev/shm/speed/speed_registry/x.tmp"))
+    assert text == ("the environment's files could not be written or read (/dev/shm/speed/speed_registry/x.tmp): "
+                    "No space left on device")
+    assert describe_failure(OSError(errno.ENOSPC, "No space left on device")).endswith(": No space left on device")
