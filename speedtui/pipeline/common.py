@@ -22,22 +22,17 @@ BUCKET_CHOICES = (60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400
 MAX_BUCKETS = 120
 
 
-# The runtime's rule for untrusted text (speed_runtime/core/visible.py); the pipeline also ships
-# alone (spark-submit's pipeline.zip), so the same rule inline, pinned to it by a test over every
-# code point (tests/pipeline/test_pipeline_hostile_output.py)
+# The runtime's rule for untrusted text (speed_runtime/core/visible.py), here again: the pipeline
+# imports nothing of the rest of the project (it ships alone to spark-submit, pipeline.zip); a test
+# pins the two to the same result on every code point (tests/pipeline/test_pipeline_hostile_output.py)
 _HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e"
                      "\u2066-\u2069\u2028\u2029]")
 
 
 def inline_visible(text: str) -> str:
+    """`text` with every control character written out (`\\x1b`, `\\u202e`): data, never a sequence."""
     return _HIDDEN.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                                   else f"\\u{ord(m.group()):04x}"), text)
-
-
-try:
-    from speed_runtime.core.visible import visible as _visible
-except ImportError:  # pragma: no cover - spark-submit without the project
-    _visible = inline_visible
 
 
 class PipelineError(Exception):
@@ -116,9 +111,8 @@ def iso(ts: float | None) -> str | None:
 
 
 def visible(text) -> str:
-    """str(text) with every control character written out (speed_runtime.core.visible, when the
-    runtime is installed; the pipeline also runs under spark-submit without it)."""
-    return _visible(str(text))
+    """str(text) with every control character written out (the rule of speed_runtime.core.visible)."""
+    return inline_visible(str(text))
 
 
 def empty_message(inputs: list[str]) -> str:
