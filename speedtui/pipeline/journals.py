@@ -56,6 +56,11 @@ _COMPRESSED = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".br", ".lz
 TAIL_BYTES = 4096
 #: decompressed bytes made at a time (a small compressed file can hold much)
 _INFLATE_STEP = 4 * 1024 * 1024
+#: a compressed journal decompresses to at most this many times its size, plus INFLATE_FLOOR: journals
+#: compress 5-20 times; a member's "decompression bomb" (1 MB of gzip for 1 GB) would fill the disk
+#: the staged copies are written to, so it is skipped and listed instead
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 64 * 1024 * 1024
 _DECOMPRESSORS = {".gz": lambda: zlib.decompressobj(wbits=31), ".deflate": lambda: zlib.decompressobj(),
                   ".bz2": bz2.BZ2Decompressor, ".xz": lzma.LZMADecompressor}
 _KIND = {".gz": "gzip", ".deflate": "deflate (zlib)", ".bz2": "bzip2", ".xz": "xz"}
@@ -168,8 +173,15 @@ def decompress_fd(src_fd: int, out_path: str, ending: str, limit: int | None = N
         raise Unreadable(f"compressed as {ending}, which this analysis cannot read")
     kind = _KIND[ending]
     is_zlib = ending in (".gz", ".deflate")
+    most = INFLATE_FLOOR + INFLATE_RATIO * os.fstat(src_fd).st_size
     out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     written, pos, d, fed = 0, 0, make(), False
+
+    def put(out: bytes) -> int:
+        if written + len(out) > most:
+            raise Unreadable(f"it decompresses to more than {most:,} bytes ({INFLATE_RATIO} times its size and "
+                             f"{INFLATE_FLOOR >> 20} MiB): not a journal")
+        return _write_all(out_fd, out)
 
     def more(data: bytes) -> tuple[bytes, bytes]:
         """(output, input left) of one step of d; a data error is Unreadable."""
@@ -194,10 +206,10 @@ def decompress_fd(src_fd: int, out_path: str, ending: str, limit: int | None = N
                     d = make()
                 fed = True
                 out, data = more(data)
-                written += _write_all(out_fd, out)
+                written += put(out)
                 while not is_zlib and not d.eof and not d.needs_input and (limit is None or written < limit):
                     out, _ = more(b"")
-                    written += _write_all(out_fd, out)
+                    written += put(out)
         if (limit is None or written < limit) and fed and not d.eof:
             raise Unreadable(f"not a whole {kind} file (it ends inside a stream)")
     except BaseException:

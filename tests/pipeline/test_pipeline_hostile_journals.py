@@ -129,6 +129,26 @@ def test_b_stage_whole_decompresses_and_lists_what_does_not_decompress(tmp_path)
     assert len(problems) == 2 and all(line.endswith("; skipped") for line in problems)
 
 
+def test_b_a_decompression_bomb_is_skipped_not_written_out(tmp_path, monkeypatch):
+    """A member's small compressed file that decompresses to far more than a journal would (1 MB
+    of gzip holds 1 GB of zeros) is skipped and listed: written out whole, it would fill the disk
+    the staged copies go to. (Bounds lowered here: 2 MiB and 10 times its size.)"""
+    monkeypatch.setattr(journals, "INFLATE_FLOOR", 2 << 20)
+    monkeypatch.setattr(journals, "INFLATE_RATIO", 10)
+    traces = tmp_path / "speed_traces"
+    traces.mkdir()
+    (traces / "bomb.jsonl.gz").write_bytes(gzip.compress(b"\n" * (64 << 20)))  # 64 MiB in ~65 KB
+    data = "".join(record("z", i) for i in range(20)).encode()
+    (traces / "z.jsonl.1.gz").write_bytes(gzip.compress(data))
+    problems: list[str] = []
+    staging = tmp_path / "staging"
+    staged, skipped = stage_whole([str(traces)], str(staging), problems=problems)
+    assert [open(p, "rb").read() for p in staged] == [data]
+    assert [os.path.basename(p) for p in skipped] == ["bomb.jsonl.gz"]
+    assert "decompresses to more than" in problems[0]
+    assert sum(f.stat().st_size for f in staging.rglob("*") if f.is_file()) < 1 << 20  # nothing of it kept
+
+
 # ------------------------------------------------------------------ C: a journal that shrinks while it is copied
 
 def shrink_while_copied(monkeypatch, name: str) -> None:
