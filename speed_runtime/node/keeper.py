@@ -14,7 +14,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from ..core.entry import RegistryEntry
 from ..core.errors import LeaseLostError, RegistryLockError
@@ -74,11 +74,15 @@ class LeaseKeeper:
             services=tuple(ctx.services.names()), runtime=RUNTIME, boot_id=BOOT_ID,
             boot_time_heartbeat=boottime(), features=tuple(e.name for e in self._extensions), extra=fields)
 
-    def check_fits(self, allow: frozenset[str]) -> None:
-        """EntryTooLargeError when our entry with these grants could not be published (a grant is
-        refused before it takes effect: the entry in force stays, and so does the lease)."""
-        entry = dataclasses.replace(self.entry(time.time(), "online"), allow=tuple(sorted(allow)))
-        check_size(self._ctx.name, entry.to_json())
+    def check_fits(self, allow: frozenset[str] | None = None, services: Iterable[str] = ()) -> None:
+        """EntryTooLargeError when our entry with these grants (or with these services offered too)
+        could not be published: a change is refused before it takes effect, so the entry in force
+        stays, and so does the lease."""
+        entry = self.entry(time.time(), "online")
+        changes: dict[str, Any] = {"services": (*entry.services, *services)}
+        if allow is not None:
+            changes["allow"] = tuple(sorted(allow))
+        check_size(self._ctx.name, dataclasses.replace(entry, **changes).to_json())
 
     def register(self, now: float) -> bool:
         self._started_at = now

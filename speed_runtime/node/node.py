@@ -217,7 +217,9 @@ class Node:
         """Offer a service for SPC; a duplicate name raises ConfigError."""
         if not isinstance(service_name, str) or not service_name:
             raise ConfigError("a service name must be a non-empty string")
-        self.services.add(as_registered(service_name, service, policy, timeout))
+        registered = as_registered(service_name, service, policy, timeout)
+        self.keeper.check_fits(services=[service_name])  # an entry too large to publish: refused first
+        self.services.add(registered)
         self._publish()
 
     def unregister(self, service_name: str) -> None:

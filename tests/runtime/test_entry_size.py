@@ -62,3 +62,17 @@ def test_an_operators_grant_that_does_not_fit_is_answered_not_applied(root, key)
         assert (result["changed"], result["published"]) == (False, False)
         assert set(node.allowed) == before and "z" * 64 not in entry_of(root, "big")["allow"]
         assert node.keeper.publish()
+
+
+def test_a_service_that_does_not_fit_is_refused_and_the_node_keeps_its_entry_and_lease(root, key):
+    """The same bound through the other list a node publishes: a service offered when the entry
+    cannot carry its name was added, then every publish failed and the lease ran out."""
+    with Node(root, key, "big", allow=LONG[:900]) as node:
+        offered = []
+        with pytest.raises(EntryTooLargeError):
+            for i in range(200):
+                node.register(f"s{i:03d}" + "y" * 60, lambda arguments: arguments)
+                offered.append(f"s{i:03d}" + "y" * 60)
+        assert offered and f"s{len(offered):03d}" + "y" * 60 not in node.services.names()
+        assert node.keeper.publish()
+        assert entry_of(root, "big")["services"] == offered
