@@ -372,10 +372,8 @@ def scan(inputs: list[str], known: dict, staging: str) -> Plan:
                     rank = 1                # another file that holds the journal's bytes up to its offset
                 if rank and fits:
                     start = old["offset"]
-                elif rank:
-                    again = True            # truncated or rewritten: read from its start
-                else:
-                    again = True            # the journal's name is gone; a different file with its head
+                else:   # truncated or rewritten, or a different file with the head of a journal whose
+                    again = True            # name is gone: read from its start
             end = (text.size if ending is not None else
                    last_line_end(text.fd, start, text.size) if text.size > start else start)
             prev = seen.get(head)
