@@ -263,18 +263,16 @@ static int load_instances(struct durable_state *d, int fd, size_t *lines)
  * .instances.tmp, write, fsync, rename over instances, fsync(dir) (after a crash the file is the
  * old one or the new one, whole). Returns the new log opened for appending, or -1 with errno
  * (the temporary file removed unless it was renamed). */
-static int rewrite_instances(int dir, const uint8_t (*ids)[16], size_t n)
+/* Writes `file` in `dir` whole or not at all: .<file>.tmp (mode 0600; a leftover of a crash
+ * replaced), fsync, rename over `file`, fsync of the directory. 0, or -1 with errno (no .tmp left). */
+static int write_whole(int dir, const char *file, const char *data, size_t len)
 {
-    static const char tmp[] = ".instances.tmp";
-    char *text = xmalloc(n * 33 + 1);
-    for (size_t k = 0; k < n; k++) {
-        hex_encode(ids[k], 16, text + 33 * k);
-        text[33 * k + 32] = '\n';
-    }
-    int renamed = 0, ok = 0, e = 0;
-    int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-        ok = write_all(fd, text, n * 33) == 0 && fsync(fd) == 0;
+    char *tmp = xasprintf(".%s.tmp", file);
+    unlinkat(dir, tmp, 0);
+    int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int ok = fd >= 0, renamed = 0, e = 0;
+    if (ok) {
+        ok = write_all(fd, data, len) == 0 && fsync(fd) == 0;
         e = errno;
         if (close(fd) != 0 && ok) {
             ok = 0;
@@ -282,18 +280,29 @@ static int rewrite_instances(int dir, const uint8_t (*ids)[16], size_t n)
         }
         errno = e;
     }
-    if (ok && renameat(dir, tmp, dir, "instances") != 0)
+    if (ok && renameat(dir, tmp, dir, file) != 0)
         ok = 0;
     else if (ok)
         renamed = 1;
     if (ok && fsync(dir) != 0)
         ok = 0;
-    free(text);
-    if (!renamed) {
-        e = errno;
+    e = errno;
+    if (!renamed && fd >= 0)
         unlinkat(dir, tmp, 0);
-        errno = e;
+    free(tmp);
+    errno = e;
+    return ok ? 0 : -1;
+}
+
+static int rewrite_instances(int dir, const uint8_t (*ids)[16], size_t n)
+{
+    char *text = xmalloc(n * 33 + 1);
+    for (size_t k = 0; k < n; k++) {
+        hex_encode(ids[k], 16, text + 33 * k);
+        text[33 * k + 32] = '\n';
     }
+    int ok = write_whole(dir, "instances", text, n * 33) == 0;
+    free(text);
     if (!ok)
         return -1;
     return openat(dir, "instances", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
@@ -863,36 +872,15 @@ static void compacted(const dsender *s, buf_t *b)
  * log is the old one or the new one, whole. 0, or -1 with errno (the old log left as it was). */
 static int compact(node_t *n, const dsender *s)
 {
-    int dir = n->durable->ledger_fd;
     buf_t b = {0};
     compacted(s, &b);
-    char *tmp = xasprintf(".%s.log.tmp", s->name), *file = xasprintf("%s.log", s->name);
-    unlinkat(dir, tmp, 0); /* a leftover of a compaction cut by a crash */
-    int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    int ok = fd >= 0, renamed = 0, e = 0;
-    if (ok) {
-        ok = write_all(fd, b.p ? b.p : "", b.len) == 0 && fsync(fd) == 0;
-        e = errno;
-        if (close(fd) != 0 && ok) {
-            ok = 0;
-            e = errno;
-        }
-        errno = e;
-    }
-    if (ok && renameat(dir, tmp, dir, file) != 0)
-        ok = 0;
-    else if (ok)
-        renamed = 1;
-    if (ok && fsync(dir) != 0)
-        ok = 0;
-    e = errno;
-    if (!renamed && fd >= 0)
-        unlinkat(dir, tmp, 0);
-    free(tmp);
+    char *file = xasprintf("%s.log", s->name);
+    int rc = write_whole(n->durable->ledger_fd, file, b.p ? b.p : "", b.len);
+    int e = errno;
     free(file);
     free(b.p);
     errno = e;
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* A durable store failure: one line on stderr and a durable_store_failed event line. */
