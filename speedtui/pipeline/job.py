@@ -121,17 +121,19 @@ def session_for(spark, master, shuffle_partitions, progress, remote: str | None 
 def staged(inputs: list[str], out_shown: str, out_is_local: bool):
     """The local inputs copied through their checked descriptors into a staging directory the run
     owns (journals.stage_whole: links inside a directory are never followed, nothing is reopened by
-    name); other URIs pass as they are. Yields (paths Spark reads, paths skipped)."""
+    name); other URIs pass as they are. Yields (paths Spark reads, {"skipped": journals skipped,
+    "problems": a line for each that was skipped for a reason}), which the summary reports."""
     local = [p for p in inputs if is_local(p)]
     if not local:
-        yield inputs, []
+        yield inputs, {"skipped": [], "problems": []}
         return
     import tempfile
     area = os.path.join(out_shown, "_staging") if out_is_local else tempfile.mkdtemp(prefix="speed-staging-")
     shutil.rmtree(area, ignore_errors=True)
     try:
-        copies, skipped = stage_whole([local_path(p) for p in local], area)
-        yield bundle(copies, area) + [p for p in inputs if not is_local(p)], skipped
+        problems: list[str] = []
+        copies, skipped = stage_whole([local_path(p) for p in local], area, problems=problems)
+        yield bundle(copies, area) + [p for p in inputs if not is_local(p)], {"skipped": skipped, "problems": problems}
     finally:
         shutil.rmtree(area, ignore_errors=True)
 
@@ -156,13 +158,14 @@ def run_pipeline(inputs: list[str], out_dir: str, master: str | None = None,
     spark, own = session_for(spark, master, shuffle_partitions, progress, remote)
     check_out(spark, out_uri)
     with spark_run(spark, own, "the journals cannot be staged"):
-        with Progress(spark, progress, STEPS) as prog, staged(read_paths, out_shown, is_local(out_uri)) as (paths, _):
+        with Progress(spark, progress, STEPS) as prog, staged(read_paths, out_shown, is_local(out_uri)) as (paths, staging):
             batch = ingest(spark, paths, since=since, until=until, accuracy=percentile_accuracy, step=prog.step)
             parts, tables = build_report([batch], since=since, until=until, burst_threshold=burst_threshold,
                                          accuracy=percentile_accuracy, step=prog.step)
             write_tables(tables, out_uri, spark)
             prog.step("summary")
             summary = build_summary(inputs=shown, out_dir=out_shown, engine="spark", **parts)
+            summary["staging"] = staging
             summary["elapsed_seconds"] = round(time.time() - t0, 3)
             write_summary(spark, out_uri, summary)
             prog.done(summary.get("message") or "done")

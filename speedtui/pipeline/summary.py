@@ -102,24 +102,38 @@ def build_summary(*, inputs, out_dir, since, until, totals, first_ts, last_ts, b
     }
 
 
-#: summary.json keeps at most this many entries of each list of journals in "ingest" (a directory of
-#: 100,000 journals must not make a summary of megabytes that the console loads); "<name>_more"
-#: counts the rest
+#: summary.json keeps at most this many entries of each list of journals in "ingest" (the store's
+#: run) and "staging" (a whole run's): a directory of 100,000 journals must not make a summary of
+#: megabytes that the console loads; "<name>_more" counts the rest
 INGEST_LIST_CAP = 100
 INGEST_LISTS = ("rotated", "replaced", "waiting", "skipped", "problems")
 
 
 def cap_ingest(summary: dict) -> dict:
-    """summary with each list of journals in summary["ingest"] cut to INGEST_LIST_CAP entries and
-    the number left out in "<name>_more" (changed in place, and returned)."""
-    ing = summary.get("ingest")
-    if isinstance(ing, dict):
-        for k in INGEST_LISTS:
-            v = ing.get(k)
-            if isinstance(v, (list, tuple)) and len(v) > INGEST_LIST_CAP:
-                ing[k] = list(v[:INGEST_LIST_CAP])
-                ing[f"{k}_more"] = int(ing.get(f"{k}_more") or 0) + len(v) - INGEST_LIST_CAP
+    """summary with each list of journals in summary["ingest"] and summary["staging"] cut to
+    INGEST_LIST_CAP entries and the number left out in "<name>_more" (changed in place, and
+    returned)."""
+    for part in ("ingest", "staging"):
+        ing = summary.get(part)
+        if isinstance(ing, dict):
+            for k in INGEST_LISTS:
+                v = ing.get(k)
+                if isinstance(v, (list, tuple)) and len(v) > INGEST_LIST_CAP:
+                    ing[k] = list(v[:INGEST_LIST_CAP])
+                    ing[f"{k}_more"] = int(ing.get(f"{k}_more") or 0) + len(v) - INGEST_LIST_CAP
     return summary
+
+
+def skipped_line(s: dict) -> str | None:
+    """One line naming the journals a run skipped (the store's or a whole run's), or None."""
+    part = s.get("ingest") or s.get("staging")
+    if not isinstance(part, dict):
+        return None
+    n = len(part.get("skipped") or ()) + int(part.get("skipped_more") or 0)
+    if not n:
+        return None
+    shown = [visible(str(p)) for p in (part.get("problems") or part.get("skipped"))[:2]]
+    return f"{n} journal{'s' if n != 1 else ''} skipped: {'; '.join(shown)}{'; …' if n > len(shown) else ''}"
 
 
 def write_summary(spark, out_uri: str, summary: dict) -> None:
@@ -195,6 +209,9 @@ def format_summary(s: dict) -> str:
         counts = {k: len(ing.get(k) or ()) + int(ing.get(f"{k}_more") or 0) for k in ("rotated", "replaced")}
         changes = "".join(f", {n} {k}" for k, n in counts.items() if n)
         lines.append(f"store {v(ing['store'])}: {ing['new_bytes']:,} new bytes, {ing['batches']} batch(es){changes}")
+    skipped = skipped_line(s)
+    if skipped:
+        lines.append(skipped)
     lines.append(f"report: {v(s['out_dir'])}/summary.json")
     return "\n".join(lines)
 

@@ -270,6 +270,20 @@ def test_the_report_says_what_its_figures_cover():
     assert any(str(r) == "covers  journals from 2 of 3 nodes · no journal: x" for r in rendered)
 
 
+def test_the_report_names_the_journals_the_run_skipped():
+    """A whole run (`staging`) and the store's (`ingest`) skip a journal that does not decompress:
+    the report on screen says so, as `speedtui analyze` does (it said nothing in the console)."""
+    from speedtui.environments.fixture import sample_summary
+    from speedtui.ui.views.analytics import summary_renderable
+    problem = "/t/speed_traces/junk.jsonl.gz: not a readable gzip file; skipped"
+    for part in ("staging", "ingest"):
+        doc = dict(sample_summary(), **{part: {"skipped": ["/t/speed_traces/junk.jsonl.gz", "/t/x"],
+                                               "problems": [problem], "skipped_more": 3}})
+        head = str(summary_renderable(doc).renderables[0])
+        assert f"5 journals skipped: {problem}; …" in head.splitlines()
+    assert "skipped" not in str(summary_renderable(sample_summary()).renderables[0])
+
+
 @run_async
 async def test_the_traffic_chart_spans_the_traffic_not_the_reports_window(fixture_app, fixture_env, monkeypatch):
     """The fixture's report covers 22:00-23:59 (lease records) and its traffic one minute, 23:59:

@@ -8,7 +8,8 @@ import gzip
 import json
 import os
 
-from speedtui.pipeline import journals
+from speedtui.pipeline import format_summary, journals, load_summary
+from speedtui.pipeline.common import visible
 from speedtui.pipeline.job import run_incremental, run_pipeline
 from speedtui.pipeline.journals import read_head, scan, stage_whole
 from speedtui.pipeline.reference import analyze
@@ -107,8 +108,14 @@ def test_b_compressed_journals_are_read_in_every_mode_and_a_corrupt_one_is_skipp
     full = run_pipeline([str(traces)], str(tmp_path / "full"), spark=spark)
     for s in (store, full):
         assert s["totals"]["records"] == 30 and s["malformed_lines"] == 0
+    problem = f"{traces / 'junk.jsonl.gz'}: not a readable gzip file; skipped"
     assert str(traces / "junk.jsonl.gz") in store["ingest"]["skipped"]
-    assert store["ingest"]["problems"] == [f"{traces / 'junk.jsonl.gz'}: not a readable gzip file; skipped"]
+    assert store["ingest"]["problems"] == [problem]
+    # a whole run reports what it skipped as the store does, on the terminal too
+    assert full["staging"] == {"skipped": [str(traces / "junk.jsonl.gz")], "problems": [problem]}
+    assert load_summary(str(tmp_path / "full"))["staging"] == full["staging"]
+    for s in (store, full):
+        assert f"1 journal skipped: {problem}" in format_summary(s).splitlines()
     # read once: the next run finds nothing new in it (and does not decompress it again)
     again = run_incremental([str(traces)], str(tmp_path / "store"), str(tmp_path / "report"), spark=spark)
     assert again["ingest"]["new_bytes"] == 0 and again["totals"]["records"] == 30
@@ -172,6 +179,7 @@ def test_c_a_journal_that_shrinks_while_copied_is_skipped_and_full_goes_on(spark
     shrink_while_copied(monkeypatch, EVIL)
     s = run_pipeline([str(traces)], str(tmp_path / "full"), spark=spark)
     assert s["totals"]["records"] == 10
+    assert s["staging"]["problems"] == [f"{visible(str(traces / EVIL))}: became shorter while it was read; skipped"]
 
 
 def test_c_the_store_skips_it_lists_it_visibly_and_reads_it_next_time(tmp_path, monkeypatch):

@@ -71,6 +71,10 @@ def summary_renderable(s: dict) -> Group:
                 style="dim")
     if s.get("message"):
         head.append(f"\n{s['message']}", style="yellow")
+    from ...pipeline.summary import skipped_line  # the pipeline loads when a report is shown, not before
+    skipped = skipped_line(s)
+    if skipped:
+        head.append(f"\n{skipped}", style="yellow")
     parts.append(head)
     totals = s.get("totals") or {}
     keys = [k for k in TOTALS if k in totals] or list(totals)[:8]
