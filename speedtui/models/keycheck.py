@@ -10,6 +10,10 @@ from typing import Callable, Iterable
 from .traces import TraceRecord
 
 WRONG_KEY = "every envelope fails its tag: is this the environment's key?"
+#: added to a request or call the target took and never answered, while WRONG_KEY holds: a node
+#: refuses what a wrong key sealed without a word, which otherwise reads as "it may have been applied"
+UNANSWERED_WITH_WRONG_KEY = ("; every traced envelope fails this console's key, so the target most likely "
+                             "refused it unread: is --key the environment's key?")
 
 
 class KeyCheck:

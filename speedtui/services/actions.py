@@ -291,7 +291,7 @@ class ActionService:
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self.audit.note("send", f"{sender} → {target}", cmd, ok=False, result=msg)
-            raise ActionError(msg) from None
+            raise ActionError(msg, unanswered=getattr(exc, "code", None) == "TIMEOUT") from None
         self.audit.note("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
         return seq
 

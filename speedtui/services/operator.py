@@ -145,7 +145,7 @@ class ControlRequests:
         except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
             msg = self.describe(exc)
             self.audit.note(verb, detail, cmd, ok=False, result=msg)
-            raise ActionError(msg) from None
+            raise ActionError(msg, unanswered=getattr(exc, "withdrawn", None) is False) from None
         if command == "lift":
             summary = ("quarantine lifted" if result.get("lifted") else "it was not quarantined"
                        if result.get("scores") else f"{target} keeps no threat scores")

@@ -25,7 +25,12 @@ from .processes import _close_pipes, _terminate, follow_output, speed_command
 
 
 class ActionError(Exception):
-    """An action that could not be done; the message is shown to the operator."""
+    """An action that could not be done; the message is shown to the operator. `unanswered`: the
+    target took the request and never answered (it may have been applied, or refused unread)."""
+
+    def __init__(self, message: str, unanswered: bool = False) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
 
 
 @dataclass

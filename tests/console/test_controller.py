@@ -173,3 +173,56 @@ def test_a_read_only_console_refuses_every_action_in_one_sentence(console):
     controller.calls.open()
     assert not port.dialogs and not port.messages
     assert port.notes == [("warning", "read-only console: actions are disabled (--readonly)")] * 3
+
+
+def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_it(console, live_env, tmp_path):
+    """A node refuses what a key other than the environment's sealed without a word: the call
+    times out, a control request "may have been applied". When the traced envelopes already fail
+    the console's key, the failure says that is the likely cause (red team: it did not)."""
+    from speed_runtime.core.envelope import Header, seal
+    from speed_runtime.control import generate_operator_key
+    from speed_runtime.core.errors import ControlTimeoutError
+    from speed_runtime.keyfile import generate_key_file
+    from speedtui.models.keycheck import UNANSWERED_WITH_WRONG_KEY
+    from speedtui.services.actions import ActionError
+    from speedtui.services.operator import ControlRequests
+
+    root, _, _ = live_env
+    build, port, actions, _ = console
+    controller = build()
+    actions.launch(NodeSpec("ops"))
+    other = generate_key_file(tmp_path / "other.key")  # billing runs under another environment's key
+    with speed_runtime.Node(str(root), str(tmp_path / "other.key"), "billing", allow=["ops"]) as billing:
+        billing.register("calculateTax", DEMO_SERVICES["calculateTax"])
+        controller.calls.call("ops", "billing", "calculateTax", {"amount": 1}, 1.0, grant_first=True)
+        first = port.messages[-1].record
+        assert first.error_code == "TIMEOUT" and UNANSWERED_WITH_WRONG_KEY not in first.error_message
+        # three traced envelopes sealed under billing's key: the console's key fails every tag
+        sealed = seal(Header(1, 1, 0, 2, b"\0" * 16, b"\1" * 16, 0), b"{}", other, b"\0" * 12)
+        keycheck = controller.grants.state.keycheck
+        keycheck.observe([type("Traced", (), {"envelope": sealed})()] * 3)
+        assert keycheck.wrong_key
+        controller.calls.call("ops", "billing", "calculateTax", {"amount": 1}, 1.0, grant_first=True)
+        second = port.messages[-1].record
+        assert second.error_code == "TIMEOUT" and second.error_message.endswith(UNANSWERED_WITH_WRONG_KEY)
+    # a control request the target took and never answered: the same sentence is added
+    runner = controller.runner
+    taken = ActionError("node billing took the request but did not answer within 10 s; it may have been applied",
+                        unanswered=True)
+    assert runner.failure_text(taken) == str(taken) + UNANSWERED_WITH_WRONG_KEY
+    assert runner.failure_text(ActionError("node billing refused it")) == "node billing refused it"
+    # ControlRequests says which of its failures were taken and never answered
+    requests = ControlRequests(root, actions.key, OperatorChoice(key=generate_operator_key(tmp_path / "op.key")),
+                               actions.audit, actions.describe)
+
+    def unanswered(withdrawn: bool) -> bool:
+        class Unanswering:
+            def allow(self, target, peer):
+                raise ControlTimeoutError("no answer", withdrawn=withdrawn)
+        requests._operator = Unanswering  # the runtime's Operator, as it fails
+        try:
+            requests.request("allow", "billing", "ops")
+        except ActionError as exc:
+            return exc.unanswered
+        raise AssertionError("no failure")
+    assert unanswered(False) is True and unanswered(True) is False

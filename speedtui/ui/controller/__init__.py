@@ -31,7 +31,7 @@ class Controller:
                  key: rt.KeyInfo | None, readonly: bool, operator: OperatorChoice, audit: AuditLog,
                  exports_folder: Path, now: Callable[[], float], confirm_send: bool,
                  look_again: Callable[[], None]) -> None:
-        self.runner = ActionRunner(port, actions, readonly, look_again)
+        self.runner = ActionRunner(port, actions, readonly, look_again, lambda: state.keycheck.wrong_key)
         self.grants = GrantActions(self.runner, state, operator)
         self.exports = Exports(port, audit, exports_folder, root, now)
         self.calls = CallActions(self.runner, state, root, key, operator.key is not None, confirm_send,

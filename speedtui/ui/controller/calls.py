@@ -5,6 +5,7 @@ them, and their outcomes (in the call dialog when it is open, else a notificatio
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,8 +73,10 @@ class CallActions:
                 rec = acts.call(caller, target, service, arguments, timeout, grant_first, revoke_after,
                                 warn=self.grant_left)
             except ActionError as exc:
-                port.post_message(msg.ActionDone("call", False, str(exc)))
+                port.post_message(msg.ActionDone("call", False, self.runner.failure_text(exc)))
                 return
+            if rec.error_code == "TIMEOUT":
+                rec = replace(rec, error_message=rec.error_message + self.runner.unanswered_hint())
             port.post_message(msg.CallFinished(rec))
 
         port.run_worker(work, thread=True, group="call", name="call")

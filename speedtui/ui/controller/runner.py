@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ...models.keycheck import UNANSWERED_WITH_WRONG_KEY
 from ...services.actions import ActionError, ActionService, ReplayResult
 from .. import messages as msg
 from ..port import UiPort
@@ -14,11 +15,12 @@ from ..screens.calls import CallScreen
 
 class ActionRunner:
     def __init__(self, port: UiPort, actions: ActionService | None, readonly: bool,
-                 look_again: Callable[[], None]) -> None:
+                 look_again: Callable[[], None], key_doubted: Callable[[], bool] = lambda: False) -> None:
         self.port = port
         self.actions = actions
         self.readonly = readonly
         self.look_again = look_again  # the readers' next pass, now
+        self.key_doubted = key_doubted  # whether traced envelopes say the console's key is not the environment's
 
     def acts(self) -> ActionService | None:
         """The action service, or None (and the operator is told why) when nothing may be done."""
@@ -32,17 +34,13 @@ class ActionRunner:
 
     def run(self, action: str, fn: Callable[[], Any], success: str, after: Callable[[], None] | None = None) -> None:
         """``fn`` in a thread worker; its outcome comes back as a message (never a traceback)."""
-        port, actions = self.port, self.actions
+        port = self.port
 
         def work() -> None:
             try:
                 result = fn()
-            except ActionError as exc:
-                port.post_message(msg.ActionDone(action, False, str(exc)))
-                return
             except Exception as exc:  # noqa: BLE001 - show, never crash the console
-                text = actions.describe(exc) if actions is not None else str(exc)
-                port.post_message(msg.ActionDone(action, False, text))
+                port.post_message(msg.ActionDone(action, False, self.failure_text(exc)))
                 return
             if isinstance(result, ReplayResult):
                 port.post_message(msg.ReplayInjected(result))
@@ -52,6 +50,20 @@ class ActionRunner:
                 port.call_from_thread(after)
 
         port.run_worker(work, thread=True, group="actions", name=action)
+
+    def failure_text(self, exc: BaseException) -> str:
+        """An action's failure in one sentence; a request or call its target took and never
+        answered says why that most likely was when traced envelopes fail the console's key."""
+        if isinstance(exc, ActionError):
+            text = str(exc)
+        else:
+            text = self.actions.describe(exc) if self.actions is not None else str(exc)
+        unanswered = getattr(exc, "unanswered", False) or getattr(exc, "code", None) == "TIMEOUT"
+        return text + self.unanswered_hint() if unanswered else text
+
+    def unanswered_hint(self) -> str:
+        """Added to an unanswered request or call: nothing, or that the key is most likely wrong."""
+        return UNANSWERED_WITH_WRONG_KEY if self.key_doubted() else ""
 
     def done(self, m: msg.ActionDone) -> None:
         """An action's outcome: a notification (in the call dialog too, for a call that failed)."""
