@@ -12,6 +12,7 @@ launched (they trust that key), with the operator's key at nodes someone else st
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import threading
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from speed_runtime.core.errors import SpeedError
+from speed_runtime.core.errors import NameInUseError, SpeedError
 from speed_runtime.core.visible import visible
 
 from ..models.commands import NodeSpec, call_command, node_command, operator_command, reap_command, send_command
@@ -31,7 +32,8 @@ from .bridge import Bridge
 from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
 from .operator import ControlRequests, OperatorChoice, console_operator_key
-from .own_nodes import ActionError, OwnNode, OwnNodes, launch_in_process, launch_process, stop_own
+from .own_nodes import (ActionError, NameTakenError, OwnNode, OwnNodes, launch_in_process, launch_process,
+                        stop_own)
 from .processes import console_node_name
 
 __all__ = ["ActionError", "ActionService", "NodeSpec", "OwnNode", "ReplayResult"]
@@ -111,7 +113,7 @@ class ActionService:
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self.audit.note("launch", f"{spec.name} ({where})", cmd, ok=False, result=msg)
-            raise ActionError(msg) from None
+            raise (NameTakenError if isinstance(exc, NameInUseError) else ActionError)(msg) from None
         self.own.add(own)
         self.audit.note("launch", f"{spec.name} ({where})", cmd, result="ready")
         return own
@@ -122,8 +124,16 @@ class ActionService:
         return self._own_requests().choice.key.public_text
 
     def start_console_node(self, name: str | None = None) -> OwnNode:
-        """A node of the console's own to call and send from (issue 15): ``console-<user>``."""
-        return self.launch(NodeSpec(name or console_node_name(), groups=("console",), trace=True, in_process=True))
+        """A node of the console's own to call and send from (issue 15): ``console-<user>``, or,
+        when another live process holds that name (any member may register it), the same name with
+        a suffix nobody could have guessed (``console-<user>-3fa9c1``): the call and message
+        dialogs, which offer no other name, must not be held up by a squatter."""
+        name = name or console_node_name()
+        try:
+            return self.launch(NodeSpec(name, groups=("console",), trace=True, in_process=True))
+        except NameTakenError:
+            other = f"{name}-{secrets.token_hex(3)}"
+            return self.launch(NodeSpec(other, groups=("console",), trace=True, in_process=True))
 
     def stop(self, name: str) -> None:
         self._check_writable()

@@ -33,6 +33,10 @@ class ActionError(Exception):
         self.unanswered = unanswered
 
 
+class NameTakenError(ActionError):
+    """A node could not be launched: another live node holds its name."""
+
+
 @dataclass
 class OwnNode:
     spec: NodeSpec

@@ -118,3 +118,36 @@ async def test_starting_the_console_node_keeps_what_the_dialog_held(procs, root,
             assert app.screen.query_one("#snd-from").value == me
             assert app.screen.query_one("#snd-to").value == "gateway"
             assert app.screen.query_one("#snd-data").value == '{"invoice": 7}'
+
+
+@run_async
+async def test_a_member_holding_the_console_nodes_name_does_not_hold_up_the_call_dialog(procs, root, key_path,
+                                                                                       tmp_path):
+    """Red team: any member may register `console-<user>`; "Start console-…" then failed with "choose
+    another name", which the call dialog offers no field for. The console's node takes the name
+    with a suffix nobody could have guessed, says so, and the dialog comes back with it."""
+    import re
+
+    from speedtui.services.processes import console_node_name
+    from speedtui.ui.screens.calls import CallScreen
+
+    me = console_node_name()
+    procs.start(me, allow=["billing"])                     # the squatter: a live `speed node` process
+    procs.start("billing", allow=[me], services=["calculateTax"])
+    app = make_app(Path(root), rt.load_key(key_path), paths=Paths(tmp_path / "config", tmp_path / "data"))
+    told = []
+    app.notify = lambda message, **kw: told.append(str(message))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: {me, "billing"} <= set(app.registry.by_name()), what="the nodes")
+        app.controller.calls.open(None, "billing", "calculateTax", '{"amount": 1}')
+        await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
+        await pilot.click("#start-console-node")
+        await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and len(app.screen.own) == 1,
+                       what="the call dialog again")
+        mine = app.screen.own[0]
+        assert re.fullmatch(re.escape(me) + r"-[0-9a-f]{6}", mine), mine
+        assert (Path(root) / "speed_registry" / f"{mine}.node").exists()
+        assert f"{mine} is running ({me} is held by another live process of this environment)" in told
+        await pilot.pause()
+        assert app.screen.values()["caller"] == mine
+        assert app.is_running

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ...models.commands import NodeSpec
 from ...services.operator import OperatorChoice
@@ -57,7 +57,13 @@ class NodeActions:
         name = console_node_name()
         reopen = self.reopen.get(then)
         self.port.notify(f"starting {name}…")
-        self.runner.run("launch", lambda: acts.start_console_node(name), f"{name} is running",
+
+        def started(own: Any) -> str:
+            if own.spec.name == name:
+                return f"{name} is running"
+            return f"{own.spec.name} is running ({name} is held by another live process of this environment)"
+
+        self.runner.run("launch", lambda: acts.start_console_node(name), started,
                         after=None if reopen is None else lambda: reopen(**(fill or {})))
 
     def stop(self, highlighted: str | None = None) -> None:

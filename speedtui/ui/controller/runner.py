@@ -32,8 +32,10 @@ class ActionRunner:
             return None
         return self.actions
 
-    def run(self, action: str, fn: Callable[[], Any], success: str, after: Callable[[], None] | None = None) -> None:
-        """``fn`` in a thread worker; its outcome comes back as a message (never a traceback)."""
+    def run(self, action: str, fn: Callable[[], Any], success: str | Callable[[Any], str],
+            after: Callable[[], None] | None = None) -> None:
+        """``fn`` in a thread worker; its outcome comes back as a message (never a traceback).
+        ``success``: what is said when it succeeds, or how to say it from what ``fn`` returned."""
         port = self.port
 
         def work() -> None:
@@ -45,7 +47,7 @@ class ActionRunner:
             if isinstance(result, ReplayResult):
                 port.post_message(msg.ReplayInjected(result))
             else:
-                port.post_message(msg.ActionDone(action, True, success))
+                port.post_message(msg.ActionDone(action, True, success if isinstance(success, str) else success(result)))
             if after is not None:
                 port.call_from_thread(after)
 
