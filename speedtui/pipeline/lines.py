@@ -1,13 +1,17 @@
-"""Journal lines as the reference analysis reads them: the rules of Spark's from_json with the
-job's schema and options (records.py), so that the reference and the Spark job count the same
-malformed lines; and the journal files a list of paths names."""
+"""Journal lines as the reference analysis reads them: the rules of Spark's JSON reader with the
+job's schema and options (records.py), down to its bytes (Jackson's UTF-8), its repeated keys and
+the text it keeps of a string field that holds no string, so that the reference and the Spark job
+keep the same records with the same values and count the same malformed lines; and the journal
+files a list of paths names."""
 from __future__ import annotations
 
 import gzip
 import json
 import math
 import os
-from typing import Any, Iterable
+from contextlib import contextmanager
+from json.decoder import scanstring
+from typing import Any, Iterable, Iterator
 
 from .common import PipelineError
 from .records import FIELDS, KIND_REQUIRED, MAX_TS
@@ -23,23 +27,31 @@ def _reject_constant(name: str):
     raise ValueError(f"non-numeric number {name}")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+class _Repeated(dict):
+    """An object that names a key more than once: the last value of each key (Python's rule), and
+    `pairs`, every key and value in order, for Spark's rule (_spark_values)."""
+    pairs: list
+
+
+def _object(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        d = _Repeated(d)
+        d.pairs = pairs
+    return d
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_object)
 _raw_decode = _DECODER.raw_decode
 _LMIN, _LMAX = -(1 << 63), 1 << 63
 
 
 def _as_str(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
+    if v is None or v.__class__ is str:
         return v
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, int):
+    if v.__class__ is _RawText:
         return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    return json.dumps(v, separators=(",", ":"))
+    raise _AsWritten    # a number, true, false, an object or an array: Spark keeps its text as written
 
 
 def _as_long(v: Any) -> int | None:
@@ -65,10 +77,12 @@ _CONVERT = {name: {"string": _as_str, "bigint": _as_long, "double": _as_double, 
             for name, typ in FIELDS}
 
 
-def parse_values(line: str) -> tuple:
+def parse_values(line: str | None) -> tuple:
     """What Spark's JSON reader makes of one journal line: usually one record (a dict) or None
     (malformed); nothing for a blank line; for a JSON array of objects one entry per object (an
     array holding anything else is one malformed entry)."""
+    if line is None:                  # bytes Spark's reader does not decode (journal_lines)
+        return (None,)
     text = line.lstrip(_WS)
     if not text:
         return ()
@@ -76,11 +90,112 @@ def parse_values(line: str) -> tuple:
         obj = _raw_decode(text)[0]
     except (ValueError, RecursionError):
         return (None,)
-    if obj.__class__ is dict:
-        return (record_of(obj),)
-    if obj.__class__ is list and all(v.__class__ is dict for v in obj):
-        return tuple(record_of(v) for v in obj)
-    return (None,)
+    cls = obj.__class__
+    if cls is dict or cls is _Repeated:
+        recs = (_record_spark_reads(obj, text, 0),)
+    elif cls is list and all(isinstance(v, dict) for v in obj):
+        recs = tuple(_record_spark_reads(v, text, start) for v, start in zip(obj, _element_starts(text)))
+    else:
+        return (None,)
+    if "\\u" in text or not text.isascii():     # only then can a string hold a lone surrogate
+        return tuple(_no_lone_surrogates(r) for r in recs)
+    return recs
+
+
+class _AsWritten(Exception):
+    """A string field holds something else than a string: its text is taken from the line (_RawMembers)."""
+
+
+def _record_spark_reads(obj: dict, text: str, start: int) -> dict | None:
+    """record_of the object at text[start] as Spark reads it: a repeated key by _spark_values, a
+    string field that holds no string as the text the line spells (the fast path never scans)."""
+    try:
+        return record_of(_spark_values(obj.pairs) if obj.__class__ is _Repeated else obj)
+    except _AsWritten:
+        return record_of(_RawMembers(_members(text, start)))
+
+
+_STRING_FIELDS = frozenset(name for name, typ in FIELDS if typ == "string")
+
+
+class _RawText(str):
+    """A string field's value that is no string (a number, true, false, an object, an array), as the
+    line spells it: Spark keeps its text (spaces, exponents and escapes as written)."""
+
+
+class _RawMembers(dict):
+    """An object's values by Spark's rule (_spark_values), string fields that hold no string as
+    _RawText."""
+
+    def __init__(self, members: list) -> None:
+        super().__init__(_spark_values([(k, _RawText(raw) if k in _STRING_FIELDS and v is not None
+                                         and not isinstance(v, str) else v) for k, v, raw in members]))
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _members(text: str, i: int) -> list:
+    """(key, value, raw text of the value) of the object at text[i] (which parsed: no checks)."""
+    out: list = []
+    i = _skip_ws(text, i + 1)
+    while text[i] != "}":
+        key, i = scanstring(text, i + 1)
+        i = _skip_ws(text, _skip_ws(text, i) + 1)       # past the ':'
+        value, end = _raw_decode(text, i)
+        out.append((key, value, text[i:end]))
+        i = _skip_ws(text, end)
+        if text[i] == ",":
+            i = _skip_ws(text, i + 1)
+    return out
+
+
+def _element_starts(text: str) -> list[int]:
+    """Where each element of the array at text[0] (which parsed) begins."""
+    starts: list[int] = []
+    i = _skip_ws(text, 1)
+    while text[i] != "]":
+        starts.append(i)
+        i = _skip_ws(text, _raw_decode(text, i)[1])
+        if text[i] == ",":
+            i = _skip_ws(text, i + 1)
+    return starts
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    return "\\u" in text or not text.isascii()
+
+
+def _spark_values(pairs: list) -> dict:
+    """The values Spark's JSON reader keeps of an object's (key, value) pairs, which may repeat a
+    key: it converts every occurrence in order, and one that converts (null included) replaces the
+    field's value while one that does not (a string for a number, an overflowing integer) leaves it
+    as it was."""
+    out: dict = {}
+    for key, value in pairs:
+        convert = _CONVERT.get(key)
+        if convert is None or convert is _as_str:
+            out[key] = value          # not a column, or a string one: every value converts
+        elif value is None or convert(value) is not None:
+            out[key] = value
+    return out
+
+
+def _no_lone_surrogates(rec: dict | None) -> dict | None:
+    """rec with each lone surrogate of its strings (a `\\udcff` escape, or what jackson_text made of
+    bytes beyond U+10FFFF) as "?", as Spark's strings have it (a Java string's UTF-8 encoding)."""
+    if rec is None:
+        return None
+    for k, v in rec.items():
+        if v.__class__ is str and not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                rec[k] = "".join("?" if "\ud800" <= c <= "\udfff" else c for c in v)
+    return rec
 
 
 def parse_line(line: str) -> dict | None:
@@ -168,9 +283,67 @@ def iter_files(inputs: Iterable[str]) -> list[str]:
     return files
 
 
-def open_journal(path: str):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, "r", encoding="utf-8", errors="replace", buffering=1 << 20)
+@contextmanager
+def open_journal(path: str) -> Iterator[Iterator[str | None]]:
+    """The lines of a journal as Spark's reader takes them: split at LF, CR or CRLF (Hadoop's line
+    reader, and Python's universal newlines), each decoded as Jackson decodes UTF-8 (jackson_text):
+    None for a line whose bytes Spark counts malformed."""
+    args = {"encoding": "utf-8", "errors": "surrogateescape"}  # bytes that are not UTF-8: U+DC80-U+DCFF
+    f = gzip.open(path, "rt", **args) if path.endswith(".gz") else open(path, "r", buffering=1 << 20, **args)
+    try:
+        yield _decoded(f)
+    finally:
+        f.close()
+
+
+def _decoded(f) -> Iterator[str | None]:
+    for line in f:
+        if line.isascii():
+            yield line
+            continue
+        raw = line.encode("utf-8", "surrogateescape")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            yield jackson_text(raw)
+
+
+def jackson_text(raw: bytes) -> str | None:
+    """raw decoded by the rules of Jackson's UTF-8 reader, which Spark's JSON reader uses, for a
+    line Python's strict decoder refused: None (the line is malformed) for a byte that cannot
+    start a sequence (0x80-0xBF, 0xF8-0xFF), a sequence cut short or a three-byte one that encodes
+    a surrogate; an overlong sequence is taken for its value, and a four-byte one beyond U+10FFFF
+    for two lone surrogates (each "?" once in a string field: _no_lone_surrogates)."""
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if c < 0x80:
+            out.append(chr(c))
+            i += 1
+            continue
+        if 0xC0 <= c <= 0xDF:
+            need, value = 1, c & 0x1F
+        elif 0xE0 <= c <= 0xEF:
+            need, value = 2, c & 0x0F
+        elif 0xF0 <= c <= 0xF7:
+            need, value = 3, c & 0x07
+        else:
+            return None
+        if i + need >= n:
+            return None
+        for d in raw[i + 1:i + 1 + need]:
+            if d & 0xC0 != 0x80:
+                return None
+            value = (value << 6) | (d & 0x3F)
+        i += 1 + need
+        if need == 2 and 0xD800 <= value <= 0xDFFF:
+            return None
+        if need == 3 and value > 0x10FFFF:  # Jackson's pair of (value - 0x10000): two lone halves
+            value -= 0x10000
+            out.append(chr(0xD800 | (value >> 10) & 0x7FF))
+            value = 0xDC00 | (value & 0x3FF)
+        out.append(chr(value))
+    return "".join(out)
 
 
