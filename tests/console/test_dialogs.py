@@ -2,6 +2,8 @@
 buttons are on screen at 80x24, toggles that read without colour, the envelope inspector, and
 the grant the access explainer offers."""
 
+import pytest
+
 from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
 from .conftest import SIZE, fixture_app_at, run_async, wait_for
@@ -110,3 +112,23 @@ async def test_explainer_grant_is_never_a_self_grant(tmp_path):
         await pilot.pause()
         node, peer, _ = app.screen.values()
         assert node != peer and (node, peer) == ("gateway", "batch")
+
+
+@pytest.mark.parametrize("key", ["n", "F", "m", "colon", "at", "L"])  # (help closes on q: its own key)
+@run_async
+async def test_keys_typed_before_a_dialog_is_ready_never_act_behind_it(fixture_app, key):
+    """Keys in one burst (a paste, tmux send-keys, typing ahead of a busy console): the dialog's key,
+    then a view key and the quit key, arrive before the dialog has mounted and focused its field.
+    They may be lost, but they never reach the screen behind it: the view stays, the console runs."""
+    from textual import events
+
+    app = fixture_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        main = app.screen
+        for ch in (key, "2", "q", "d"):
+            app.post_message(events.Key(ch, ch if len(ch) == 1 else None))
+        await wait_for(pilot, lambda: app.screen is not main, what="the dialog")
+        await pilot.pause(0.3)
+        assert app.is_running and app.screen is not main
+        assert app.active_view() == "leases"
