@@ -9,6 +9,7 @@ import gzip
 import json
 import math
 import os
+import re
 from contextlib import contextmanager
 from json.decoder import scanstring
 from typing import Any, Iterable, Iterator
@@ -298,22 +299,42 @@ def open_journal(path: str) -> Iterator[Iterator[str | None]]:
 
 def _decoded(f) -> Iterator[str | None]:
     for line in f:
-        if line.isascii():
-            yield line
-            continue
-        raw = line.encode("utf-8", "surrogateescape")
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError:
-            yield jackson_text(raw)
+        yield line if line.isascii() or not _ESCAPED.search(line) else _jackson_line(line)
+
+
+#: what the "surrogateescape" decoding makes of bytes that are not UTF-8: one U+DC80-U+DCFF each
+_ESCAPED = re.compile("[\udc80-\udcff]+")
 
 
 def jackson_text(raw: bytes) -> str | None:
-    """raw decoded by the rules of Jackson's UTF-8 reader, which Spark's JSON reader uses, for a
-    line Python's strict decoder refused: None (the line is malformed) for a byte that cannot
-    start a sequence (0x80-0xBF, 0xF8-0xFF), a sequence cut short or a three-byte one that encodes
-    a surrogate; an overlong sequence is taken for its value, and a four-byte one beyond U+10FFFF
-    for two lone surrogates (each "?" once in a string field: _no_lone_surrogates)."""
+    """raw decoded by the rules of Jackson's UTF-8 reader, which Spark's JSON reader uses: None
+    (the line is malformed) for a byte that cannot start a sequence (0x80-0xBF, 0xF8-0xFF), a
+    sequence cut short or a three-byte one that encodes a surrogate; an overlong sequence is taken
+    for its value, and a four-byte one beyond U+10FFFF for two lone surrogates (each "?" once in a
+    string field: _no_lone_surrogates)."""
+    return _jackson_line(raw.decode("utf-8", "surrogateescape"))
+
+
+def _jackson_line(text: str) -> str | None:
+    """A line decoded with "surrogateescape", as Jackson reads its bytes. Python's decoder takes
+    what is valid UTF-8 and escapes the rest byte by byte, and no valid sequence it took can hold a
+    byte Jackson would have read as part of an invalid one (a continuation byte never begins a
+    sequence): so each run of escaped bytes is Jackson's to read alone, and the valid text between
+    them costs no Python loop."""
+    out: list[str] = []
+    last = 0
+    for run in _ESCAPED.finditer(text):
+        decoded = _jackson_bytes(run.group().encode("utf-8", "surrogateescape"))
+        if decoded is None:
+            return None
+        out += (text[last:run.start()], decoded)
+        last = run.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _jackson_bytes(raw: bytes) -> str | None:
+    """Bytes Python's decoder refused, as Jackson decodes them (jackson_text's rules)."""
     out: list[str] = []
     i, n = 0, len(raw)
     while i < n:
