@@ -307,11 +307,13 @@ _ESCAPED = re.compile("[\udc80-\udcff]+")
 
 
 def jackson_text(raw: bytes) -> str | None:
-    """raw decoded by the rules of Jackson's UTF-8 reader, which Spark's JSON reader uses: None
-    (the line is malformed) for a byte that cannot start a sequence (0x80-0xBF, 0xF8-0xFF), a
-    sequence cut short or a three-byte one that encodes a surrogate; an overlong sequence is taken
-    for its value, and a four-byte one beyond U+10FFFF for two lone surrogates (each "?" once in a
-    string field: _no_lone_surrogates)."""
+    """raw decoded by the rules of Jackson's UTF-8 reader, which Spark's JSON reader uses for the
+    strings it reads: None (the line is malformed) for a byte that cannot start a sequence
+    (0x80-0xBF, 0xF8-0xFF), a sequence cut short or a three-byte one that encodes a surrogate; a
+    two- or three-byte overlong sequence is taken for its value, a four-byte one for Jackson's pair
+    of (value - 0x10000), lone surrogates beyond U+10FFFF (each "?" once in a string field:
+    _no_lone_surrogates). The whole line is decoded, where Jackson decodes only inside strings:
+    docs/ANALYTICS.md lists the byte-level lines on which the two differ."""
     return _jackson_line(raw.decode("utf-8", "surrogateescape"))
 
 
@@ -360,10 +362,12 @@ def _jackson_bytes(raw: bytes) -> str | None:
         i += 1 + need
         if need == 2 and 0xD800 <= value <= 0xDFFF:
             return None
-        if need == 3 and value > 0x10FFFF:  # Jackson's pair of (value - 0x10000): two lone halves
-            value -= 0x10000
-            out.append(chr(0xD800 | (value >> 10) & 0x7FF))
-            value = 0xDC00 | (value & 0x3FF)
+        if need == 3:   # Jackson's pair, in Java's ints and chars: a valid pair is the character
+            c = value - 0x10000
+            high, low = (0xD800 | (c >> 10)) & 0xFFFF, 0xDC00 | (c & 0x3FF)
+            if not (0x10000 <= value <= 0x10FFFF):
+                out.append(chr(high))
+                value = low
         out.append(chr(value))
     return "".join(out)
 

@@ -62,6 +62,7 @@ CASES = [
     line(37, peer=b'-0'),
     line(38, peer=b'true', after=b', "reason": 7'),
     line(39, before=b'"peer": "x", ', peer=b' 2.0e0 '),
+    line(40, peer=b'"p\xf0\x80\x80\xafq"'),             # overlong in four bytes: Jackson's "pair"
 ]
 
 
@@ -94,7 +95,7 @@ def test_spark_and_the_reference_keep_the_same_records_with_the_same_values(spar
         assert {k: spark_kept[node][k] for k in rec} == rec, node
     # the cases say what they test: these are the values both engines agree on
     dropped = {1, 2, 3, 4, 5, 6, 10, 11, 12, 14, 21, 23, 34}   # not UTF-8 as Jackson reads it; node null; ts inf
-    assert sorted(ref_kept) == sorted(f"L{i}" for i in range(40) if i not in dropped)
+    assert sorted(ref_kept) == sorted(f"L{i}" for i in range(41) if i not in dropped)
     assert ref_malformed == len(dropped)
     assert ref_kept["L7"]["peer"] == "p/q" and ref_kept["L8"]["peer"] == "p??"
     assert ref_kept["L13"]["peer"] == "\U0001F600\u00e9" and ref_kept["L30"]["peer"] == "\U0001F600"
@@ -102,6 +103,7 @@ def test_spark_and_the_reference_keep_the_same_records_with_the_same_values(spar
     assert ref_kept["L26"]["peer"] == '{"a": "\u00e9\\u00e9",  "b" : [1, 2]}'
     assert ref_kept["L29"]["peer"] == "p?"
     assert [ref_kept[f"L{i}"]["peer"] for i in range(35, 40)] == ["1.50", "1E+2", "-0", "true", "2.0e0"]
+    assert ref_kept["L40"]["peer"] == "p\uffc0?q"
 
 
 def test_lines_split_as_hadoops_reader_splits_them(tmp_path):
@@ -115,6 +117,7 @@ def test_lines_split_as_hadoops_reader_splits_them(tmp_path):
 def test_jackson_text_decodes_what_jackson_decodes():
     assert jackson_text(b"a\xc0\xafb") == "a/b"
     assert jackson_text(b"\xf4\x90\x80\x80") == "\udc00\udc00"
+    assert jackson_text(b"\xf0\x80\x80\xaf") == "\uffc0\udc2f"
     for bad in (b"\x80", b"\xbf", b"\xf8\x80\x80\x80\x80", b"\xc3", b"\xc3(", b"\xed\xa0\x80", b"\xff"):
         assert jackson_text(b"x" + bad + b"y") is None, bad
     assert jackson_text("é😀".encode()) == "é😀" and jackson_text("😀".encode() + b"\xc0\xaf") == "😀/"
