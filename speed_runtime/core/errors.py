@@ -94,6 +94,8 @@ class DeliveryError(SpeedError):
 class DeliveryTimeoutError(DeliveryError):
     """A confirmed message was not acknowledged in time (it may still be handled later)."""
 
+    unanswered = True  # (as SpcError's: no answer came at all)
+
 
 class LeaseLostError(SpeedError):
     """This node's registry entry was taken over; it no longer owns its name."""
@@ -132,9 +134,10 @@ SPC_ERROR_CODES = (
 
 class SpcError(SpeedError):
     """A Speed Procedure Call ended in an error; `code` is one of SPC_ERROR_CODES. Raised when the
-    callee answered with an error, or the call timed out waiting for it."""
+    callee answered with an error, or the call timed out waiting for it (`unanswered`: no answer
+    came at all, as opposed to a callee that answered TIMEOUT itself)."""
 
-    def __init__(self, code: str, message: str, *, request_id: str | None = None):
+    def __init__(self, code: str, message: str, *, request_id: str | None = None, unanswered: bool = False):
         if code not in SPC_ERROR_CODES:
             message = f"{message} (unknown error code {code!r})"
             code = "INTERNAL_ERROR"
@@ -142,6 +145,7 @@ class SpcError(SpeedError):
         self.code = code
         self.message = message
         self.request_id = request_id
+        self.unanswered = unanswered
 
 
 # ----------------------------------------------------------------------------- the control extension

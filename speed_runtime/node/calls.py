@@ -113,7 +113,7 @@ class Caller:
         self._telemetry.count("spcErrors")
         self._finish(call, request_id, "ERROR", "TIMEOUT")
         settle(call.future, error=SpcError("TIMEOUT", f"{call.target} did not answer {call.service} "
-                                           f"within {call.timeout:g} s", request_id=request_id))
+                                           f"within {call.timeout:g} s", request_id=request_id, unanswered=True))
 
     def _finish(self, call: PendingCall, request_id: str, status: str, code: str | None) -> float:
         latency = (time.perf_counter() - call.started) * 1000

@@ -47,6 +47,7 @@ class CallRecord:
     error_code: str = ""
     error_message: str = ""
     latency_ms: float | None = None
+    unanswered: bool = False  # no answer came at all (the caller's own deadline), not an answer of TIMEOUT
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CallRecord | None":

@@ -12,22 +12,30 @@ from .traces import TraceRecord
 WRONG_KEY = "every envelope fails its tag: is this the environment's key?"
 #: added to a request or call the target took and never answered, while WRONG_KEY holds: a node
 #: refuses what a wrong key sealed without a word, which otherwise reads as "it may have been applied"
-UNANSWERED_WITH_WRONG_KEY = ("; every traced envelope fails this console's key, so the target most likely "
-                             "refused it unread: is --key the environment's key?")
+UNANSWERED_WITH_WRONG_KEY = ("; traced envelopes fail this console's key: if --key is not the environment's "
+                             "key, the target refused it unread")
 
 
 class KeyCheck:
     def __init__(self, tag_ok: Callable[[bytes], bool | None], window: int = 8, needed: int = 3,
-                 every: int = 200) -> None:
+                 every: int = 200, ours: Callable[[], Iterable[str]] = tuple) -> None:
         self.tag_ok = tag_ok  # True / False, or None when the envelope cannot tell (malformed)
+        # the console's own nodes: what they sealed, they sealed with the console's key, so it proves
+        # nothing about the environment's (with a wrong key, the console's first call hid the banner)
+        self.ours = ours
         self.recent: deque[bool] = deque(maxlen=window)
         self.needed = needed
         self.every = every  # after the first window, one envelope in this many is tried
         self._seen = 0
 
     def observe(self, records: Iterable[TraceRecord]) -> None:
+        ours = None
         for r in records:
             if not r.envelope:
+                continue
+            if ours is None:
+                ours = frozenset(self.ours())
+            if r.sender in ours:
                 continue
             self._seen += 1
             if len(self.recent) >= self.recent.maxlen and self._seen % self.every:

@@ -12,6 +12,7 @@ launched (they trust that key), with the operator's key at nodes someone else st
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 import threading
@@ -68,6 +69,7 @@ class ActionService:
         self._own_key_path = own_operator_key or audit.path.parent / "operator.key"
         self._own_control: ControlRequests | None = None
         self._lock = threading.Lock()
+        self._console_node_lock = threading.Lock()  # one start of the console's node at a time
 
     # ------------------------------------------------------------------ helpers
     def _check_writable(self) -> None:
@@ -129,11 +131,15 @@ class ActionService:
         a suffix nobody could have guessed (``console-<user>-3fa9c1``): the call and message
         dialogs, which offer no other name, must not be held up by a squatter."""
         name = name or console_node_name()
-        try:
-            return self.launch(NodeSpec(name, groups=("console",), trace=True, in_process=True))
-        except NameTakenError:
-            other = f"{name}-{secrets.token_hex(3)}"
-            return self.launch(NodeSpec(other, groups=("console",), trace=True, in_process=True))
+        with self._console_node_lock:  # two presses at once (the call and the message dialog) start one
+            mine = [n for n in self.own.in_process() if re.fullmatch(re.escape(name) + r"(-[0-9a-f]{6})?", n)]
+            if mine:
+                return self.own[mine[0]]    # already started: the dialog comes back with it
+            try:
+                return self.launch(NodeSpec(name, groups=("console",), trace=True, in_process=True))
+            except NameTakenError:
+                other = f"{name}-{secrets.token_hex(3)}"
+                return self.launch(NodeSpec(other, groups=("console",), trace=True, in_process=True))
 
     def stop(self, name: str) -> None:
         self._check_writable()
@@ -260,11 +266,11 @@ class ActionService:
     def _call(self, node: Any, caller: str, target: str, service: str, arguments: dict, timeout: float) -> CallRecord:
         cmd = call_command(target, service, arguments, caller, self.root, self.key.path, timeout).shell()
         started = time.perf_counter()
-        status, result, code, message = "SUCCESS", None, "", ""
+        status, result, code, message, unanswered = "SUCCESS", None, "", "", False
         try:
             result = node.call(target, service, arguments, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - SpcError has .code; others are local failures
-            status = "ERROR"
+            status, unanswered = "ERROR", getattr(exc, "unanswered", False) is True
             code = str(getattr(exc, "code", "") or "")
             raw = str(getattr(exc, "message", "") or exc).strip()
             message = visible(describe_call_error(code, raw.splitlines()[0] if raw else "", frozenset(self.own))
@@ -272,7 +278,7 @@ class ActionService:
         latency = (time.perf_counter() - started) * 1000.0
         rec = CallRecord(ts=self.clock.time(), caller=caller, target=target, service=service, arguments=arguments,
                          timeout=timeout, status=status, result=result, error_code=code, error_message=message,
-                         latency_ms=round(latency, 3))
+                         latency_ms=round(latency, 3), unanswered=unanswered)
         self.calls.record(rec)
         self.audit.note("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
                         result=f"{code or status} {latency:.1f}ms")
@@ -301,7 +307,7 @@ class ActionService:
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self.audit.note("send", f"{sender} → {target}", cmd, ok=False, result=msg)
-            raise ActionError(msg, unanswered=getattr(exc, "code", None) == "TIMEOUT") from None
+            raise ActionError(msg, unanswered=getattr(exc, "unanswered", False) is True) from None
         self.audit.note("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
         return seq
 

@@ -51,7 +51,8 @@ class ConsoleState:
         secret = key.secret if key is not None else None
         return cls(root=root, root_label=root_label, registry=RegistryModel(),
                    traces=TraceStore(capacity=trace_capacity), replays=ReplayTracker(),
-                   keycheck=KeyCheck(lambda data: key_verifies(data, secret) if secret is not None else None),
+                   keycheck=KeyCheck(lambda data: key_verifies(data, secret) if secret is not None else None,
+                                     ours=actions.own.alive if actions else tuple),
                    key_path=str(key.path) if key is not None else "KEY",
                    audit_entries=audit.entries, call_entries=calls.entries,
                    own_replay_state=actions.own.replay_state if actions else _no_replay_state,

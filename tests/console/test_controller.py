@@ -181,7 +181,7 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
     the console's key, the failure says that is the likely cause (red team: it did not)."""
     from speed_runtime.core.envelope import Header, seal
     from speed_runtime.control import generate_operator_key
-    from speed_runtime.core.errors import ControlTimeoutError
+    from speed_runtime.core.errors import ControlTimeoutError, SpcError
     from speed_runtime.keyfile import generate_key_file
     from speedtui.models.keycheck import UNANSWERED_WITH_WRONG_KEY
     from speedtui.services.actions import ActionError
@@ -197,10 +197,13 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
         controller.calls.call("ops", "billing", "calculateTax", {"amount": 1}, 1.0, grant_first=True)
         first = port.messages[-1].record
         assert first.error_code == "TIMEOUT" and UNANSWERED_WITH_WRONG_KEY not in first.error_message
-        # three traced envelopes sealed under billing's key: the console's key fails every tag
-        sealed = seal(Header(1, 1, 0, 2, b"\0" * 16, b"\1" * 16, 0), b"{}", other, b"\0" * 12)
+        # three traced envelopes sealed under billing's key: the console's key fails every tag; what
+        # the console's own node sealed (with the console's key) proves nothing and is not looked at
+        def traced(sender: str, key) -> object:
+            sealed = seal(Header(1, 1, 0, 2, b"\0" * 16, b"\1" * 16, 0), b"{}", key, b"\0" * 12)
+            return type("Traced", (), {"envelope": sealed, "sender": sender})()
         keycheck = controller.grants.state.keycheck
-        keycheck.observe([type("Traced", (), {"envelope": sealed})()] * 3)
+        keycheck.observe([traced("billing", other)] * 3 + [traced("ops", actions.key.runtime_key)] * 3)
         assert keycheck.wrong_key
         controller.calls.call("ops", "billing", "calculateTax", {"amount": 1}, 1.0, grant_first=True)
         second = port.messages[-1].record
@@ -211,6 +214,10 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
                         unanswered=True)
     assert runner.failure_text(taken) == str(taken) + UNANSWERED_WITH_WRONG_KEY
     assert runner.failure_text(ActionError("node billing refused it")) == "node billing refused it"
+    # a TIMEOUT the callee answered proves it opened the request: the key is not blamed
+    answered = SpcError("TIMEOUT", "service 'slow' exceeded its time limit of 0.5 s")
+    assert UNANSWERED_WITH_WRONG_KEY not in runner.failure_text(answered)
+    assert runner.failure_text(SpcError("TIMEOUT", "no answer", unanswered=True)).endswith(UNANSWERED_WITH_WRONG_KEY)
     # ControlRequests says which of its failures were taken and never answered
     requests = ControlRequests(root, actions.key, OperatorChoice(key=generate_operator_key(tmp_path / "op.key")),
                                actions.audit, actions.describe)
@@ -226,3 +233,27 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
             return exc.unanswered
         raise AssertionError("no failure")
     assert unanswered(False) is True and unanswered(True) is False
+
+
+def test_two_starts_of_the_console_node_at_once_start_one(console):
+    """Red team: "Start console-…" pressed from the call and the message dialog at once left the
+    console with two nodes, the second told its name was "held by another live process" (itself)."""
+    import threading
+
+    from speedtui.services.processes import console_node_name
+
+    _, _, actions, _ = console
+    started: list = []
+    go = threading.Barrier(2)
+
+    def start() -> None:
+        go.wait()
+        started.append(actions.start_console_node().spec.name)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert started == [console_node_name()] * 2
+    assert actions.own.in_process() == [console_node_name()]

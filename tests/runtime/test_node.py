@@ -53,6 +53,7 @@ def test_spc_success_and_every_error_code(pair):
     with pytest.raises(SpcError) as info:
         a.call("callee", "bounded", {})
     assert info.value.code == "TIMEOUT" and "time limit" in info.value.message
+    assert info.value.unanswered is False   # the callee answered TIMEOUT: it opened the request
 
 
 def test_an_error_text_that_cannot_be_sent_as_it_is_still_answers_at_once(pair):
@@ -75,7 +76,7 @@ def test_caller_timeout_and_late_response_is_dropped_and_counted(pair):
     a, _ = pair
     with pytest.raises(SpcError) as info:
         a.call("callee", "sleep", {"seconds": 0.5}, timeout=0.1)
-    assert info.value.code == "TIMEOUT"
+    assert info.value.code == "TIMEOUT" and info.value.unanswered is True  # the caller's own deadline
     wait_until(lambda: a.counters()["lateResponses"] == 1, what="the late response")
 
 

@@ -75,7 +75,7 @@ class CallActions:
             except ActionError as exc:
                 port.post_message(msg.ActionDone("call", False, self.runner.failure_text(exc)))
                 return
-            if rec.error_code == "TIMEOUT":
+            if rec.unanswered:
                 rec = replace(rec, error_message=rec.error_message + self.runner.unanswered_hint())
             port.post_message(msg.CallFinished(rec))
 

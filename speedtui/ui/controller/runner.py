@@ -60,8 +60,7 @@ class ActionRunner:
             text = str(exc)
         else:
             text = self.actions.describe(exc) if self.actions is not None else str(exc)
-        unanswered = getattr(exc, "unanswered", False) or getattr(exc, "code", None) == "TIMEOUT"
-        return text + self.unanswered_hint() if unanswered else text
+        return text + self.unanswered_hint() if getattr(exc, "unanswered", False) is True else text
 
     def unanswered_hint(self) -> str:
         """Added to an unanswered request or call: nothing, or that the key is most likely wrong."""
