@@ -123,6 +123,19 @@ class SpeedApp(App):
                     yield Button(label, id=f"act-{bid}", compact=True, classes="actbtn")
         yield SpeedFooter(show_command_palette=self.readonly)  # else the action bar has it
 
+    def on_key(self, event: events.Key) -> None:
+        """A printable key that came back up unhandled while a text field has the focus: it was
+        sent to the widget focused before a dialog (or the filter) took the focus — keys typed in
+        one burst after the key that opened it (a paste, `tmux send-keys`, typing ahead of a busy
+        console) — since a text field takes every printable key it is sent. It goes to the field
+        it was typed for, instead of being lost."""
+        focused = self.focused
+        if event.is_printable and isinstance(focused, Input) and not getattr(event, "typed_ahead", False):
+            event.stop()
+            again = events.Key(event.key, event.character)
+            again.typed_ahead = True  # (sent on once: never again, whatever the field does with it)
+            focused.post_message(again)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return keymap.offered("app", action, self.readonly)
 

@@ -118,8 +118,10 @@ async def test_explainer_grant_is_never_a_self_grant(tmp_path):
 @run_async
 async def test_keys_typed_before_a_dialog_is_ready_never_act_behind_it(fixture_app, key):
     """Keys in one burst (a paste, tmux send-keys, typing ahead of a busy console): the dialog's key,
-    then a view key and the quit key, arrive before the dialog has mounted and focused its field.
-    They may be lost, but they never reach the screen behind it: the view stays, the console runs."""
+    then a view key and the quit key, arrive before the dialog has mounted. They never reach the
+    screen behind it (the view stays, the console runs), and a dialog that is typed into (launch's
+    name, jump's target) has them in its field: they were lost (sent to the table behind, whose
+    bindings no longer applied once the dialog was up)."""
     from textual import events
 
     app = fixture_app()
@@ -132,3 +134,25 @@ async def test_keys_typed_before_a_dialog_is_ready_never_act_behind_it(fixture_a
         await pilot.pause(0.3)
         assert app.is_running and app.screen is not main
         assert app.active_view() == "leases"
+        typed = {"n": "#ln-name", "colon": "#jump-input"}.get(key)
+        if typed is not None:
+            assert app.screen.focused is app.screen.query_one(typed)
+            assert app.screen.query_one(typed).value == "2qd"
+
+
+@run_async
+async def test_keys_typed_right_after_slash_go_into_the_filter(fixture_app):
+    """The same burst on a view: `/` focuses the filter, and what is typed with it lands there (the
+    keys after `/` met the table's bindings: `i` opened its cells dialog)."""
+    from textual import events
+
+    app = fixture_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        main = app.screen
+        for ch in ("slash", "b", "i", "l"):
+            app.post_message(events.Key(ch, ch if len(ch) == 1 else None))
+        box = app.query_one("#leases-filter")
+        await wait_for(pilot, lambda: box.value == "bil", what="the filter typed into")
+        await pilot.pause(0.2)
+        assert app.focused is box and app.active_view() == "leases" and app.screen is main

@@ -43,6 +43,10 @@ class LaunchScreen(PreviewDialog):
     (``services/launch.py``), a problem one sentence beside its field. A separate process is
     started with exactly the line shown (the console's own operator key included)."""
 
+    # typing goes to the name at once: focused as soon as the dialog is composed, so that keys typed
+    # ahead of it find it focused when they come back up to the app (SpeedApp.on_key)
+    AUTO_FOCUS = "#ln-name"
+
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
     FIELDS = ("name", "groups", "allow", "features", "quota", "threat", "durable", "operator", "lease", "heartbeat",
               "line")
@@ -128,7 +132,6 @@ class LaunchScreen(PreviewDialog):
 
     def on_mount(self) -> None:
         self.refresh_preview()
-        self.query_one("#ln-name", Input).focus()  # typing goes to the name at once
 
     def _value(self, field: str) -> str:
         return self.query_one(f"#ln-{field}", Input).value

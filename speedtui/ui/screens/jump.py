@@ -42,6 +42,7 @@ def resolve(text: str, targets: dict[str, JumpTarget]) -> JumpTarget | None:
 
 class JumpScreen(ModalScreen[JumpTarget | None]):
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    AUTO_FOCUS = "#jump-input"  # as soon as it is composed (keys typed ahead: SpeedApp.on_key)
 
     def __init__(self, targets: dict[str, JumpTarget]) -> None:
         super().__init__()
@@ -55,7 +56,6 @@ class JumpScreen(ModalScreen[JumpTarget | None]):
             yield Static(id="jump-hint", classes="preview")
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
         self._hint("")
 
     def _hint(self, text: str) -> None:

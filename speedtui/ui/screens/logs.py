@@ -161,7 +161,7 @@ class LogsScreen(Screen):
         return True
 
     def action_focus_search(self) -> None:
-        self.query_one("#logs-search", Input).focus()
+        self.set_focus(self.query_one("#logs-search", Input))  # at once (as the Leases filter)
 
     @on(Input.Changed, "#logs-search")
     def _search_changed(self, event: Input.Changed) -> None:

@@ -285,7 +285,9 @@ class LeasesView(Vertical):
 
     # ---- actions
     def action_focus_filter(self) -> None:
-        self.query_one("#leases-filter", Input).focus()
+        # at once, not after a refresh (Widget.focus): keys typed with `/` in one burst are already on
+        # their way, and must find the filter focused (SpeedApp.on_key), not the table's bindings
+        self.screen.set_focus(self.query_one("#leases-filter", Input))
 
     def action_clear_filter(self) -> None:
         self.query_one("#leases-filter", Input).value = ""

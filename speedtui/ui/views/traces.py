@@ -329,7 +329,7 @@ class TracesView(Vertical):
 
     # ---- actions
     def action_focus_filter(self) -> None:
-        self.query_one("#traces-filter", Input).focus()
+        self.screen.set_focus(self.query_one("#traces-filter", Input))  # at once (as the Leases filter)
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#traces-filter", FilterInput)
