@@ -121,11 +121,6 @@ class CallScreen(GrantOffer, ModalScreen[None]):
                          service=service, timeout=f"{timeout:g}",
                          arguments=arguments if isinstance(arguments, str)  # the text as typed
                          else json.dumps(arguments if arguments is not None else {}))
-        # focused as soon as the dialog is composed (keys typed ahead: SpeedApp.on_key): without a
-        # node of ours, the button that starts one (Enter: the one thing to do first); else the
-        # first field still empty
-        self.AUTO_FOCUS = ("#start-console-node" if not own else
-                           "#call-target" if not target else "#call-service" if not service else "#call-args")
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="call-dialog"):
@@ -163,6 +158,11 @@ class CallScreen(GrantOffer, ModalScreen[None]):
     def on_mount(self) -> None:
         self._update_services()
         self._check()
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:  # typing goes to the first field still empty
+            empty = next((f for f in ("#call-target", "#call-service") if not self.query_one(f, Input).value), None)
+            self.query_one(empty or "#call-args", Input).focus()
 
     def values(self) -> dict[str, Any]:
         sel = self.query_one("#call-caller", Select).value if self.own else None
@@ -297,7 +297,6 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
         self.setup_offer(own, administered, cannot_change)
         self.operator = operator
         self.to, self.data = to, data if data is not None else '{"hello": "world"}'
-        self.AUTO_FOCUS = "#start-console-node" if not own else "#snd-to"  # (as the call dialog's)
         self.graph = graph if graph is not None else AccessGraph(())
         self.own = own
         self.names = names
@@ -330,6 +329,10 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
 
     def on_mount(self) -> None:
         self._changed()
+        if not self.own:  # Enter starts the console node: the one thing to do first
+            self.query_one("#start-console-node", Button).focus()
+        else:
+            self.query_one("#snd-to", Input).focus()
 
     def _values(self):
         sel = self.query_one("#snd-from", Select).value if self.own else None
