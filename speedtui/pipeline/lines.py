@@ -5,16 +5,18 @@ keep the same records with the same values and count the same malformed lines; a
 files a list of paths names."""
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import re
+import shutil
+import tempfile
 from contextlib import contextmanager
 from json.decoder import scanstring
 from typing import Any, Iterable, Iterator
 
 from .common import PipelineError
+from .journals import stage_whole
 from .records import FIELDS, KIND_REQUIRED, MAX_TS
 
 _WS = " \t\r\n"
@@ -268,29 +270,29 @@ def record_of(obj: dict) -> dict | None:
     return rec
 
 
-def iter_files(inputs: Iterable[str]) -> list[str]:
-    files = []
+def iter_files(inputs: Iterable[str]) -> Iterator[str]:
+    """The journals of the inputs as a whole Spark run reads them (journals.stage_whole: links inside
+    a directory are not followed, a compressed journal is decompressed, one that does not decompress
+    is skipped), copied into a temporary directory that is removed when the iteration ends."""
+    paths = []
     for p in inputs:
         p = p[len("file://"):] if p.startswith("file://") else p
-        if os.path.isdir(p):
-            for name in sorted(os.listdir(p)):
-                full = os.path.join(p, name)
-                if not name.startswith((".", "_")) and os.path.isfile(full):
-                    files.append(full)
-        elif os.path.exists(p):
-            files.append(p)
-        else:
+        if not os.path.exists(p):
             raise PipelineError(f"trace path {os.path.abspath(p)} does not exist.")
-    return files
+        paths.append(p)
+    area = tempfile.mkdtemp(prefix="speed-reference-")
+    try:
+        yield from stage_whole(paths, area)[0]
+    finally:
+        shutil.rmtree(area, ignore_errors=True)
 
 
 @contextmanager
 def open_journal(path: str) -> Iterator[Iterator[str | None]]:
-    """The lines of a journal as Spark's reader takes them: split at LF, CR or CRLF (Hadoop's line
-    reader, and Python's universal newlines), each decoded as Jackson decodes UTF-8 (jackson_text):
-    None for a line whose bytes Spark counts malformed."""
-    args = {"encoding": "utf-8", "errors": "surrogateescape"}  # bytes that are not UTF-8: U+DC80-U+DCFF
-    f = gzip.open(path, "rt", **args) if path.endswith(".gz") else open(path, "r", buffering=1 << 20, **args)
+    """The lines of a (staged, plain) journal as Spark's reader takes them: split at LF, CR or CRLF
+    (Hadoop's line reader, and Python's universal newlines), each decoded as Jackson decodes UTF-8
+    (jackson_text): None for a line whose bytes Spark counts malformed."""
+    f = open(path, "r", buffering=1 << 20, encoding="utf-8", errors="surrogateescape")  # not UTF-8: U+DC80-U+DCFF
     try:
         yield _decoded(f)
     finally:
