@@ -70,6 +70,7 @@ PRINTED_BY = {
     ("speedtui/services/actions.py", "--readonly"): ["speedtui"],
     ("speedtui/services/runtime.py", "--force"): [],  # the words replaced, never printed
     ("speedtui/models/errors.py", "--allow"): ["speed node"],
+    ("speedtui/models/keycheck.py", "--key"): ["speedtui"],  # a call or request never answered, key doubted
     **{("speedtui/pipeline/commands.py", o): ["speedtui simulate-traces"]
        for o in ("--nodes", "--records", "--malformed", "--minutes")},
     **{("speedtui/pipeline/commands.py", o): ["speedtui analyze"]
