@@ -84,7 +84,7 @@ def parse_values(line: str | None) -> tuple:
     """What Spark's JSON reader makes of one journal line: usually one record (a dict) or None
     (malformed); nothing for a blank line; for a JSON array of objects one entry per object (an
     array holding anything else is one malformed entry)."""
-    if line is None:                  # bytes Spark's reader does not decode (journal_lines)
+    if line is None:                  # bytes Spark's reader does not decode (open_journal)
         return (None,)
     text = line.lstrip(_WS)
     if not text:
@@ -100,13 +100,11 @@ def parse_values(line: str | None) -> tuple:
         recs = tuple(_record_spark_reads(v, text, start) for v, start in zip(obj, _element_starts(text)))
     else:
         return (None,)
-    if "\\u" in text or not text.isascii():     # only then can a string hold a lone surrogate
-        return tuple(_no_lone_surrogates(r) for r in recs)
-    return recs
+    return tuple(_no_lone_surrogates(r) for r in recs) if _may_hold_surrogates(text) else recs
 
 
 class _AsWritten(Exception):
-    """A string field holds something else than a string: its text is taken from the line (_RawMembers)."""
+    """A string field holds something else than a string: its text is taken from the line (_raw_members)."""
 
 
 def _record_spark_reads(obj: dict, text: str, start: int) -> dict | None:
@@ -115,7 +113,7 @@ def _record_spark_reads(obj: dict, text: str, start: int) -> dict | None:
     try:
         return record_of(_spark_values(obj.pairs) if obj.__class__ is _Repeated else obj)
     except _AsWritten:
-        return record_of(_RawMembers(_members(text, start)))
+        return record_of(_raw_members(_members(text, start)))
 
 
 _STRING_FIELDS = frozenset(name for name, typ in FIELDS if typ == "string")
@@ -126,13 +124,11 @@ class _RawText(str):
     line spells it: Spark keeps its text (spaces, exponents and escapes as written)."""
 
 
-class _RawMembers(dict):
-    """An object's values by Spark's rule (_spark_values), string fields that hold no string as
-    _RawText."""
-
-    def __init__(self, members: list) -> None:
-        super().__init__(_spark_values([(k, _RawText(raw) if k in _STRING_FIELDS and v is not None
-                                         and not isinstance(v, str) else v) for k, v, raw in members]))
+def _raw_members(members: list) -> dict:
+    """The values of an object's (key, value, raw text) members by Spark's rule (_spark_values),
+    string fields that hold no string as _RawText."""
+    return _spark_values([(k, _RawText(raw) if k in _STRING_FIELDS and v is not None and not isinstance(v, str)
+                           else v) for k, v, raw in members])
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -169,6 +165,7 @@ def _element_starts(text: str) -> list[int]:
 
 
 def _may_hold_surrogates(text: str) -> bool:
+    """Whether a string parsed from text can hold a lone surrogate (an escape, or a non-ASCII byte)."""
     return "\\u" in text or not text.isascii()
 
 
