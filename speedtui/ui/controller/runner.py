@@ -54,8 +54,8 @@ class ActionRunner:
         port.run_worker(work, thread=True, group="actions", name=action)
 
     def failure_text(self, exc: BaseException) -> str:
-        """An action's failure in one sentence; a request or call its target took and never
-        answered says why that most likely was when traced envelopes fail the console's key."""
+        """An action's failure in one sentence; a request or call that got no answer at all adds
+        unanswered_hint."""
         if isinstance(exc, ActionError):
             text = str(exc)
         else:
@@ -63,7 +63,8 @@ class ActionRunner:
         return text + self.unanswered_hint() if getattr(exc, "unanswered", False) is True else text
 
     def unanswered_hint(self) -> str:
-        """Added to an unanswered request or call: nothing, or that the key is most likely wrong."""
+        """Added to an unanswered request or call: nothing, or, while traced envelopes fail the
+        console's key, that a target refuses what a wrong key sealed unread."""
         return UNANSWERED_WITH_WRONG_KEY if self.key_doubted() else ""
 
     def done(self, m: msg.ActionDone) -> None:
