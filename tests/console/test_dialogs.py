@@ -3,6 +3,7 @@ buttons are on screen at 80x24, toggles that read without colour, the envelope i
 the grant the access explainer offers."""
 
 import pytest
+from textual.widgets import Input
 
 from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
@@ -138,6 +139,28 @@ async def test_keys_typed_before_a_dialog_is_ready_never_act_behind_it(fixture_a
         if typed is not None:
             assert app.screen.focused is app.screen.query_one(typed)
             assert app.screen.query_one(typed).value == "2qd"
+
+
+@pytest.mark.parametrize("key", ["F", "m"])
+@run_async
+async def test_keys_typed_before_the_call_or_message_dialog_is_ready_go_into_its_field(fixture_app, key):
+    """With a node of the console's to call or send from, the call and message dialogs focus their
+    first empty field: keys typed in the burst that opened them land there, in order (they were
+    lost: the field was focused after them)."""
+    from textual import events
+
+    app = fixture_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.actions.own.in_process = lambda: ["gateway"]  # as if the console had started gateway
+        await pilot.pause()
+        main = app.screen
+        for ch in (key, "b", "i", "l"):
+            app.post_message(events.Key(ch, ch))
+        await wait_for(pilot, lambda: app.screen is not main, what="the dialog")
+        typed = lambda: isinstance(app.screen.focused, Input) and app.screen.focused.value.endswith("bil")  # noqa: E731
+        await wait_for(pilot, typed, what="the keys in the dialog's field")
+        assert app.screen.focused.id in {"F": ("call-target", "call-service", "call-args"), "m": ("snd-to",)}[key]
+        assert app.active_view() == "leases"
 
 
 @run_async

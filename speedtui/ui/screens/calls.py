@@ -50,6 +50,15 @@ def no_own_node(what: str, operator: bool = True) -> ComposeResult:
     yield Button(f"Start {console_node_name()}", id="start-console-node", variant="primary")
 
 
+def focus_at_once(screen, widget) -> None:
+    """Focus `widget` now, while the dialog mounts: keys typed in the burst that opened it (a paste,
+    `tmux send-keys`) are handled after this and find it focused (SpeedApp.on_key sends them to it);
+    `widget.focus()` would wait until after them, and they were lost. Not scrolled to: nothing is
+    laid out yet (at 80x24 the message dialog scrolled past its title), and its field is near the
+    top."""
+    screen.set_focus(widget, scroll_visible=False)
+
+
 def grants_missing(graph: AccessGraph, caller: str | None, target: str, answer: bool) -> list[tuple[str, str]]:
     """The (node, peer) grants a message from ``caller`` to ``target`` lacks (and its answer back)."""
     if not caller or target not in graph.nodes or caller == target:
@@ -159,10 +168,10 @@ class CallScreen(GrantOffer, ModalScreen[None]):
         self._update_services()
         self._check()
         if not self.own:  # Enter starts the console node: the one thing to do first
-            self.query_one("#start-console-node", Button).focus()
+            focus_at_once(self, self.query_one("#start-console-node", Button))
         else:  # typing goes to the first field still empty
             empty = next((f for f in ("#call-target", "#call-service") if not self.query_one(f, Input).value), None)
-            self.query_one(empty or "#call-args", Input).focus()
+            focus_at_once(self, self.query_one(empty or "#call-args", Input))
 
     def values(self) -> dict[str, Any]:
         sel = self.query_one("#call-caller", Select).value if self.own else None
@@ -330,9 +339,9 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
     def on_mount(self) -> None:
         self._changed()
         if not self.own:  # Enter starts the console node: the one thing to do first
-            self.query_one("#start-console-node", Button).focus()
+            focus_at_once(self, self.query_one("#start-console-node", Button))
         else:
-            self.query_one("#snd-to", Input).focus()
+            focus_at_once(self, self.query_one("#snd-to", Input))
 
     def _values(self):
         sel = self.query_one("#snd-from", Select).value if self.own else None
