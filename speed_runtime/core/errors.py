@@ -12,7 +12,10 @@ from __future__ import annotations
 
 
 class SpeedError(Exception):
-    """Base of every error the runtime raises on purpose."""
+    """Base of every error the runtime raises on purpose. `unanswered`: the failure is that no
+    answer came at all (a call or a confirmed message past its deadline), not that one said no."""
+
+    unanswered = False
 
 
 # ----------------------------------------------------------------------------- local
@@ -94,7 +97,7 @@ class DeliveryError(SpeedError):
 class DeliveryTimeoutError(DeliveryError):
     """A confirmed message was not acknowledged in time (it may still be handled later)."""
 
-    unanswered = True  # (as SpcError's: no answer came at all)
+    unanswered = True
 
 
 class LeaseLostError(SpeedError):

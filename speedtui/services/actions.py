@@ -34,7 +34,7 @@ from .clock import Clock, SystemClock
 from .history import AuditLog, CallHistory
 from .operator import ControlRequests, OperatorChoice, console_operator_key
 from .own_nodes import (ActionError, NameTakenError, OwnNode, OwnNodes, launch_in_process, launch_process,
-                        stop_own)
+                        no_answer_came, stop_own)
 from .processes import console_node_name
 
 __all__ = ["ActionError", "ActionService", "NodeSpec", "OwnNode", "ReplayResult"]
@@ -270,7 +270,7 @@ class ActionService:
         try:
             result = node.call(target, service, arguments, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - SpcError has .code; others are local failures
-            status, unanswered = "ERROR", getattr(exc, "unanswered", False) is True
+            status, unanswered = "ERROR", no_answer_came(exc)
             code = str(getattr(exc, "code", "") or "")
             raw = str(getattr(exc, "message", "") or exc).strip()
             message = visible(describe_call_error(code, raw.splitlines()[0] if raw else "", frozenset(self.own))
@@ -307,7 +307,7 @@ class ActionService:
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
             self.audit.note("send", f"{sender} → {target}", cmd, ok=False, result=msg)
-            raise ActionError(msg, unanswered=getattr(exc, "unanswered", False) is True) from None
+            raise ActionError(msg, unanswered=no_answer_came(exc)) from None
         self.audit.note("send", f"{sender} → {target}", cmd, result=f"seq {seq}" + (" confirmed" if confirm else ""))
         return seq
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from speed_runtime.core.errors import SpeedError
 from speed_runtime.core.records import HealthTrace, LeaseTrace
 
 from ..models.commands import NodeSpec, node_command
@@ -31,6 +32,12 @@ class ActionError(Exception):
     def __init__(self, message: str, unanswered: bool = False) -> None:
         super().__init__(message)
         self.unanswered = unanswered
+
+
+def no_answer_came(exc: BaseException) -> bool:
+    """Whether `exc` says a request, call or confirmed message got no answer at all: the runtime's
+    error said so (`SpeedError.unanswered`), or an ActionError made from one."""
+    return isinstance(exc, (SpeedError, ActionError)) and exc.unanswered
 
 
 class NameTakenError(ActionError):

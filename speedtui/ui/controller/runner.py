@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from ...models.keycheck import UNANSWERED_WITH_WRONG_KEY
 from ...services.actions import ActionError, ActionService, ReplayResult
+from ...services.own_nodes import no_answer_came
 from .. import messages as msg
 from ..port import UiPort
 from ..screens.calls import CallScreen
@@ -60,7 +61,7 @@ class ActionRunner:
             text = str(exc)
         else:
             text = self.actions.describe(exc) if self.actions is not None else str(exc)
-        return text + self.unanswered_hint() if getattr(exc, "unanswered", False) is True else text
+        return text + self.unanswered_hint() if no_answer_came(exc) else text
 
     def unanswered_hint(self) -> str:
         """Added to an unanswered request or call: nothing, or, while traced envelopes fail the
