@@ -124,6 +124,11 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
             store.clear()
         state = store.load()
         store.tidy(state)
+        if any("tail" not in entry for entry in state["files"].values()):
+            # read positions kept before they were checked (11f76bc, 7 December 2026): a copy of a
+            # journal could take one over and hide records for good; said on every run until a
+            # rebuild, since the batches, not the positions, hold the damage if there is any
+            state["unchecked_positions"] = True
         batches = [load(store.batch_dir(b)) for b in state["batches"]]
         plan = scan(inputs, state["files"], store.staging)
         if on_plan:
@@ -166,7 +171,8 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
         facts = {"store": store.path, "batches": len(state["batches"]), "new_bytes": plan.new_bytes,
                  "journals": len(plan.files), "rotated": plan.rotated, "replaced": plan.replaced,
                  "waiting": plan.waiting, "skipped": plan.skipped, "problems": plan.problems,
-                 "ingested_bytes": state["ingested_bytes"], **timings}
+                 "ingested_bytes": state["ingested_bytes"],
+                 "unchecked_positions": bool(state.get("unchecked_positions")), **timings}
         return parts, facts
 
 

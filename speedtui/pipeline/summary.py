@@ -136,6 +136,15 @@ def skipped_line(s: dict) -> str | None:
     return f"{n} journal{'s' if n != 1 else ''} skipped: {'; '.join(shown)}{'; …' if n > len(shown) else ''}"
 
 
+def unchecked_line(s: dict) -> str | None:
+    """One line when the store's read positions were kept before they were checked, or None."""
+    if not (s.get("ingest") or {}).get("unchecked_positions"):
+        return None
+    return ("this store was begun before 7 December 2026, when a copy of a journal could take over "
+            "the journal's read position and keep its records out of the store: if a copy was ever "
+            "beside a journal, run `speedtui analyze --rebuild` once (what was rotated away is then gone)")
+
+
 def write_summary(spark, out_uri: str, summary: dict) -> None:
     cap_ingest(summary)
     data = json.dumps(summary, indent=1, sort_keys=False, allow_nan=False).encode()
@@ -209,9 +218,7 @@ def format_summary(s: dict) -> str:
         counts = {k: len(ing.get(k) or ()) + int(ing.get(f"{k}_more") or 0) for k in ("rotated", "replaced")}
         changes = "".join(f", {n} {k}" for k, n in counts.items() if n)
         lines.append(f"store {v(ing['store'])}: {ing['new_bytes']:,} new bytes, {ing['batches']} batch(es){changes}")
-    skipped = skipped_line(s)
-    if skipped:
-        lines.append(skipped)
+    lines += [line for line in (skipped_line(s), unchecked_line(s)) if line]
     lines.append(f"report: {v(s['out_dir'])}/summary.json")
     return "\n".join(lines)
 

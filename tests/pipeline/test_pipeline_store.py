@@ -213,6 +213,31 @@ def test_store_in_use_and_damaged_state_are_one_sentence(spark, tmp_path, source
     agree(s, j.expected())
 
 
+def test_a_store_begun_before_positions_were_checked_says_so_until_rebuilt(spark, tmp_path, source):
+    """Read positions kept as older versions kept them (path and offset only) may have been taken
+    over by a copy of a journal, its records then kept out for good: every run says so, and how to
+    mend it, until `--rebuild` (it was not said at all)."""
+    from speedtui.pipeline.summary import format_summary
+    j = Journals(tmp_path, source)
+    name = sorted(source)[0]
+    j.append(name, 40)
+    s = analyse(spark, j, tmp_path / "store", tmp_path / "report")
+    assert s["ingest"]["unchecked_positions"] is False and "--rebuild" not in format_summary(s)
+    state_file = tmp_path / "store" / "state.json"
+    state = json.loads(state_file.read_text())
+    state["files"] = {h: {"path": e["path"], "offset": e["offset"]} for h, e in state["files"].items()}
+    state_file.write_text(json.dumps(state))                   # as a store begun before 7 December
+    for more in (20, 20):                                       # the positions are checked from now on,
+        j.append(name, more)                                    # the batches still hold what they hold
+        s = analyse(spark, j, tmp_path / "store", tmp_path / "report")
+        agree(s, j.expected())
+        assert s["ingest"]["unchecked_positions"] is True
+        assert "run `speedtui analyze --rebuild` once" in format_summary(s)
+    s = analyse(spark, j, tmp_path / "store", tmp_path / "report", rebuild=True)
+    agree(s, j.expected())
+    assert s["ingest"]["unchecked_positions"] is False and "--rebuild" not in format_summary(s)
+
+
 def _session_state(spark) -> tuple:
     cached = spark._jsparkSession.sharedState().cacheManager().isEmpty()
     return (spark.conf.get("spark.sql.adaptive.enabled"), spark.conf.get("spark.sql.shuffle.partitions"), cached)

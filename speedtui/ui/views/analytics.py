@@ -71,10 +71,10 @@ def summary_renderable(s: dict) -> Group:
                 style="dim")
     if s.get("message"):
         head.append(f"\n{s['message']}", style="yellow")
-    from ...pipeline.summary import skipped_line  # the pipeline loads when a report is shown, not before
-    skipped = skipped_line(s)
-    if skipped:
-        head.append(f"\n{skipped}", style="yellow")
+    from ...pipeline.summary import skipped_line, unchecked_line  # loaded when a report is shown, not before
+    for line in (skipped_line(s), unchecked_line(s)):
+        if line:
+            head.append(f"\n{line}", style="yellow")
     parts.append(head)
     totals = s.get("totals") or {}
     keys = [k for k in TOTALS if k in totals] or list(totals)[:8]
