@@ -124,7 +124,7 @@ def run_store(spark, inputs: list[str], store_path: str, out_uri: str, *, rebuil
             store.clear()
         state = store.load()
         store.tidy(state)
-        if any("tail" not in entry for entry in state["files"].values()):
+        if any(isinstance(entry, dict) and "tail" not in entry for entry in state["files"].values()):
             # read positions kept before they were checked (11f76bc, 7 December 2026): a copy of a
             # journal could take one over and hide records for good; said on every run until a
             # rebuild, since the batches, not the positions, hold the damage if there is any
