@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from speed_runtime.core.errors import SpeedError
@@ -58,6 +59,17 @@ class JournalHistory:
         self.problems.pop(name, None)
         return fd
 
+    def _opened(self) -> Iterator[tuple[str, int, os.stat_result]]:
+        """Each journal, open (its name, descriptor and facts), closed once the caller is done with it."""
+        for name in self._files():
+            fd = self._open(name)
+            if fd is None:
+                continue
+            try:
+                yield name, fd, os.fstat(fd)
+            finally:
+                os.close(fd)
+
     # ------------------------------------------------------------------ lease and health records
     def refresh(self) -> list[TraceRecord]:
         """Read what the journals gained since the last call; returns every lifecycle record kept."""
@@ -66,25 +78,18 @@ class JournalHistory:
 
     def _refresh(self) -> list[TraceRecord]:
         alive = set()
-        for name in self._files():
-            fd = self._open(name)
-            if fd is None:
-                continue
-            try:
-                st = os.fstat(fd)
-                ident = (st.st_dev, st.st_ino)
-                alive.add(ident)
-                tail = self._tails.get(ident)
-                if tail is None:
-                    tail = self._tails[ident] = JournalTail(str(self.dir / name))
-                for line in tail.lines(fd):
-                    if line is LONG or line.startswith(ENVELOPE_PREFIX):
-                        continue
-                    rec = record_of(parse_line(line))
-                    if rec is not None and rec.kind in ("lease", "health"):  # what time travel reconstructs
-                        self.lifecycle.append(rec)
-            finally:
-                os.close(fd)
+        for name, fd, st in self._opened():
+            ident = (st.st_dev, st.st_ino)
+            alive.add(ident)
+            tail = self._tails.get(ident)
+            if tail is None:
+                tail = self._tails[ident] = JournalTail(str(self.dir / name))
+            for line in tail.lines(fd):
+                if line is LONG or line.startswith(ENVELOPE_PREFIX):
+                    continue
+                rec = record_of(parse_line(line))
+                if rec is not None and rec.kind in ("lease", "health"):  # what time travel reconstructs
+                    self.lifecycle.append(rec)
         for gone in set(self._tails) - alive:
             del self._tails[gone]
         return sorted(self.lifecycle, key=lambda r: r.ts)
@@ -100,23 +105,16 @@ class JournalHistory:
         found: list[TraceRecord] = []
         total = 0
         seen = set()
-        for name in self._files():
-            fd = self._open(name)
-            if fd is None:
+        for _, fd, st in self._opened():
+            if (st.st_dev, st.st_ino) in seen:
+                continue  # one file under two names, in the middle of a rotation
+            seen.add((st.st_dev, st.st_ino))
+            span = self._span(fd, st)
+            if span is None or span[1] < start - SLACK or span[0] > end + SLACK:
                 continue
-            try:
-                st = os.fstat(fd)
-                if (st.st_dev, st.st_ino) in seen:
-                    continue  # one file under two names, in the middle of a rotation
-                seen.add((st.st_dev, st.st_ino))
-                span = self._span(fd, st)
-                if span is None or span[1] < start - SLACK or span[0] > end + SLACK:
-                    continue
-                got, n = _read_window(fd, st.st_size, start, end, at, self.max_window)
-                found.extend(got)
-                total += n
-            finally:
-                os.close(fd)
+            got, n = _read_window(fd, st.st_size, start, end, at, self.max_window)
+            found.extend(got)
+            total += n
         if len(found) > self.max_window:
             found.sort(key=lambda r: abs(r.ts - at))
             del found[self.max_window:]
