@@ -27,7 +27,7 @@ from ..core.durable import (ChainReport, Receipt, StreamLedger, durable_flag, is
                             receipt_from_json, receipt_key, replay_ledger, verify_chain)
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
-from ..core.names import is_valid_name
+from ..core.names import is_valid_name, validate_name
 from ..fsutil import FileRefused, close_quietly, ensure_private_dir, read_regular
 
 TMPFS_MAGIC, RAMFS_MAGIC = 0x01021994, 0x858458F6
@@ -349,10 +349,11 @@ class PendingCopy(NamedTuple):
 
 
 def _node_names(root: str, names: Iterable[str] | None) -> list[str]:
-    """The names given, or every node directory of ROOT: directories (never links) whose names
-    are node names (anything else a member put in ROOT is not listed, let alone shown)."""
+    """The names given (each a node name, or InvalidNameError: never a path out of ROOT), or every
+    node directory of ROOT: directories (never links) whose names are node names (anything else a
+    member put in ROOT is not listed, let alone shown)."""
     if names:
-        return list(names)
+        return [validate_name(name) for name in names]
     try:
         return sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)
                       and is_valid_name(e.name))
@@ -470,6 +471,7 @@ def verify_receipts(root: str, key: bytes, receiver: str, senders: Iterable[str]
     """Verify the receipt chains that `receiver` issued: as each sender stored them
     (ROOT/<sender>/durable/receipts/<receiver>.log) and, with `ledger`, as the receiver's own ledger
     holds them. Returns (where, report) per chain; a report names its first break."""
+    validate_name(receiver)  # (ROOT/<receiver>/… is read: never a path out of ROOT)
     rkey = receipt_key(key)
     out = []
 

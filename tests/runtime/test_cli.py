@@ -89,6 +89,22 @@ def test_bad_json_arguments_are_one_sentence(workdir, key_path):
     assert result.returncode == 2 and "JSON object" in result.stderr
 
 
+@pytest.mark.parametrize("argv", [["receipts", "../other/rx"], ["receipts", "rx/../rx"], ["receipts", ""],
+                                  ["receipts", "rx", "--sender", "../tx"], ["outbox", "../other/tx"], ["outbox", ""]])
+def test_a_node_name_that_is_a_path_is_refused_by_receipts_and_outbox(workdir, key_path, argv):
+    """`speed receipts NAME` read NAME's ledger by path: `../other/rx` one outside ROOT, and
+    `rx/../rx` rx's own, whose valid receipts it then called forged ("wrong key or altered")."""
+    root = os.path.join(workdir, "env")
+    ledger = os.path.join(workdir, "other", "rx", "durable", "ledger")
+    os.makedirs(ledger)
+    with open(os.path.join(ledger, "tx.log"), "w") as f:
+        f.write("{}\n")
+    os.makedirs(os.path.join(root, "rx", "durable", "ledger"))
+    result = speed(*argv, "--dir", root, *(["--key", key_path] if argv[0] == "receipts" else []))
+    assert result.returncode == 2 and result.stdout == "", (result.stdout, result.stderr)
+    assert result.stderr.startswith("speed: invalid node name") and len(result.stderr.splitlines()) == 1
+
+
 def test_registry_table_json_and_reap(root, key):
     with Node(root, key, "alive", groups=["g1"], allow=["x"]) as node:
         registry = Registry(root)
