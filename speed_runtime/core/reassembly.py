@@ -291,6 +291,16 @@ class Reassembly:
         """Void the message in progress of this instance (its next chunk was withdrawn, …)."""
         return self._void_partial(key, reason)
 
+    def supersede(self, sender: str, key: Hashable) -> list[Partial]:
+        """Void `sender`'s messages in progress from instances other than `key`, which the caller
+        found to be `sender`'s registered instance now: their instances were replaced (a process
+        that died mid-message and was started again), and what they reserved would keep the new
+        instance's messages out (`reassembly_full`) until they expire. Asked only when a message
+        of `key` does not fit. (Such a message may still complete from files in the inbox if its
+        instance wrote them all and then went away, reading 22: it yields to the registered one.)"""
+        return [p for k in [k for k, p in self.partials.items() if p.sender == sender and k != key]
+                if (p := self._void_partial(k, "chunk_missing")) is not None]
+
     def void_all(self) -> list[Partial]:
         return [p for key in list(self.partials) if (p := self._void_partial(key, "chunk_missing")) is not None]
 

@@ -24,7 +24,7 @@ from typing import Any
 from ..core import chunks
 from ..core.chunks import BYTES_LIKE, VALUE_FIELD
 from ..core.envelope import FLAG_BINARY, FLAG_CHUNK, FLAG_RELIABLE, EnvelopeType, type_name
-from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError
+from ..core.errors import NodeLeavingError, NodeUnavailableError, PayloadTooLargeError, SpeedError
 from ..core import payloads
 from ..core.payloads import encode_payload
 from ..core.quota import QuotaExceededError
@@ -185,9 +185,19 @@ class ChunksExtension(Extension):
             if voided is not None:
                 self._voided(voided, "chunk_missing", f"chunk {index} was withdrawn by its sender")
             return True
+        feed = (header.source_id, sender, header.type, header.flags, payload, verdict.body, chunks.chain_value(data),
+                len(data), int(time.monotonic() * 1000))
         with self._lock:
-            step = self.reassembly.feed(header.source_id, sender, header.type, header.flags, payload, verdict.body,
-                                        chunks.chain_value(data), len(data), int(time.monotonic() * 1000))
+            step = self.reassembly.feed(*feed)
+        if step.reason == "reassembly_full" and index == 0 and self._registered(sender, header.source_id):
+            with self._lock:  # the sender's earlier instances' messages yield to its registered one's
+                superseded = self.reassembly.supersede(sender, header.source_id)
+                if superseded:
+                    step = self.reassembly.feed(*feed)
+            for partial in superseded:
+                self._voided(partial, "chunk_missing", f"message {partial.message_id} of an earlier instance of "
+                                                       f"{sender} gave its room to message {payload['messageId']} "
+                                                       f"of the instance registered now")
         if step.voided is not None:
             self._voided(step.voided, step.voided_reason, step.detail)
             if step.voided_reason == "message_too_large" and step.voided.etype == EnvelopeType.SPC_REQUEST:
@@ -206,6 +216,13 @@ class ChunksExtension(Extension):
         else:
             self._schedule_expiry()
         return True
+
+    def _registered(self, sender: str, source_id: bytes) -> bool:
+        """Whether `source_id` is `sender`'s registered, live instance (its entry read now)."""
+        try:
+            return self.host.live_entry(sender).id_bytes == source_id
+        except SpeedError:
+            return False
 
     def _complete(self, verdict, sender: str, data: bytes, name: str, step: Step) -> None:
         message: Partial = step.message

@@ -164,6 +164,31 @@ def test_the_reassembly_budget_refuses_with_a_reason_then_recovers(root, key):
     assert [m.data[:1] for m in got] == [b"1", b"3"]
 
 
+def test_a_sender_restarted_mid_message_gets_its_room_back_at_once(root, key):
+    """A sender that died mid-message and was started again: its new instance's message fits at
+    once (the old instance's half message held the sender's reassembly budget until it expired,
+    and the new message, reported sent, was refused `reassembly_full`); another sender's half
+    message is not touched."""
+    got = []
+    with Node(root, key, "b", allow=["a", "c"], features=FEATURES, trace=True, chunk_timeout=120.0,
+              reassembly_bytes_per_sender=6 * MiB) as b:
+        b.on_message(got.append)
+        with Node(root, key, "a", allow=["b"], features=FEATURES, linger_seconds=0) as old, \
+                Node(root, key, "c", allow=["b"], features=FEATURES) as c:
+            for node, mid in ((old, "dead"), (c, "other")):
+                forger = Forger(node, b)
+                forger.deliver_all(forger.message(os.urandom(4 * MiB), mid, limit=256 * 1024)[:2])
+            wait_until(lambda: len(b.extensions["chunks"].partials()) == 2, 20, "the two half messages")
+            old.close()  # as if its process had died: an instance that never comes back
+            with Node(root, key, "a", allow=["b"], features=FEATURES) as new:
+                new.send("b", b"n" * (4 * MiB))
+                wait_until(lambda: len(got) == 1, 20, "the restarted sender's message")
+        voided = wait_record(b, "message", event="voided", messageId="dead")
+        assert voided["reason"] == "chunk_missing" and "instance registered now" in voided["detail"]
+        assert [p["messageId"] for p in b.extensions["chunks"].partials()] == ["other"]
+    assert got[0].data == b"n" * (4 * MiB)
+
+
 def test_a_target_that_leaves_during_a_message_fails_the_send_naming_what_was_delivered(root, key):
     with Node(root, key, "a", allow=["b"], features=FEATURES, chunk_size=64 * 1024) as a, \
             Node(root, key, "b", allow=["a"], features=FEATURES, trace=True) as b:

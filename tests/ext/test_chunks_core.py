@@ -243,6 +243,24 @@ def test_limits_and_budgets_refuse_at_the_first_chunk_with_a_reason():
     assert {s.reason for s in rest} == {"reassembly_full"}
 
 
+def test_a_senders_replaced_instances_give_their_room_to_its_registered_one():
+    """An instance that died mid-message kept its reservation until the message expired: its
+    successor's messages did not fit meanwhile (`reassembly_full`). `supersede` voids the sender's
+    other instances' messages only; the caller asks once it found the instance registered."""
+    body = os.urandom(20_000)
+    r = fresh(budget_per_sender=30_000)
+    feed_all(r, _split(body, mid="dead")[:2], key=b"old", sender="a")
+    feed_all(r, _split(body, mid="other")[:2], key=b"c1", sender="c")
+    assert feed_all(r, _split(body, mid="new")[:1], key=b"new", sender="a")[0].reason == "reassembly_full"
+    gone = r.supersede("a", b"new")
+    assert [p.message_id for p in gone] == ["dead"] and r.reserved == {"c": 20_000}
+    steps = feed_all(r, _split(body, mid="new"), key=b"new", sender="a")
+    assert steps[-1].kind == COMPLETE and steps[-1].payload["messageId"] == "new"
+    assert r.supersede("a", b"new") == [] and [p.message_id for p in r.partials.values()] == ["other"]
+    late = feed_all(r, _split(body, mid="dead")[2:3], key=b"old", sender="a")[0]
+    assert late.kind == REFUSED and late.reason == "chunk_missing"
+
+
 def test_partial_messages_expire_and_give_back_their_budget():
     r = fresh(timeout_ms=1000)
     parts = _split(os.urandom(9000))

@@ -188,6 +188,26 @@ def test_a_first_chunk_forgets_the_id_the_c_node_remembered_as_voided(procs, env
         assert c.wait_event(event="rejected", seq=604)["reason"] == "chunk_missing"
 
 
+def test_a_sender_restarted_mid_message_gets_its_room_back_at_the_c_node(procs, env):
+    """docs/PROTOCOL.md, chunks, Memory: the half messages of a sender's earlier instances (two of
+    64 MiB declared: the sender's whole budget) give their room to its registered instance's
+    message at once, instead of keeping it out (`reassembly_full`) until they expire."""
+    rt = python_runtime()
+    from speed_runtime.core import chunks
+    c = procs.c_node("cnode", allow=["py"], args=FEATURES)
+    for mid in ("dead-1", "dead-2"):
+        with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"], linger_seconds=0) as node:
+            first = chunks.chunk_header({"from": "py", "to": "cnode", "body": "bytes"}, mid, 0, 2, 64 * MiB, None)
+            _inject(env, node, [(700, _sealed_to(node, c, chunks.binary_plaintext(first, b"x"), 700))])
+            c.wait_event(event="chunk", messageId=mid)
+    with rt.Node(env.root, env.key_path, "py", allow=["cnode"], features=["chunks"]) as node:
+        body = os.urandom(2 * MiB)
+        node.send("cnode", body)
+        got = c.wait_event(60, event="message", body="bytes", size=len(body))
+    assert {c.wait_event(event="voided", messageId=mid)["reason"] for mid in ("dead-1", "dead-2")} == {"chunk_missing"}
+    assert got["sha256"] == hashlib.sha256(body).hexdigest() and not c.find(event="rejected", reason="reassembly_full")
+
+
 def test_a_request_that_can_never_be_taken_is_answered_at_once_each_way(procs, env):
     """A chunked SPC_REQUEST refused as `message_too_large` (declared beyond maxMessage, or, in the
     Python runtime, costing more decoded than its reassembly budget can ever hold) is answered

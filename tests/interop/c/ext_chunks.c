@@ -407,6 +407,21 @@ void reasm_expire(reasm_t *r, int64_t now_ms, void (*cb)(void *ctx, const partia
     }
 }
 
+void reasm_make_room(reasm_t *r, const char *sender, const uint8_t instance[16], uint64_t size,
+                     void (*cb)(void *ctx, const partial_t *p), void *ctx)
+{
+    if (reserved_by(r, sender) + size <= r->budget_sender && r->reserved_total + size <= r->budget_total)
+        return;
+    for (size_t i = r->npartials; i-- > 0;) {
+        partial_t *p = &r->partials[i];
+        if (strcmp(p->sender, sender) == 0 && memcmp(p->instance, instance, 16) != 0) {
+            cb(ctx, p);
+            mark(r, p->instance, p->message_id, "chunk_missing");
+            drop_partial(r, p);
+        }
+    }
+}
+
 void reasm_void_all(reasm_t *r, void (*cb)(void *ctx, const partial_t *p), void *ctx)
 {
     while (r->npartials) {

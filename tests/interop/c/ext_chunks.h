@@ -108,6 +108,12 @@ void reasm_feed(reasm_t *r, const char *sender, const uint8_t instance[16], int 
 void reasm_release(reasm_t *r, uint64_t size);
 /* Voids the messages whose next chunk is late; calls cb for each (reason chunk_expired). */
 void reasm_expire(reasm_t *r, int64_t now_ms, void (*cb)(void *ctx, const partial_t *p), void *ctx);
+/* Before the first chunk of a message of size bytes from sender's instance (its registered one):
+   if the message does not fit the budgets, voids the sender's messages in progress from its other
+   instances first (replaced instances: their messages can never complete); cb for each (reason
+   chunk_missing). docs/PROTOCOL.md, chunks, Memory. */
+void reasm_make_room(reasm_t *r, const char *sender, const uint8_t instance[16], uint64_t size,
+                     void (*cb)(void *ctx, const partial_t *p), void *ctx);
 /* Voids every message in progress (the node stops); cb as above (reason chunk_missing). */
 void reasm_void_all(reasm_t *r, void (*cb)(void *ctx, const partial_t *p), void *ctx);
 

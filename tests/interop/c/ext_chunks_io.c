@@ -25,6 +25,12 @@ static void emit_voided(node_t *n, const char *from, const char *id, const char 
     node_emit(n->events, l);
 }
 
+static void superseded(void *ctx, const partial_t *p)
+{
+    emit_voided(ctx, p->sender, p->message_id, "chunk_missing",
+                "an earlier instance of its sender: it gave its room to the instance registered now");
+}
+
 const char *ext_chunks_dispatch(node_t *n, const void *header, const char *from, const jval *p)
 {
     const env_header *h = header;
@@ -42,6 +48,9 @@ const char *ext_chunks_dispatch(node_t *n, const void *header, const char *from,
         return "unexpected_response"; /* only the instance asked may answer (section 5.6) */
     }
     reasm_step st;
+    uint64_t size = 0;
+    if (index == 0 && json_get_u64(p, "messageSize", &size) == 0)
+        reasm_make_room(&n->reasm, from, h->source_id, size, superseded, n); /* from is its registered instance (step 4) */
     reasm_feed(&n->reasm, from, h->source_id, h->type, h->flags, p, piece, now_mono_ms(), &st);
     if (st.voided)
         emit_voided(n, from, st.voided_id, st.voided_reason, st.detail);
