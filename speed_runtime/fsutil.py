@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
 import socket
 import stat
 import sys
@@ -112,6 +113,16 @@ def pid_exists(pid: int) -> bool:
 def local_facts() -> HostFacts:
     """This host's facts now, for `core.liveness.judge`."""
     return HostFacts(HOSTNAME, BOOT_ID, boottime(), pid_exists)
+
+
+def descriptor_budget(most: int) -> int:
+    """How many of one kind of descriptor a node keeps open at once (a target's directories, a
+    sender's ledger): at most `most`, and within an eighth of what this process may open, so that
+    the kinds together leave room for inboxes, journals, sockets… under a low `ulimit -n`."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return most
+    return max(1, min(most, soft // 8))
 
 
 def close_quietly(*fds: int) -> None:

@@ -37,7 +37,7 @@ from ..core.liveness import judge
 from ..core.message import message_of
 from ..core.receiving import Verdict
 from ..core.records import DurableTrace
-from ..fsutil import close_quietly, local_facts
+from ..fsutil import close_quietly, descriptor_budget, local_facts
 from ..node.context import ExtensionHost
 from ..node.hooks import Extension, speaks
 from .durable_outbox import MAX_RETRY_SECONDS, WINDOW, Outbox, TargetOutbox, expiry_record, next_retry, receipt_record
@@ -204,7 +204,10 @@ class DurableExtension(Extension):
             os.close(home_fd)
         self.rkey = receipt_key(host.key.raw)
         self.outbox = Outbox(self.home_fd, self.home, host.key, self.syncs, cfg.outbox_limit, cfg.outbox_max_bytes)
-        self.ledgers = Ledgers(self.home_fd, self.home, host.name, self.rkey, self.syncs, cfg.durable_open_ledgers)
+        # (fewer under a low `ulimit -n`: 32 ledgers and 32 receipt targets beside the node's own
+        # descriptors took a receiver of 60 senders past 32 and it lost its lease)
+        self.ledgers = Ledgers(self.home_fd, self.home, host.name, self.rkey, self.syncs,
+                               descriptor_budget(cfg.durable_open_ledgers))
         self.lineage = Lineage(host.root, cfg.uids, MAX_INSTANCES)
         self.instances: frozenset[bytes] = frozenset()
         self.started_ms = 0  # when this instance recorded itself: carried copies arrived before

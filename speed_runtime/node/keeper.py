@@ -22,6 +22,7 @@ from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts
 from ..registry import SUFFIX, check_size
 from ..transport import sweep_orphans, sweep_temporary_homes
 from .context import Lifecycle, NodeContext
+from .telemetry import failure_text
 
 
 # implementation and language (contract §4); its version is `speed --version`, read from the package
@@ -181,7 +182,7 @@ class LeaseKeeper:
                     self._journal()
             except Exception as exc:  # the keeper must outlive any one failure
                 self._telemetry.count("protocolErrors")
-                self._telemetry.problem("renewal_failed", f"registry thread: {type(exc).__name__}: {exc}")
+                self._telemetry.problem("renewal_failed", f"registry thread: {failure_text(exc)}")
 
     def _watch_receiving(self, now: float) -> None:
         receiver = self._receiver

@@ -49,6 +49,7 @@ from .keeper import LeaseKeeper
 from .readahead import ReadAhead
 from .sender import Sender
 from .threads import SerialLanes, WorkerPool, settle
+from .telemetry import failure_text
 from .watched_dir import DirListing
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
@@ -178,7 +179,7 @@ class Receiver:
                     self.last_progress = time.monotonic()
                 except Exception as exc:  # nothing ends this thread: count, report, retry soon
                     self._telemetry.count("protocolErrors")
-                    self._telemetry.problem("receiving_failed", f"cannot receive: {_describe(exc)}")
+                    self._telemetry.problem("receiving_failed", f"cannot receive: {failure_text(exc)}")
                     backoff = min(1.0, backoff * 2 or 0.05)
                     self._abandon_listing()  # (it may be what failed) and events read may be lost
                     self._names.events_lost()
@@ -571,12 +572,6 @@ class Receiver:
         entry = self._monitor.get(sender) or self._monitor.refresh(sender)
         if entry is not None and self._ctx.name in entry.allow:
             self._reply(sender, EnvelopeType.HEARTBEAT, payloads.heartbeat(self._ctx.name, sender, True))
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _nothing(handled: bool, error: BaseException | None) -> None:

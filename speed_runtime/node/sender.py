@@ -16,7 +16,6 @@ keeps a bounded number of descriptors.
 from __future__ import annotations
 
 import os
-import resource
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from ..core.errors import (AccessDeniedError, DeliveryError, NodeLeavingError, N
 from ..core.keys import Key
 from ..core.liveness import EXPIRED, LEAVING, PROCESS_GONE, HostFacts, judge
 from ..core.records import envelope_event
+from ..fsutil import descriptor_budget
 from ..monitor import RegistryMonitor
 from ..transport import DirectoryGone, NameTaken, TargetDirs, deliver, retract
 from .telemetry import Telemetry
@@ -40,11 +40,8 @@ MAX_OPEN_TARGETS = 32
 
 def open_targets_budget() -> int:
     """How many targets may keep their two descriptors open: at most MAX_OPEN_TARGETS, and within
-    a quarter of what this process may open (the rest is for inboxes, journals, sockets…)."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_OPEN_TARGETS
-    return max(1, min(MAX_OPEN_TARGETS, soft // 8))
+    a quarter of what this process may open (two each; the rest is for inboxes, journals, sockets…)."""
+    return descriptor_budget(MAX_OPEN_TARGETS)
 _RESEAL_ATTEMPTS = 8
 _RECHECK_DIRS_SECONDS = 1.0  # how often a link checks that its descriptors still name the target's dirs
 

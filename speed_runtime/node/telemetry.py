@@ -7,7 +7,9 @@ HealthTrace events, so a journal and a console show them too.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import resource
 import threading
 import time
 from typing import Any, Callable
@@ -30,6 +32,20 @@ COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponse
             # the durable extension's (0 on nodes without it)
             "durableStored", "durableDelivered", "durableHandled", "durableDuplicates", "durableReceipts",
             "durableSendErrors", "durableStoreErrors", "fsyncs")
+
+
+def failure_text(exc: BaseException) -> str:
+    """An unexpected failure of one of the node's threads, as the operator reads it: a system
+    error's text and file (with the limit to raise when it is the open-files one), else the
+    exception's type and text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f" ({exc.filename})" if exc.filename else "")
+        if exc.errno == errno.EMFILE:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            may = f" may open {soft}" if soft != resource.RLIM_INFINITY else " reached its limit of open files"
+            text += f": this process{may} (raise it with `ulimit -n`)"
+        return text
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Telemetry:

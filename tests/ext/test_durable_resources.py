@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import signal
+from contextlib import ExitStack
 
 from speed_runtime import Node, load_key
 from speed_runtime.ext.durable_store import verify_receipts
@@ -81,6 +82,32 @@ def test_ten_times_more_durable_senders_than_open_ledgers_under_a_low_descriptor
     assert rx.proc.poll() is None and not any("Too many open files" in line for line in rx.stderr)
     reports = verify_receipts(droot, load_key(dkey).raw, "rx")
     assert len(reports) == 80 and all(r.ok and r.count == 2 for _, r in reports)
+
+
+def test_a_durable_receiver_under_a_low_descriptor_limit_keeps_its_lease_with_many_senders_at_once(
+        droot, dkey, dprocs):
+    """`ulimit -n 32`, 40 senders at once, the default bound of open ledgers (32): beside its own
+    descriptors, 32 ledgers and its receipt targets took the receiver past its limit ("registry
+    thread: OSError: [Errno 24] Too many open files"), it lost its lease and stopped. Its open
+    ledgers are fewer under a low limit now (an eighth of it, as the targets' directories)."""
+    senders = [f"c{i:02d}" for i in range(40)]
+    rx = dprocs.start("rx", allow=senders, echo=True, extra=["--durable"],
+                      preexec_fn=limited(resource.RLIMIT_NOFILE, 32))     # ulimit -n 32
+    pid, most = rx.proc.pid, [0, 0]
+    with ExitStack() as started:
+        nodes = [started.enter_context(Node(droot, dkey, name, allow=["rx"], durable=True)) for name in senders]
+        for node in nodes:
+            for n in range(3):
+                node.send("rx", [node.name, n], durable=True)
+
+        def done() -> bool:
+            most[0] = max(most[0], len(ledger_descriptors(pid)))
+            most[1] = max(most[1], len(os.listdir(f"/proc/{pid}/fd")))
+            return not any(node.extension("durable").outbox_items() for node in nodes)
+        wait_until(done, 120, "every durable message receipted")
+    assert sorted(tuple(m["data"]) for m in lines(rx, 120)) == sorted((s, n) for s in senders for n in range(3))
+    assert rx.proc.poll() is None and most[0] <= 32 // 8 + 1 and most[1] < 32, most
+    assert not any("Too many open files" in line or "lease" in line for line in rx.stderr), rx.stderr
 
 
 def test_the_speed_command_bounds_a_receivers_open_ledgers_with_an_option(droot, dkey, dprocs):

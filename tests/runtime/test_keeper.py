@@ -108,3 +108,17 @@ def test_a_lease_taken_over_is_the_nodes_lease_lost_path(tmp_path):
     keeper, telemetry, lifecycle = make_keeper(tmp_path, registry=FailingRegistry(lost))
     assert keeper.publish() is False
     assert lifecycle.lost == [lost] and telemetry.counts == {}
+
+
+def test_a_threads_failure_is_one_sentence_naming_the_limit_to_raise_when_it_is_open_files():
+    """A node thread's unexpected failure as the operator reads it: the registry thread printed
+    `OSError: [Errno 24] Too many open files: '…/speed_registry'` when a receiver ran out."""
+    import errno
+    import resource
+
+    from speed_runtime.node.telemetry import failure_text
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    text = failure_text(OSError(errno.EMFILE, "Too many open files", "/r/speed_registry"))
+    assert text == f"Too many open files (/r/speed_registry): this process may open {soft} (raise it with `ulimit -n`)"
+    assert failure_text(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    assert failure_text(ValueError("x")) == "ValueError: x"
