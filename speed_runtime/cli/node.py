@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
     add_durable_on_tmpfs(p)
     p.add_argument("--durable-open-ledgers", type=int, default=None, metavar="N",
                    help="with --durable: senders' ledger logs kept open at once, the least recently used closed "
-                        "first (default 32; bounds the descriptors whatever the number of senders)")
+                        "first (default 32, and at most an eighth of `ulimit -n`; bounds the descriptors whatever "
+                        "the number of senders)")
     p.add_argument("--lease", type=seconds, default=30.0, metavar="SECONDS", help="lease duration (default 30)")
     p.add_argument("--heartbeat", type=seconds, default=5.0, metavar="SECONDS",
                    help="renewal interval (default 5)")
