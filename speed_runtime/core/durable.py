@@ -368,13 +368,15 @@ def ledger_line(kind: str, obj: dict) -> bytes:
     return (json.dumps({kind: obj}, separators=(",", ":")) + "\n").encode()
 
 
-def replay_ledger(lines: Iterable[bytes], receiver: str, sender: str) -> dict[str, StreamLedger]:
+def replay_ledger(lines: Iterable[bytes], receiver: str, sender: str,
+                  damaged: list[int] | None = None) -> dict[str, StreamLedger]:
     """Rebuild a sender's stream ledgers from its ledger log (claims, receipts, checkpoints), in the
     order the receiver wrote them: each receipt's `base` (of the copy it answered) is applied
     before the receipt, as when it was committed. Lines that are not records (a torn last line)
-    are skipped; streams beyond MAX_STREAMS are not kept."""
+    are skipped, their numbers (from 1) appended to `damaged`; streams beyond MAX_STREAMS are not
+    kept."""
     out: dict[str, StreamLedger] = {}
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
             kind, obj = next(iter(rec.items()))
@@ -400,7 +402,8 @@ def replay_ledger(lines: Iterable[bytes], receiver: str, sender: str) -> dict[st
                         ledger.runs.append([low, high])
                 ledger.runs.sort()
         except (ValueError, TypeError, KeyError, AttributeError, StopIteration, EnvelopeError):
-            continue
+            if damaged is not None:
+                damaged.append(number)
     return out
 
 

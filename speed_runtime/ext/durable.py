@@ -95,7 +95,15 @@ class Ledgers:
                 book.users += 1
         if book is None:  # a sender's lane is serial: nobody else opens this one meanwhile
             log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs, self.path)
-            book = SenderLedger(sender, log_, replay_ledger(log_.lines, self.name, sender))
+            damaged: list[int] = []
+            streams = replay_ledger(log_.lines, self.name, sender, damaged)
+            if damaged:  # its torn last line was cut when opened: every line left was written whole
+                log_.close()
+                raise StoreError(errno.EBADMSG, f"{log_.path} is damaged: line {damaged[0]}"
+                                 f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''} is not a "
+                                 "record this node wrote (mend the file, or remove it: then what it held is "
+                                 "forgotten, and messages it receipted may be handled again)")
+            book = SenderLedger(sender, log_, streams)
             log_.lines = []
             book.users = 1
             with self._lock:

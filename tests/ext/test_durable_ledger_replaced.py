@@ -103,3 +103,47 @@ def test_a_ledger_replaced_while_open_then_cleared_starts_again_after_the_restar
     # a new ledger: its chain starts again (the operator was told), the floor from the sender's base
     assert reports["ledger of rx"].ok and reports["ledger of rx"].count == 1
     assert not reports["stored by tx"].ok and reports["stored by tx"].first_break == 1
+
+
+@pytest.mark.parametrize("damage", [b"\0", b"x"])
+def test_a_ledger_damaged_in_its_middle_is_refused_aloud_and_taken_again_once_mended(droot, dkey, base, damage,
+                                                                                    caplog):
+    """A line in the middle of a ledger overwritten (a stray write, a bad block: NUL bytes, or
+    bytes that are no record) was skipped without a word: the floor and receipts it held were
+    lost, and messages receipted there could be handled again. Only a torn last line is what a
+    crash leaves (cut when the ledger is opened); any other line that is no record is damage,
+    refused aloud: the sender's messages wait in its outbox until the operator mends the ledger."""
+    ledger = os.path.join(droot, "rx", "durable", "ledger", "tx.log")
+    handled: list = []
+    health: list = []
+    with Node(droot, dkey, "tx", allow=["rx"], durable=True, durable_retry_seconds=0.2) as tx:
+        rx = receiver(droot, dkey, handled, health)
+        try:
+            for n in range(4):
+                assert tx.send("rx", n, durable=True, confirm=True, timeout=20) == n + 1
+        finally:
+            rx.close()
+        with open(ledger, "rb") as f:
+            lines = f.read().split(b"\n")
+        lines[2] = damage * len(lines[2])                                # the third line, its length kept
+        with open(ledger, "wb") as f:
+            f.write(b"\n".join(lines))
+        rx = receiver(droot, dkey, handled, health)
+        try:
+            with caplog.at_level("WARNING", logger="speed_runtime"):
+                after = tx.send("rx", "after", durable=True)
+                wait_until(lambda: any(e.event == "durable_store_failed" for e in health), 20, "the store failure")
+            detail = next(e.detail for e in health if e.event == "durable_store_failed")
+            assert f"{ledger} is damaged: line 3 is not a record this node wrote" in detail, detail
+            assert any(detail in r.getMessage() for r in caplog.records)   # the line on stderr
+            assert [i["id"] for i in tx.extension("durable").outbox_items()] == [after]
+            assert [d for d, _ in handled] == [0, 1, 2, 3]
+        finally:
+            rx.close()
+        os.unlink(ledger)                                 # mended: the operator removed it
+        rx = receiver(droot, dkey, handled, health)
+        try:
+            wait_until(lambda: not tx.extension("durable").outbox_items(), 30, "the message's receipt")
+        finally:
+            rx.close()
+    assert [d for d, _ in handled] == [0, 1, 2, 3, "after"]
