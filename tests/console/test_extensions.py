@@ -110,6 +110,17 @@ async def test_security_view_shows_scores_states_sparklines_and_reasons(fixture_
         assert mallory[:4] == ("billing", "mallory", "-", "no score") and mallory[5] == "1"
         detail = view.query_one("#security-detail").render().plain
         assert "quarantined  score 100" in detail and "does not trust its operator key" in detail
+        # rejections that never count (bad_tag: not authenticated) at a receiver that keeps scores:
+        # it said the receiver "does not enable quota" and asked whether it runs with --trace
+        from speedtui.models.security import ThreatRow
+        view.rows.append(ThreatRow("gateway", "stranger", None, "", ("bad_tag",), (0,) * 29 + (4,), 4, "journal"))
+        view.show_detail(("gateway", "stranger"))
+        detail = view.query_one("#security-detail").render().plain
+        assert "no threat score: none of these rejections counts against stranger" in detail, detail
+        assert "none of them was scored" in detail and "--trace" not in detail and "does not enable" not in detail
+        view.show_detail(("billing", "mallory"))
+        assert "billing keeps no threat score (it does not enable quota)" in \
+            view.query_one("#security-detail").render().plain
         await pilot.press("l")  # gateway is not the console's node, nor trusts a key: one sentence, nothing sent
         await wait_for(pilot, lambda: any("nor one that trusts its operator key" in n and "--operator" in n
                                           for n in notes), what="the sentence")

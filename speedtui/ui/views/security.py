@@ -88,8 +88,15 @@ class SecurityView(Vertical):
             out.append("select a row: its threat events from the receiver's journal", style="dim")
         else:
             out.append(f"{t.sender} at {t.receiver}: ", style="bold")
-            out.append(f"score {t.score:.0f}, {t.state}" if t.score is not None else
-                       f"{t.receiver} keeps no threat score (it does not enable quota)")
+            row = self.state.registry.by_name().get(t.receiver)
+            scoring = row is not None and "quota" in row.features
+            if t.score is not None:
+                out.append(f"score {t.score:.0f}, {t.state}")
+            elif scoring:  # (it keeps scores: these rejections are of kinds that never count)
+                out.append(f"no threat score: none of these rejections counts against {t.sender} (an envelope "
+                           "that did not authenticate as it, or a grant missing, is never scored)")
+            else:
+                out.append(f"{t.receiver} keeps no threat score (it does not enable quota)")
             out.append(f" · from its {'registry entry' if t.source == 'registry' else 'journal'}", style="dim")
             events = [r for r in self.state.traces.threats if r.node == t.receiver and r.peer == t.sender]
             for r in events[-HISTORY_LINES:]:
@@ -97,7 +104,9 @@ class SecurityView(Vertical):
                            + (f"  {r.reason}" if r.reason else ""),
                            style="bold red" if r.event == "quarantined" else "")
             if not events:
-                out.append("\n  no threat records journaled (does the receiver run with --trace?)", style="dim")
+                out.append("\n  no threat records journaled" + (
+                    " (its rejections are: none of them was scored)" if t.rejections and scoring else
+                    "" if t.rejections else " (does the receiver run with --trace?)"), style="dim")
             if t.quarantined and t.receiver in self.state.administered():
                 out.append(f"\n  l lifts it with a control request ({t.receiver} trusts this console's operator key)",
                            style="yellow")
