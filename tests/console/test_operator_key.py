@@ -153,6 +153,10 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
                        what="the sentence")
         assert f"--operator {op.public_text}" in str(app.screen.query_one("#call-check").render())
         assert not app.screen.query_one("#call-grants").display
+        # no box to tick, so no line asks for one (they did: 'tick "grant first"', 'unless granted first')
+        check = str(app.screen.query_one("#call-check").render())
+        assert 'tick "grant first"' not in check and "unless granted first" not in check, check
+        assert "✗ refused (a grant it needs cannot be made from here)" in check
         await pilot.press("escape")
 
         await pilot.press("m")

@@ -94,9 +94,13 @@ class GrantOffer:
         for node, peer in missing:
             if ticked:
                 t.append(f"✓ {node} will allow {peer} first (grant first)\n", style="green")
-            elif node in self.changeable:
+            elif node in self.changeable and can:
                 t.append(f"○ {node} does not allow {peer}: tick \"grant first\" to allow it (operator key or "
                          "the console's node)\n", style="yellow")
+            elif node in self.changeable:  # (no offer: another grant it needs cannot be made from here)
+                blocked = ", ".join(sorted({n for n, _ in missing if n not in self.changeable}))
+                t.append(f"○ {node} does not allow {peer}: the console could grant that, but not what {blocked} "
+                         "lacks (above)\n", style="yellow")
             else:
                 why = self.cannot_change(node, peer) if self.cannot_change else f"{node} cannot be changed from here"
                 t.append(f"✗ {node} does not allow {peer}: {why}\n", style="red")
@@ -217,8 +221,10 @@ class CallScreen(GrantOffer, ModalScreen[None]):
                 t.append(f"✗ {p}\n", style="red")
         else:
             # without the grants the call is refused (ACCESS_DENIED): not "ready" beside a missing one
-            t.append("✓ ready: " if granted else "○ refused unless granted first: ",
-                     style="green" if granted else "yellow")
+            offered = self.query_one("#call-grants").display
+            t.append("✓ ready: " if granted else "○ refused unless granted first: " if offered else
+                     "✗ refused (a grant it needs cannot be made from here): ",
+                     style="green" if granted else "yellow" if offered else "red")
             t.append(speed_call_command(v["target"], v["service"], v["arguments"], v["caller"], self.root,
                                         self.key_path, v["timeout"]), style="dim")
         self.query_one("#call-check", Static).update(t)
