@@ -13,6 +13,8 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 from speed_runtime.control import OperatorKey, default_operator_key_path, generate_operator_key, load_operator_key
@@ -92,6 +94,7 @@ class ControlRequests:
         self.audit = audit
         self.describe = describe  # a failure in the console's words
         self._client: Any = None
+        self._closed = False
         self._lock = threading.Lock()
         self._on_their_way = 0  # requests not yet audited (close waits for them)
         self._audited = threading.Condition(self._lock)
@@ -102,14 +105,28 @@ class ControlRequests:
         return (f"{where}no operator key is loaded{why}: create one with `speed operator keygen`, start nodes "
                 "with `speed node ... --operator PUBLIC-KEY` and run `speedtui --operator-key PATH`")
 
-    def _operator(self) -> Any:
+    @contextmanager
+    def _operator(self) -> Iterator[Any]:
+        """The requester, started on the first request. After `close` (a revoke the console makes
+        on its way out, when a call's worker ends after it) a requester of its own, closed once
+        its request is done: one started then was never closed, and its registry entry stayed,
+        stale, for every console that quit during such a call."""
         from speed_runtime.control import Operator
 
+        def started() -> Any:
+            return Operator(str(self.root), self.env_key.runtime_key or str(self.env_key.path), self.choice.key)
         with self._lock:
-            if self._client is None:
-                self._client = Operator(str(self.root), self.env_key.runtime_key or str(self.env_key.path),
-                                        self.choice.key)
-            return self._client
+            if not self._closed and self._client is None:
+                self._client = started()
+            client = None if self._closed else self._client
+        if client is not None:
+            yield client
+            return
+        client = started()
+        try:
+            yield client
+        finally:
+            client.close()
 
     def request(self, command: str, target: str, peer: str | None) -> dict[str, Any]:
         """``speed allow|revoke|stop|lift``, audited with that command line (its result, or its
@@ -135,13 +152,13 @@ class ControlRequests:
     def _request(self, command: str, target: str, peer: str | None, verb: str, detail: str,
                  cmd: str) -> dict[str, Any]:
         try:
-            op = self._operator()
-            if command == "stop":
-                result = op.stop(target, wait=True)
-            elif command == "lift":
-                result = op.lift(target, peer)
-            else:
-                result = (op.allow if command == "allow" else op.revoke)(target, peer)
+            with self._operator() as op:
+                if command == "stop":
+                    result = op.stop(target, wait=True)
+                elif command == "lift":
+                    result = op.lift(target, peer)
+                else:
+                    result = (op.allow if command == "allow" else op.revoke)(target, peer)
         except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
             msg = self.describe(exc)
             self.audit.note(verb, detail, cmd, ok=False, result=msg)
@@ -162,7 +179,7 @@ class ControlRequests:
         Operator.close: not applied after the console is gone) and fails with what the withdrawal
         found, which is audited before this returns (at most `wait` seconds more)."""
         with self._lock:
-            client, self._client = self._client, None
+            client, self._client, self._closed = self._client, None, True
         if client is not None:
             client.close()
         with self._lock:

@@ -4,6 +4,7 @@ a real ActionService on a real ROOT, with live runtime Nodes in this process."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Callable
 
 import pytest
@@ -226,7 +227,7 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
         class Unanswering:
             def allow(self, target, peer):
                 raise ControlTimeoutError("no answer", withdrawn=withdrawn)
-        requests._operator = Unanswering  # the runtime's Operator, as it fails
+        requests._operator = lambda: nullcontext(Unanswering())  # the runtime's Operator, as it fails
         try:
             requests.request("allow", "billing", "ops")
         except ActionError as exc:

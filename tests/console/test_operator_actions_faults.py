@@ -157,3 +157,25 @@ async def test_a_requester_that_lost_its_lease_is_replaced_on_the_next_request(p
         assert allow_of(root, "billing") == ["reports"]
         now = [p.name for p in (Path(root) / "speed_registry").glob("speed-cli-*.node")]
         assert len(now) == 1 and now != requesters  # a new requester node
+
+
+def test_a_request_made_after_the_console_closed_its_requester_leaves_no_entry(procs, root, key_path, tmp_path):
+    """Quitting during a call with "revoke afterwards": the call's worker ends after the console
+    closed its requester, and the revoke it makes on the way out started another requester that
+    nothing closed: its entry stayed in the registry, stale, after every such quit. The revoke is
+    still made, by a requester closed as soon as it is done."""
+    from speedtui.services.operator import ControlRequests, OperatorChoice
+
+    op_path = tmp_path / "operator.key"
+    op = generate_operator_key(op_path)
+    procs.start("billing", trace=True, extra=["--operator", op.public_text])
+    paths = Paths(tmp_path / "config", tmp_path / "data")
+    requests = ControlRequests(Path(root), rt.load_key(key_path), OperatorChoice(key=op, path=op_path),
+                               AuditLog(paths.audit_log(Path(root))), str)
+    assert requests.request("allow", "billing", "gateway")["allow"] == ["gateway"]
+    requesters = lambda: sorted(p.name for p in (Path(root) / "speed_registry").glob("speed-cli-*.node"))  # noqa: E731
+    assert len(requesters()) == 1
+    requests.close()
+    assert requesters() == []
+    assert requests.request("revoke", "billing", "gateway")["allow"] == []    # on the way out
+    assert requesters() == [] and allow_of(root, "billing") == []
