@@ -30,7 +30,8 @@ from .hooks import Outbound
 from ..core import payloads
 from ..core.entry import RegistryEntry
 from ..core.envelope import FLAG_ACK_REQUESTED, EnvelopeType
-from ..core.errors import ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError, PayloadTooLargeError
+from ..core.errors import (AccessDeniedError, ConfigError, DeliveryTimeoutError, LeaseLostError, NodeClosedError,
+                           PayloadTooLargeError)
 from ..core.keys import Key
 from ..core.message import Message
 from ..core.names import validate_name
@@ -296,6 +297,11 @@ class Node:
         if not confirm:
             return self.deliver_payload(Outbound(target, EnvelopeType.MESSAGE, payload, wait=wait))
         entry = self.sender.live_entry(target)
+        self.sender.check_grant(target, entry)
+        if target not in self.access:  # as a call's and a reliable send's: else sent, handled, and "not acknowledged"
+            raise AccessDeniedError(f"{self.name} does not allow {target}, so its acknowledgement could not come "
+                                    f"back; grant it on {self.name} (allow {target}) first, or send without "
+                                    "confirm", missing=(self.name, target))
         waiter: Future = Future()
         seq = self.deliver_payload(Outbound(
             target, EnvelopeType.MESSAGE, payload, FLAG_ACK_REQUESTED, entry, wait=wait,

@@ -164,7 +164,14 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
         app.screen.query_one("#snd-to").value = "billing"
         app.screen.query_one("#snd-data").value = '{"hello": "billing"}'
         await wait_for(pilot, lambda: app.screen.query_one("#snd-grants").display, what="the grant offer")
+        check = str(app.screen.query_one("#snd-check").render())
+        # a plain message needs no answer: the grant back was asked for (revoke afterwards is ticked
+        # by default, and counted alone)
+        assert f"billing does not allow {me}" in check and f"{me} does not allow billing" not in check, check
         app.screen.query_one("#snd-grant").value = True
+        # a revoke follows the grant now: the send waits for its ACK, which needs the grant back
+        await wait_for(pilot, lambda: f"{me} will allow billing first" in str(app.screen.query_one("#snd-check").render()),
+                       what="the answer's grant with the revoke after")
         await pilot.click("#snd-go")
         # wait inside the event loop (the dialog's callback starts the worker): then read billing's output
         await wait_for(pilot, lambda: "send" in [a for a, _, _ in audit_commands(paths, root)], what="the send")

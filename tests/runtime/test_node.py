@@ -117,6 +117,21 @@ def test_confirmed_send_returns_after_the_handler_ran(pair):
     assert handled[-1] == b"\x00raw"
 
 
+def test_a_confirmed_send_whose_acknowledgement_could_not_come_back_is_refused_before_anything(pair):
+    """As a call's: the sender that does not allow its target would refuse the ACK; the message
+    was sent, handled, and reported "not acknowledged (it may still be handled)"."""
+    a, b = pair
+    handled = []
+    b.on_message(handled.append)
+    a.revoke("callee")
+    with pytest.raises(AccessDeniedError, match="so its acknowledgement could not come back") as info:
+        a.send("callee", {"n": 1}, confirm=True, timeout=2)
+    assert info.value.missing == ("caller", "callee")
+    assert a.send("callee", {"n": 2}) == 1                  # unconfirmed: nothing has to come back
+    wait_until(lambda: handled, 10, "the unconfirmed message")
+    assert [m.data for m in handled] == [{"n": 2}]
+
+
 def test_confirmed_send_reports_a_failing_handler(pair):
     a, b = pair
     b.on_message(lambda m: 1 / 0)

@@ -338,8 +338,10 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
 
     def missing(self) -> list[tuple[str, str]]:
         sender, to, _, _ = self._values()
-        # with a revoke to follow, the console waits for the ACK (the answer needs the reverse grant)
-        answer = self.query_one("#snd-confirm", Checkbox).value or self.query_one("#snd-revoke", Checkbox).value
+        # with a revoke to follow a grant, the console waits for the ACK (the answer needs the reverse
+        # grant); a plain message needs none ("revoke afterwards" is ticked by default, alone it asks nothing)
+        answer = self.query_one("#snd-confirm", Checkbox).value or (
+            self.query_one("#snd-grant", Checkbox).value and self.query_one("#snd-revoke", Checkbox).value)
         return grants_missing(self.graph, sender, to, answer=answer)
 
     def on_mount(self) -> None:
