@@ -237,6 +237,8 @@ class SpeedApp(App):
         vid = self.active_view()
         if registry or vid in ("traces", "replay", "security"):
             self.view_widget(vid).refresh_view()
+        if registry:
+            self.controller.calls.follow_registry()
         self.update_header()
 
     def show_banner(self, text: str) -> None:

@@ -326,3 +326,30 @@ async def test_security_lifts_a_quarantine_at_a_node_trusting_the_key(procs, roo
     lifts = [(e.action, e.command, e.ok) for e in AuditLog(paths.audit_log(Path(root))).entries() if e.action == "lift"]
     assert lifts and lifts[-1][2] and f"speed lift guard mallory --dir {root}" in lifts[-1][1]
     assert ("lift", {"sender": "mallory"}, "applied") in control_records(root, "guard")
+
+
+@run_async
+async def test_an_open_call_dialogs_checks_follow_the_registry(procs, root, key_path, tmp_path):
+    """The target restarted with the grant while the call dialog was open: the dialog still said it
+    was missing, and Call then failed on the grant back, which it offered no box for."""
+    op_path = tmp_path / "operator.key"
+    generate_operator_key(op_path)
+    me = console_node_name()
+    plain = procs.start("plain", services=["echo"], trace=True)
+    paths, app = operator_app(root, key_path, tmp_path, op_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "plain" in app.registry.by_name(), what="plain")
+        await pilot.press("F")
+        await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
+        await pilot.click("#start-console-node")
+        await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.own == [me],
+                       what="the call dialog with the console node")
+        app.screen.query_one("#call-target").value = "plain"
+        app.screen.query_one("#call-service").value = "echo"
+        check = lambda: str(app.screen.query_one("#call-check").render())  # noqa: E731
+        await wait_for(pilot, lambda: f"plain does not allow {me}" in check(), what="the missing grant")
+        plain.stop()
+        procs.start("plain", services=["echo"], trace=True, extra=["--allow", me])
+        await wait_for(pilot, lambda: f"plain does not allow {me}" not in check(), timeout=30,
+                       what="the check following the registry")
+        assert isinstance(app.screen, CallScreen)

@@ -17,7 +17,7 @@ from ...models.traces import TraceRecord
 from ...services import runtime as rt
 from ...services.actions import ActionError
 from .. import messages as msg
-from ..screens.calls import CallScreen, SendScreen
+from ..screens.calls import CallScreen, GrantOffer, SendScreen
 from ..state import ConsoleState
 from .runner import ActionRunner
 
@@ -117,6 +117,12 @@ class CallActions:
                       "the `speed call` line")
             return
         self.open(caller, target, service, args)
+
+    def follow_registry(self) -> None:
+        """An open call or message dialog's checks follow the registry."""
+        screen = self.port.screen
+        if isinstance(screen, GrantOffer):
+            screen.follow_registry(self.state.graph())
 
     def send(self, to: str = "", data: str | None = None) -> None:
         """The send dialog, to ``to`` (the highlighted node), with ``data`` (the text as typed) when

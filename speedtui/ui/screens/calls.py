@@ -69,6 +69,11 @@ def grants_missing(graph: AccessGraph, caller: str | None, target: str, answer: 
     return out
 
 
+def _grants_of(graph: AccessGraph) -> dict[str, tuple]:
+    """What the dialogs' checks read of each node: its grants, services and operators."""
+    return {name: (row.allow, row.services, row.operators) for name, row in graph.nodes.items()}
+
+
 class GrantOffer:
     """The part of the call and message dialogs that offers to grant first (and revoke after)."""
 
@@ -105,6 +110,19 @@ class GrantOffer:
                 why = self.cannot_change(node, peer) if self.cannot_change else f"{node} cannot be changed from here"
                 t.append(f"✗ {node} does not allow {peer}: {why}\n", style="red")
         return not missing or ticked
+
+    def follow_registry(self, graph: AccessGraph) -> None:
+        """The registry changed while the dialog is open: its checks follow (a grant made
+        meanwhile, or a target restarted with it, was still said to be missing)."""
+        if _grants_of(graph) != _grants_of(self.graph):
+            self.graph = graph
+            try:
+                self.recheck()
+            except NoMatches:  # the dialog is closing
+                pass
+
+    def recheck(self) -> None:  # pragma: no cover - each dialog's own
+        raise NotImplementedError
 
     def offer_choice(self, missing: list[tuple[str, str]]) -> tuple[bool, bool]:
         if not missing or not self.query_one(f"#{self.prefix}-grants").display:
@@ -190,6 +208,10 @@ class CallScreen(GrantOffer, ModalScreen[None]):
                     target=self.query_one("#call-target", Input).value.strip(),
                     service=self.query_one("#call-service", Input).value.strip(),
                     arguments=args, args_error=err, timeout=timeout)
+
+    def recheck(self) -> None:
+        self._update_services()
+        self._check()
 
     def _update_services(self) -> None:
         target = self.query_one("#call-target", Input).value.strip()
@@ -361,6 +383,9 @@ class SendScreen(GrantOffer, ModalScreen[tuple[str, str, Any, bool, bool, bool] 
         except ValueError as exc:
             data, err = None, f"data is not valid JSON: {exc}"
         return sender, to, data, err
+
+    def recheck(self) -> None:
+        self._changed()
 
     @on(Input.Changed)
     @on(Select.Changed)
