@@ -160,10 +160,10 @@ class Moment:
 
 def _subject_events(lifecycle: Sequence[TraceRecord], at: float) -> tuple[dict[str, TraceRecord], dict[str, TraceRecord],
                                                                         dict[str, TraceRecord], set[str]]:
-    """At or before ``at``: the newest lease record about each subject, the newest health record
-    of each node, the newest record each node wrote about another (it was running then); and
-    every name the records mention."""
-    lease: dict[str, TraceRecord] = {}
+    """At or before ``at``: the lease record each subject's state dates from (`_state_began`), the
+    newest health record of each node, the newest record each node wrote about another (it was
+    running then); and every name the records mention."""
+    about: dict[str, list[TraceRecord]] = {}
     health: dict[str, TraceRecord] = {}
     wrote: dict[str, TraceRecord] = {}
     names: set[str] = set()
@@ -173,13 +173,33 @@ def _subject_events(lifecycle: Sequence[TraceRecord], at: float) -> tuple[dict[s
         if r.ts > at:
             continue
         if r.kind == "lease" and r.event in LEASE_STATE:
-            _newest(lease, r.subject, r)
+            about.setdefault(r.subject, []).append(r)
             if r.node != r.subject:
                 _newest(wrote, r.node, r)
         elif r.kind == "health":
             _newest(health, r.node, r)
             _newest(wrote, r.node, r)
+    lease = {subject: began for subject, records in about.items() if (began := _state_began(records)) is not None}
     return lease, health, wrote, names
+
+
+def _state_began(records: list[TraceRecord]) -> TraceRecord | None:
+    """The record a subject's state dates from, its lease records folded oldest first: a record
+    that says the state it is in already changes nothing (a peer started later journals
+    `observed_join` of every node it finds: an online node's "since" moved to that moment), and a
+    peer's `observed_join` does not bring back an instance that journaled its own departure — only
+    its own `registered` does (a peer may find the entry a node left behind)."""
+    began: TraceRecord | None = None
+    departed = False
+    for r in sorted(records, key=lambda r: r.ts):
+        state, own = LEASE_STATE[r.event], r.node == r.subject
+        if own:
+            departed = state in (LEFT, STALE)
+        elif state == ONLINE and departed:
+            continue
+        if began is None or LEASE_STATE[began.event] != state:
+            began = r
+    return began
 
 
 def _newest(into: dict[str, TraceRecord], key: str, r: TraceRecord) -> None:

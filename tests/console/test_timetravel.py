@@ -62,6 +62,27 @@ def test_each_node_takes_the_state_its_newest_lease_record_gives():
     assert early["a"].allow is None  # and no scan: grants unknown
 
 
+def test_a_peer_that_starts_later_moves_no_since_and_revives_no_node_that_left():
+    """A peer that starts journals `observed_join` of every entry it finds: an online node's
+    "since" moved to that moment, and a node that had left by its own word (its entry found
+    behind, or found by a slow scan) was online again, for minutes, by that later record."""
+    life = [
+        lease(T0 + 0, "billing", "billing", "registered"),
+        lease(T0 + 10, "cli", "cli", "registered"),
+        lease(T0 + 11, "cli", "cli", "deregistered"),
+        lease(T0 + 60, "sleeper", "sleeper", "registered"),
+        lease(T0 + 61, "sleeper", "billing", "observed_join"),
+        lease(T0 + 61, "sleeper", "cli", "observed_join"),
+    ]
+    at = by_name(reconstruct(T0 + 120, life, []))
+    assert at["billing"].state == ONLINE and at["billing"].since == T0 and at["billing"].evidence == "registered (itself)"
+    assert at["cli"].state == LEFT and at["cli"].since == T0 + 11
+    again = life + [lease(T0 + 90, "cli", "cli", "registered")]     # its own word brings it back
+    assert by_name(reconstruct(T0 + 120, again, []))["cli"].state == ONLINE
+    quiet = [lease(T0 + 5, "gw", "untraced", "observed_leave"), lease(T0 + 50, "gw", "untraced", "observed_join")]
+    assert by_name(reconstruct(T0 + 120, quiet, []))["untraced"].state == ONLINE   # peers' word alone: as before
+
+
 def test_grants_come_from_the_newest_registry_scan_at_or_before_the_moment():
     h = RegistryHistory()
     h.observe(T0 + 10, [row("a", T0 + 10, allow=["b"]), row("b", T0 + 10)])
