@@ -24,8 +24,8 @@ from typing import Iterator
 
 from .core import accel
 from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
-from .core.errors import (BadEntryError, DirectoryError, EntryTooLargeError, LeaseLostError, NameInUseError,
-                          RegistryLockError)
+from .core.errors import (BadEntryError, DirectoryError, EntryTooLargeError, EntryUnreadableError, LeaseLostError,
+                          NameInUseError, RegistryLockError)
 from .core.liveness import HostFacts, judge
 from .fsutil import REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root, read_regular
 
@@ -175,7 +175,7 @@ class Registry:
                 "too_large": f"is larger than {MAX_ENTRY_BYTES} bytes"}.get(exc.reason, f"cannot be read: {exc.detail}")
             ) from None
         except OSError as exc:
-            raise BadEntryError(f"registry entry {name} cannot be opened: {exc.strerror}") from None
+            raise EntryUnreadableError(f"registry entry {name} cannot be opened: {exc.strerror}", exc.errno) from None
         entry = RegistryEntry.from_json(data)
         if entry.name != name:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")
@@ -263,6 +263,8 @@ class Registry:
         with self.locked():
             try:
                 current = self.read(entry.name)
+            except EntryUnreadableError as exc:  # not known to be free: a live node's, maybe
+                raise OSError(exc.errno, str(exc)) from None
             except BadEntryError:
                 current, reclaim = None, True
             else:
@@ -279,6 +281,9 @@ class Registry:
         with self.locked():
             try:
                 current = self.read(entry.name)
+            except EntryUnreadableError as exc:  # a failed renewal (retried), not a lease lost:
+                # one second of a registry at mode 000, or of EMFILE, stopped every node for good
+                raise OSError(exc.errno, f"its entry cannot be read ({os.strerror(exc.errno or 0)})") from None
             except BadEntryError:
                 current = None
             if current is None or current.id != entry.id:
@@ -303,6 +308,8 @@ class Registry:
         with self.locked():
             try:
                 current = self.read(name)
+            except EntryUnreadableError:
+                return False  # what could not be read may be a live node's
             except BadEntryError:
                 self._remove(name)
                 return True

@@ -116,6 +116,16 @@ class BadEntryError(SpeedError):
     """A registry entry cannot be parsed; readers treat it as stale and report it."""
 
 
+class EntryUnreadableError(BadEntryError):
+    """The system refused to open a registry entry (`errno`: EACCES, EMFILE, EIO…): nothing is
+    known of its content. Readers report it as a bad entry; nothing that owns, takes or removes an
+    entry acts on it (a renewal fails and is retried, a reap leaves the entry alone)."""
+
+    def __init__(self, message: str, errno: int | None):
+        super().__init__(message)
+        self.errno = errno
+
+
 class EnvelopeError(SpeedError):
     """An envelope or inbox file was rejected; `reason` is a trace reason of contract §8."""
 

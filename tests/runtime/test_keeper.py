@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
+
+import pytest
 
 from speed_runtime.core.errors import LeaseLostError
 from speed_runtime.core.keys import Key
@@ -101,6 +104,37 @@ def test_a_renewal_that_cannot_be_written_is_shown_and_the_node_goes_on(tmp_path
     assert telemetry.counts == {"registryWriteErrors": 1}
     assert telemetry.problems == [("renewal_failed", "cannot renew its lease: No space left on device")]
     assert lifecycle.lost == []
+
+
+def test_an_entry_the_system_will_not_let_it_read_is_a_failed_renewal_not_a_lost_lease(tmp_path, monkeypatch):
+    """A second of the registry at mode 000, or of EMFILE: reading its own entry failed, was taken
+    for "the entry now belongs to nobody", and every node stopped for good. Now a renewal that
+    cannot read the entry fails and is retried; and a reap or a registration never acts on an
+    entry it could not read (it may be a live node's)."""
+    import errno
+
+    from speed_runtime import registry as registry_module
+    from speed_runtime.core.errors import NameInUseError
+
+    keeper, telemetry, lifecycle = make_keeper(tmp_path)
+    assert keeper.register(time.time()) is False
+    registry = Registry(str(tmp_path), create=False)
+    real = registry_module.read_regular
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+    monkeypatch.setattr(registry_module, "read_regular", refused)
+    assert keeper.publish() is False
+    assert lifecycle.lost == [] and telemetry.counts == {"registryWriteErrors": 1}
+    assert telemetry.problems == [("renewal_failed", "cannot renew its lease: its entry cannot be read "
+                                                     "(Permission denied)")]
+    assert registry.reap("a", time.time() + 3600) is False                  # never removed unread
+    with pytest.raises(OSError, match="cannot be opened: Permission denied"):
+        registry.register(replace(keeper.entry(time.time(), "online"), id=str(uuid.UUID(int=2))), time.time())
+    monkeypatch.setattr(registry_module, "read_regular", real)
+    assert keeper.publish() is True and registry.read("a").id == str(ID)    # renewed once it can read again
+    with pytest.raises(NameInUseError):
+        registry.register(replace(keeper.entry(time.time(), "online"), id=str(uuid.UUID(int=2))), time.time())
 
 
 def test_a_lease_taken_over_is_the_nodes_lease_lost_path(tmp_path):
