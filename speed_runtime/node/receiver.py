@@ -235,8 +235,11 @@ class Receiver:
             # it is spaced out so that it takes at most about 1% of this thread's time
             spacing = max(self._config.rescan_seconds, min(LISTING_SPACING_MAX, 100 * work))
             next_listing = time.monotonic() + spacing
-        if self.inbox.draining_old and time.monotonic() >= self.inbox.next_old_check():
-            # a replaced inbox is looked at when due (every quarter second), not at every step
+        if self.inbox.draining_old and (events or time.monotonic() >= self.inbox.next_old_check()):
+            # a replaced inbox is looked at when due (every quarter second), and before the files
+            # a step found in the new one are judged: a sender writes to the old one until it
+            # notices, so its next file in the new one follows files still in the old one (taken
+            # first, they were replayed_sequence: lost)
             self.inbox.drain_old(self.read_ahead.taken, self._remember)
         self._lane_pool.start_waiting()  # handlers and services that could get no thread (out of
         self._callee.start_waiting()     # memory) get one now

@@ -131,3 +131,38 @@ def test_homes_of_killed_cli_nodes_are_swept(root, key):
     with Node(root, key, "sweeper", orphan_seconds=0.5):
         wait_until(lambda: not os.path.exists(old), timeout=20, what="the dead CLI home to be swept")
     assert os.path.isdir(young) and os.path.isdir(alive)
+
+
+def test_files_left_in_a_replaced_inbox_are_judged_before_the_senders_later_ones(procs, root, key):
+    """A sender writes to the old inbox until it notices the replacement, then to the new one:
+    its first file in the new one, judged before its last ones still in the old one (looked at
+    every quarter second), made those `replayed_sequence`: lost, though every send succeeded."""
+    from speed_runtime.core.envelope import EnvelopeType, Header, envelope_filename, seal
+    from speed_runtime.transport import inject
+
+    receiver = procs.start_scripted("r", allow=["s"], options={"trace": True})
+    inbox = os.path.join(root, "r", "inbox")
+    with Node(root, key, "s", allow=["r"]) as s:
+        for n in range(5):
+            s.send("r", {"n": n})
+        got = [json.loads(receiver.read_line(30))["data"]["n"] for _ in range(5)]
+        os.mkdir(inbox + ".new", 0o700)
+        os.rename(inbox, inbox + ".old")
+        os.rename(inbox + ".new", inbox)
+        s.send("r", {"n": 5}, confirm=True, timeout=20)     # the receiver has adopted the new inbox
+        got.append(json.loads(receiver.read_line(30))["data"]["n"])
+        target = Registry(root).read("r").id_bytes
+
+        def sealed(seq: int) -> tuple[str, bytes]:          # as s would seal its next envelopes
+            body = json.dumps({"from": "s", "to": "r", "data": {"n": seq - 1}}).encode()
+            nonce = os.urandom(12)
+            header = Header(EnvelopeType.MESSAGE, seq, int(time.time() * 1000), len(body), s.id_bytes, target, 0)
+            return envelope_filename("s", s.id_bytes, seq, nonce), seal(header, body, s.key, nonce)
+        for seq in (7, 8, 9):                                # still to the old inbox (a cached descriptor)…
+            name, data = sealed(seq)
+            with open(os.path.join(inbox + ".old", "." + name), "wb") as f:
+                f.write(data)
+            os.rename(os.path.join(inbox + ".old", "." + name), os.path.join(inbox + ".old", name))
+        inject(root, "r", *sealed(10))                       # …then to the new one, at once
+        got += [json.loads(receiver.read_line(30))["data"]["n"] for _ in range(4)]
+    assert got == list(range(10))
