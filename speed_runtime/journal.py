@@ -83,10 +83,20 @@ class JournalWriter:
             data = self._unwritten + "".join([envelope(e, limit) if e.__class__ is EnvelopeTrace
                                               else encode_line(e, limit) for e in events]).encode("utf-8")
             view, done = memoryview(data), 0
+            start = os.fstat(self._fd).st_size  # the journal ends with a whole line here
             try:
                 while done < len(data):
                     done += os.write(self._fd, view[done:])
             except OSError:  # a full or failing disk loses no record while it lasts (bounded), nor the thread
+                # a write cut short (a file-size limit, the last free pages) left part of a line: cut
+                # back to the last whole one, so that no reader finds a torn line before the rest
+                whole = data.rfind(b"\n", 0, done) + 1
+                if whole < done:
+                    try:
+                        os.ftruncate(self._fd, start + whole)
+                        done = whole
+                    except OSError:
+                        pass
                 self._unwritten = bytes(view[done:])
                 if len(self._unwritten) > MAX_UNWRITTEN_BYTES:
                     self.bytes_dropped += len(self._unwritten)

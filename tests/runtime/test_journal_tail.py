@@ -113,3 +113,37 @@ def test_unchanged_says_whether_the_last_read_took_the_file_as_it_is_now_to_its_
     os.mkfifo(path)
     tail.read()
     assert tail.error and not tail.unchanged(os.stat(path))  # a path that cannot be read is looked at again
+
+
+def test_an_append_cut_short_leaves_whole_lines_and_is_finished_later(tmp_path, monkeypatch):
+    """Under `ulimit -f` (or the last free pages of a disk) a write stops mid-line: the journal
+    ended in a torn line for good, every later record after it. It is cut back to its last whole
+    line, and the rest is written when the file can grow again."""
+    import errno
+
+    from speed_runtime import journal
+    from speed_runtime.core.records import LeaseTrace
+    from speed_runtime.journal import JournalWriter, read_journal
+
+    writer = JournalWriter(str(tmp_path), "n")
+    real, room = os.write, [300]
+
+    def short(fd, data):
+        if fd != writer._fd:
+            return real(fd, data)
+        if room[0] <= 0:
+            raise OSError(errno.EFBIG, "File too large")
+        n = real(fd, bytes(data[:room[0]]))
+        room[0] -= n
+        return n
+    monkeypatch.setattr(journal.os, "write", short)
+    for i in range(20):
+        writer(LeaseTrace(1000.0 + i, "n", f"peer{i}", "observed_join"))
+    writer.flush()
+    records, torn = read_journal(writer.path)
+    assert torn == 0 and 0 < len(records) < 20 and open(writer.path, "rb").read().endswith(b"\n")
+    monkeypatch.setattr(journal.os, "write", real)
+    writer.flush()
+    records, torn = read_journal(writer.path)
+    assert torn == 0 and [r.subject for r in records] == [f"peer{i}" for i in range(20)]
+    writer.close()
