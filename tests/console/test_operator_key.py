@@ -37,6 +37,15 @@ def operator_app(root, key_path, tmp_path, op_path):
     return paths, make_app(Path(root), rt.load_key(key_path), paths=paths, operator=resolve_operator_key(op_path))
 
 
+async def open_call_dialog_with_the_console_node(pilot, app, me):
+    """`F`, then the dialog's "Start console-…": the call dialog with the console's node as caller."""
+    await pilot.press("F")
+    await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
+    await pilot.click("#start-console-node")
+    await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.own == [me],
+                   what="the call dialog with the console node")
+
+
 def audit_commands(paths, root):
     return [(e.action, e.command, e.ok) for e in AuditLog(paths.audit_log(Path(root))).entries()]
 
@@ -120,11 +129,7 @@ async def test_call_and_message_with_a_grant_first_and_a_revoke_after(procs, roo
     paths, app = operator_app(root, key_path, tmp_path, op_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "billing" in app.registry.by_name(), what="billing")
-        await pilot.press("F")
-        await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
-        await pilot.click("#start-console-node")
-        await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.own == [me],
-                       what="the call dialog with the console node")
+        await open_call_dialog_with_the_console_node(pilot, app, me)
         app.screen.query_one("#call-target").value = "billing"
         app.screen.query_one("#call-service").value = "echo"
         app.screen.query_one("#call-args").value = '{"n": 7}'
@@ -339,11 +344,7 @@ async def test_an_open_call_dialogs_checks_follow_the_registry(procs, root, key_
     paths, app = operator_app(root, key_path, tmp_path, op_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "plain" in app.registry.by_name(), what="plain")
-        await pilot.press("F")
-        await wait_for(pilot, lambda: app.screen.query("#start-console-node"), what="the offer")
-        await pilot.click("#start-console-node")
-        await wait_for(pilot, lambda: isinstance(app.screen, CallScreen) and app.screen.own == [me],
-                       what="the call dialog with the console node")
+        await open_call_dialog_with_the_console_node(pilot, app, me)
         app.screen.query_one("#call-target").value = "plain"
         app.screen.query_one("#call-service").value = "echo"
         check = lambda: str(app.screen.query_one("#call-check").render())  # noqa: E731

@@ -36,6 +36,14 @@ def test_a_callee_under_ulimit_64_answers_its_40th_distinct_caller(procs, root, 
     assert callee.proc.poll() is None and counters["protocolErrors"] == 0, counters
 
 
+def replace_inbox(inbox: str) -> None:
+    """`mv inbox inbox.old; mkdir inbox`, with the new one made first: the node may recreate its
+    inbox the moment the old one moved, and a rename replaces that (still empty) directory."""
+    os.mkdir(inbox + ".new", 0o700)
+    os.rename(inbox, inbox + ".old")
+    os.rename(inbox + ".new", inbox)
+
+
 def test_a_replaced_inbox_is_adopted_and_nothing_sent_around_it_is_lost(procs, root, key):
     """`mv inbox inbox.old; mkdir -m700 inbox` used to end the protocol thread (FileNotFoundError)
     while heartbeats went on: a black hole. The node now adopts the new inbox and moves over what
@@ -46,11 +54,7 @@ def test_a_replaced_inbox_is_adopted_and_nothing_sent_around_it_is_lost(procs, r
         for n in range(50):
             s.send("r", {"n": n})
         got = [json.loads(receiver.read_line(30))["data"]["n"] for _ in range(50)]
-        # `mv inbox inbox.old; mkdir inbox`, with the new one made first: the node may recreate its
-        # inbox the moment the old one moved, and a rename replaces that (still empty) directory
-        os.mkdir(inbox + ".new", 0o700)
-        os.rename(inbox, inbox + ".old")
-        os.rename(inbox + ".new", inbox)
+        replace_inbox(inbox)
         for n in range(50, 100):  # the sender's cached descriptors still name the old directory
             s.send("r", {"n": n})
         os.rename(inbox + ".old", os.path.join(root, "r", "elsewhere"))  # and it may even move on
@@ -146,9 +150,7 @@ def test_files_left_in_a_replaced_inbox_are_judged_before_the_senders_later_ones
         for n in range(5):
             s.send("r", {"n": n})
         got = [json.loads(receiver.read_line(30))["data"]["n"] for _ in range(5)]
-        os.mkdir(inbox + ".new", 0o700)
-        os.rename(inbox, inbox + ".old")
-        os.rename(inbox + ".new", inbox)
+        replace_inbox(inbox)
         s.send("r", {"n": 5}, confirm=True, timeout=20)     # the receiver has adopted the new inbox
         got.append(json.loads(receiver.read_line(30))["data"]["n"])
         target = Registry(root).read("r").id_bytes
