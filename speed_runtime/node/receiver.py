@@ -48,8 +48,8 @@ from .inbox import InboxDirectory, JunkNames, PendingNames
 from .keeper import LeaseKeeper
 from .readahead import ReadAhead
 from .sender import Sender
-from .threads import SerialLanes, WorkerPool, settle
 from .telemetry import failure_text
+from .threads import SerialLanes, WorkerPool, settle
 from .watched_dir import DirListing
 
 DEFER_SECONDS = 0.002  # a two-link file is looked at again this soon
