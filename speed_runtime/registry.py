@@ -283,7 +283,8 @@ class Registry:
                 current = self.read(entry.name)
             except EntryUnreadableError as exc:  # a failed renewal (retried), not a lease lost:
                 # one second of a registry at mode 000, or of EMFILE, stopped every node for good
-                raise OSError(exc.errno, f"its entry cannot be read ({os.strerror(exc.errno or 0)})") from None
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                raise OSError(exc.errno, f"its entry cannot be read ({why})") from None
             except BadEntryError:
                 current = None
             if current is None or current.id != entry.id:
