@@ -29,7 +29,7 @@ from .core.control import (DEFAULT_LIFETIME_MS, OperatorKey, administers, argume
                            request_text)
 from .core.entry import RegistryEntry
 from .core.envelope import FLAG_CONTROL, EnvelopeType
-from .core.errors import (ConfigError, ControlRefusedError, ControlTimeoutError, NodeClosedError,
+from .core.errors import (CalleeGoneError, ConfigError, ControlRefusedError, ControlTimeoutError, NodeClosedError,
                           OperatorNotTrustedError, SpcError)
 from .core.keys import Key
 from .ext.control import CONTROL_DIR
@@ -179,6 +179,8 @@ class Operator:
                 return future.result()
             except SpcError as exc:
                 raise self._error(target, exc, flight.dirs, flight.delivered, timeout) from None
+            except CalleeGoneError as exc:
+                raise self._gone(target, exc, flight.dirs, flight.delivered) from None
             except NodeClosedError:
                 if not (flight.closed and flight.delivered):
                     raise
@@ -232,6 +234,14 @@ class Operator:
                                        "withdrawn and not applied", withdrawn=True)
         return ControlTimeoutError(f"node {target} took the request but did not answer within {timeout:g} s; it may "
                                    f"have been applied (ask with `speed status {target}`)", withdrawn=False)
+
+    @staticmethod
+    def _gone(target: str, exc: CalleeGoneError, dirs: TargetDirs, delivered: list[str]) -> ControlTimeoutError:
+        if delivered and retract(dirs, delivered[0]):
+            return ControlTimeoutError(f"node {target} stopped before it took the request ({exc.detail}); it was "
+                                       "withdrawn and not applied", withdrawn=True)
+        return ControlTimeoutError(f"node {target} took the request but stopped before it answered ({exc.detail}); "
+                                   f"it may have been applied (ask with `speed status {target}`)", withdrawn=False)
 
     @staticmethod
     def _closed(target: str, withdrawn: bool) -> ControlTimeoutError:

@@ -69,6 +69,17 @@ class NodeUnavailableError(SpeedError):
         self.detail = detail
 
 
+class CalleeGoneError(NodeUnavailableError):
+    """The instance a call (or a control request) waited on stopped or restarted before it answered:
+    no answer can come. The request may have run. Raised before the call's own timeout."""
+
+    def __init__(self, name: str, detail: str, what: str):
+        SpeedError.__init__(self, f"node {name} stopped before it answered {what}: {detail}; the request may "
+                                  "have run, and no answer will come")
+        self.name = name
+        self.detail = detail
+
+
 class NodeLeavingError(NodeUnavailableError):
     """The target is shutting down gracefully (status `leaving`): it takes no new deliveries."""
 

@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from ..core import payloads
 from ..core.envelope import EnvelopeType
-from ..core.errors import AccessDeniedError, ConfigError, SpcError
+from ..core.errors import (AccessDeniedError, CalleeGoneError, ConfigError, NodeLeavingError, NodeUnavailableError,
+                           SpcError, SpeedError)
 from ..core.records import SpcTrace
 from ..core.services import RegisteredService, precheck
 from .hooks import Outbound
@@ -33,6 +34,10 @@ from .telemetry import Telemetry
 from .threads import Deadlines, Waiter, WorkerPool, settle
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# while calls wait, how often the caller looks whether the instances they wait on still live (one
+# stat per target); a call fails at the second look that finds its callee gone, so that an answer
+# written just before the callee stopped, and not yet taken from this node's inbox, still counts
+CALLEE_CHECK_SECONDS = 1.0
 
 
 # ============================================================================ the caller's side
@@ -45,6 +50,7 @@ class PendingCall:
     started: float     # time.perf_counter() when sent
     deadline: float    # time.monotonic() after which any response is late
     timeout: float
+    gone: str | None = None  # why its callee looked gone at the last look (None: it looked alive)
 
 
 class Caller:
@@ -54,6 +60,7 @@ class Caller:
         self._deadlines, self._telemetry = deadlines, telemetry
         self._lock = threading.Lock()
         self._pending: dict[str, PendingCall] = {}
+        self._looking = False  # a look at the callees is scheduled
 
     def call(self, target: str, service: str, arguments: Any, timeout: float) -> Any:
         """Call and wait for the result (errors raise SpcError): `call_async` with a Waiter in place
@@ -100,7 +107,47 @@ class Caller:
         if isinstance(future, Future):  # a Future may be cancelled by its owner; a Waiter cannot
             future.add_done_callback(lambda f: self._pop(request_id) if f.cancelled() else None)
         self._deadlines.at(call.deadline, lambda: self._expire(request_id))
+        self._look_later()
         return future
+
+    def _look_later(self) -> None:
+        with self._lock:
+            if self._looking or not self._pending:
+                return
+            self._looking = True
+        self._deadlines.at(time.monotonic() + CALLEE_CHECK_SECONDS, self._look_at_callees)
+
+    def _look_at_callees(self) -> None:
+        """Fail the calls whose callee instance stopped or restarted (found so at two looks in a
+        row) instead of letting them wait out their timeout: no answer can come from it."""
+        with self._lock:
+            self._looking = False
+            calls = list(self._pending.items())
+        verdicts: dict[tuple[str, bytes], str | None] = {}
+        for request_id, call in calls:
+            key = (call.target, call.target_id)
+            if key not in verdicts:
+                verdicts[key] = self._callee_gone(*key)
+            gone, call.gone = call.gone, verdicts[key]
+            if gone is None or call.gone is None or self._pop(request_id) is None:
+                continue
+            self._telemetry.count("spcErrors")
+            self._finish(call, request_id, "ERROR", None)
+            settle(call.future, error=CalleeGoneError(call.target, call.gone, call.service))
+        self._look_later()
+
+    def _callee_gone(self, target: str, instance: bytes) -> str | None:
+        """Why that instance of `target` can no longer answer, or None while it may (a leaving one
+        still takes its inbox; an entry that cannot be read proves nothing)."""
+        try:
+            entry = self._sender.live_entry(target)
+        except NodeLeavingError:
+            return None
+        except NodeUnavailableError as exc:
+            return exc.detail
+        except (SpeedError, OSError):
+            return None
+        return None if entry.id_bytes == instance else "it restarted (another instance holds its name now)"
 
     def _pop(self, request_id: str) -> PendingCall | None:
         with self._lock:

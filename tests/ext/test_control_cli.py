@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from speed_runtime import ControlTimeoutError
 from speed_runtime.operator import Operator, load_operator_key
 from speed_runtime.core import control
 from speed_runtime.journal import read_journal
@@ -174,6 +175,36 @@ def test_a_revoke_found_with_an_envelope_is_in_force_before_that_envelope(procs,
                and r.seq == 2]
     assert [r.reason for r in refused] == ["unauthorized"]
     assert billing.lines.empty()  # message 2 never reached the application
+
+
+def test_a_request_to_a_target_killed_before_it_took_it_is_withdrawn_before_its_timeout(procs, key):
+    """The target is stopped (SIGSTOP) with the request in its control/ directory, then killed:
+    the requester sees it gone, withdraws the request and says so, without waiting out 60 s."""
+    operator_key = control.OperatorKey.new()
+    billing = procs.start("billing", extra=["--operator", operator_key.public_text])
+    with Operator(procs.root, key, operator_key, timeout=60) as operator:
+        operator.check("billing")
+        billing.signal(signal.SIGSTOP)
+        outcome = []
+        revoking = threading.Thread(target=lambda: _outcome_of(lambda: operator.revoke("billing", "reports"), outcome))
+        revoking.start()
+        control_dir = os.path.join(procs.root, "billing", "control")
+        wait_until(lambda: os.listdir(control_dir), what="the revoke to land")
+        billing.proc.kill()
+        billing.proc.wait()
+        revoking.join(50)
+        assert outcome, "the request still waited 50 s after its target died"
+        error = outcome[0]
+        assert isinstance(error, ControlTimeoutError) and error.withdrawn is True, error
+        assert "stopped before it took the request" in str(error) and "not applied" in str(error), str(error)
+        assert os.listdir(control_dir) == []
+
+
+def _outcome_of(action, into: list) -> None:
+    try:
+        into.append(action())
+    except Exception as exc:  # noqa: BLE001 - the test looks at which one
+        into.append(exc)
 
 
 def test_the_operator_api_administers_a_speed_node_process(procs, key):

@@ -3,12 +3,16 @@ receiver kill -9'd under load and restarted. tests/runtime/test_processes.py kil
 once; these kill in the middle of writes, renames, registrations and receptions."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 
-from speed_runtime import EnvelopeTrace, Node
+import pytest
+
+from speed_runtime import CalleeGoneError, EnvelopeTrace, Node, SpcError
 from speed_runtime.core.envelope import parse_filename
 from speed_runtime.journal import read_journal
 
@@ -143,3 +147,60 @@ def test_a_receiver_killed_under_load_loses_at_most_what_it_was_handling(procs, 
     print(json.dumps({"sent": len(sent_old) + len(sent_new), "handledBeforeKill": len(handled_old),
                       "inInboxAtRestart": len(waiting), "rejectedAfterRestart": len(rejected),
                       "handledAfterRestart": len(handled_new), "lostAtKill": len(lost)}))
+
+
+def _call_in_background(node, target, service, arguments, timeout):
+    """Start a call on a thread; returns (its outcome list, the thread)."""
+    outcome: list = []
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            outcome.append((node.call(target, service, arguments, timeout=timeout), time.monotonic() - started))
+        except Exception as exc:  # noqa: BLE001 - the test looks at which one
+            outcome.append((exc, time.monotonic() - started))
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return outcome, thread
+
+
+def _wait_taken(caller, root) -> None:
+    """Until the call was sent and srv took the request from its inbox (its service runs)."""
+    inbox = os.path.join(root, "srv", "inbox")
+    wait_until(lambda: caller.counters().get("spcCalls") == 1 and not os.listdir(inbox), what="the call to be taken")
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["killed", "killed and restarted"])
+def test_a_call_whose_callee_dies_fails_when_it_is_seen_gone_not_at_its_timeout(procs, root, key, restart):
+    """A callee kill -9'd in the middle of a call can never answer it (a new instance under its name
+    neither: the request was sealed for the old one); the call used to wait out its whole timeout."""
+    srv = procs.start("srv", allow=["caller"], services=["sleep"])
+    with Node(root, key, "caller", allow=["srv"]) as caller:
+        outcome, thread = _call_in_background(caller, "srv", "sleep", {"seconds": 300}, 120.0)
+        _wait_taken(caller, root)
+        srv.proc.kill()
+        srv.proc.wait()
+        if restart:
+            procs.start("srv", allow=["caller"], services=["sleep"])
+        thread.join(60)
+        assert outcome, "the call was still waiting 60 s after its callee died"
+        error, took = outcome[0]
+        assert isinstance(error, CalleeGoneError), error
+        assert "stopped before it answered sleep" in str(error) and "may have run" in str(error), str(error)
+        assert ("restarted" in error.detail or "has exited" in error.detail) if restart \
+            else "has exited" in error.detail, error.detail
+        assert took < 60
+
+
+def test_a_call_whose_callee_leaves_gracefully_still_gets_its_answer(procs, root, key):
+    """A leaving callee still takes its inbox and answers: the look for gone callees must not fail
+    its calls early."""
+    srv = procs.start("srv", allow=["caller"], services=["sleep"])
+    with Node(root, key, "caller", allow=["srv"]) as caller:
+        outcome, thread = _call_in_background(caller, "srv", "sleep", {"seconds": 3}, 60.0)
+        _wait_taken(caller, root)
+        srv.signal(signal.SIGTERM)
+        thread.join(60)
+        result, _ = outcome[0]
+        assert not isinstance(result, CalleeGoneError), result
+        assert result == {"slept": 3} or (isinstance(result, SpcError) and result.code == "INTERNAL_ERROR"), result
