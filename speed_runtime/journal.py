@@ -8,9 +8,10 @@ counts as one malformed line.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .core.errors import DirectoryError
 from .core.records import (ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, EnvelopeTrace, JournalEvent, encode_line,
@@ -39,7 +40,8 @@ class JournalWriter:
     """Buffers records and appends them on flush(); rotates at `max_bytes` (name.jsonl.1 …)."""
 
     def __init__(self, root: str, node: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 backups: int = DEFAULT_BACKUPS, envelope_limit: int = ENVELOPE_FIELD_LIMIT):
+                 backups: int = DEFAULT_BACKUPS, envelope_limit: int = ENVELOPE_FIELD_LIMIT,
+                 on_problem: Callable[[str, str], None] | None = None):
         self.dir = ensure_private_dir(os.path.join(root, TRACES_DIR), what="trace directory")
         self.path = os.path.join(self.dir, f"{node}.jsonl")
         self.max_bytes, self.backups, self.envelope_limit = max_bytes, backups, envelope_limit
@@ -50,6 +52,10 @@ class JournalWriter:
         self.records_written = 0
         self._unwritten = b""  # bytes a failed append (ENOSPC, EIO) left over, written first next time
         self.bytes_dropped = 0
+        # told (event, sentence) when appends begin to fail, when records are dropped, and when
+        # appends work again: a journal that silently stops is a journal nobody can trust
+        self._on_problem = on_problem
+        self._failing = False
 
     def _open(self) -> int:
         return open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="trace journal")
@@ -75,9 +81,15 @@ class JournalWriter:
             self.flush()
 
     def flush(self) -> None:
+        problem = self._append()
+        if problem is not None and self._on_problem is not None:
+            self._on_problem(*problem)  # outside the lock: it may journal a health record
+
+    def _append(self) -> tuple[str, str] | None:
+        """Append what is pending; (event, sentence) when the operator should hear of it."""
         with self._lock:
             if not (self._pending or self._unwritten) or self._fd < 0:
-                return
+                return None
             events, self._pending, self._pending_envelope_bytes = self._pending, [], 0
             limit, envelope = self.envelope_limit, envelope_line  # one a record: no detour through encode_line
             data = self._unwritten + "".join([envelope(e, limit) if e.__class__ is EnvelopeTrace
@@ -87,7 +99,7 @@ class JournalWriter:
             try:
                 while done < len(data):
                     done += os.write(self._fd, view[done:])
-            except OSError:  # a full or failing disk loses no record while it lasts (bounded), nor the thread
+            except OSError as exc:  # a full or failing disk loses no record while it lasts (bounded), nor the thread
                 # a write cut short (a file-size limit, the last free pages) left part of a line: cut
                 # back to the last whole one, so that no reader finds a torn line before the rest
                 whole = data.rfind(b"\n", 0, done) + 1
@@ -98,14 +110,27 @@ class JournalWriter:
                     except OSError:
                         pass
                 self._unwritten = bytes(view[done:])
+                why = _why_not_written(exc)
                 if len(self._unwritten) > MAX_UNWRITTEN_BYTES:
                     self.bytes_dropped += len(self._unwritten)
                     self._unwritten = b""
-                return
+                    self._failing = True
+                    return ("journal_dropping", f"dropped trace records it could not append to {self.path} ({why}; "
+                                               f"{self.bytes_dropped} bytes so far)")
+                if not self._failing:
+                    self._failing = True
+                    return ("journal_failing", f"cannot append to its trace journal {self.path} ({why}); its "
+                                               f"records wait in memory, up to {MAX_UNWRITTEN_BYTES >> 20} MiB, "
+                                               "then are dropped")
+                return None
             self._unwritten = b""
             self.records_written += len(events)
             if os.fstat(self._fd).st_size >= self.max_bytes:
                 self._rotate()
+            if self._failing:
+                self._failing = False
+                return ("journal_recovered", f"appends to its trace journal {self.path} again")
+            return None
 
     def _rotate(self) -> None:
         os.close(self._fd)
@@ -125,6 +150,12 @@ class JournalWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _why_not_written(exc: OSError) -> str:
+    if exc.errno == errno.EFBIG:
+        return "the file-size limit of this process: `ulimit -f`"
+    return exc.strerror or type(exc).__name__
 
 
 LONG = object()      # iter_lines: an over-long line ended here (one malformed line)

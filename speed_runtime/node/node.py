@@ -117,6 +117,12 @@ class Node:
     def state(self) -> str:
         return self._state
 
+    def _journal_problem(self, event: str, detail: str) -> None:
+        if event == "journal_recovered":
+            self.telemetry.recovered(event, detail)
+        else:
+            self.telemetry.problem(event, detail, key=event)  # at most one line a minute of each
+
     def start(self) -> "Node":
         with self._state_lock:
             if self._state != "new":
@@ -126,7 +132,8 @@ class Node:
         try:
             self.receiver.open(self._registry.dir if cfg.observe_registry else None)
             if cfg.trace:
-                self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes)
+                self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes,
+                                             on_problem=self._journal_problem)
                 self.telemetry.add_observer(self.journal)
             reclaimed = self.keeper.register(time.time())
         except BaseException:

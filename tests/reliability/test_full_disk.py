@@ -92,3 +92,27 @@ def test_a_full_file_system_fails_sends_cleanly_and_recovers(small_fs, key):
     records, torn = read_journal(os.path.join(root, "speed_traces", "r.jsonl"))
     assert torn == 0  # the journal kept what it could not write while full, then appended it whole
     assert sorted(e.seq for e in records if getattr(e, "outcome", "") == "accepted" and e.type == "MESSAGE") == [1, 2]
+
+
+def test_a_journal_that_cannot_grow_is_said_once_on_stderr_and_the_node_keeps_receiving(procs, root, key):
+    """Under `ulimit -f 16` a traced receiver's journal stops growing: it used to keep its records
+    in memory, then drop them, without a word. Now one line names the journal and the limit."""
+    import resource
+    import signal as signals
+
+    def limited() -> None:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)  # EFBIG, as a shell's `ulimit -f` gives Python
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+    rx = procs.start("rx", allow=["tx"], echo=True, trace=True, preexec_fn=limited)
+    with Node(root, key, "tx", allow=["rx"]) as tx:
+        for n in range(300):
+            tx.send("rx", {"n": n, "pad": "x" * 200})
+        assert [m["data"]["n"] for m in rx.messages(300)] == list(range(300))
+    journal = os.path.join(root, "speed_traces", "rx.jsonl")
+    wait_until(lambda: any("cannot append to its trace journal" in line for line in rx.stderr), 30,
+               "the journal's failure on rx's stderr")
+    said = [line for line in rx.stderr if "trace journal" in line]
+    assert len(said) == 1 and journal in said[0] and "`ulimit -f`" in said[0], said
+    assert os.path.getsize(journal) <= 16 << 10
+    records, torn = read_journal(journal)
+    assert records and torn == 0

@@ -147,3 +147,40 @@ def test_an_append_cut_short_leaves_whole_lines_and_is_finished_later(tmp_path, 
     records, torn = read_journal(writer.path)
     assert torn == 0 and [r.subject for r in records] == [f"peer{i}" for i in range(20)]
     writer.close()
+
+
+def test_a_journal_says_when_its_appends_fail_when_it_drops_records_and_when_it_writes_again(tmp_path, monkeypatch):
+    import errno
+
+    from speed_runtime import journal
+    from speed_runtime.core.records import LeaseTrace
+    from speed_runtime.journal import JournalWriter, read_journal
+
+    told: list[tuple[str, str]] = []
+    writer = JournalWriter(str(tmp_path), "n", on_problem=lambda event, detail: told.append((event, detail)))
+    real = os.write
+
+    def full(fd, data):
+        if fd == writer._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+    monkeypatch.setattr(journal, "MAX_UNWRITTEN_BYTES", 2000)
+    monkeypatch.setattr(journal.os, "write", full)
+    for i in range(3):
+        writer(LeaseTrace(1000.0 + i, "n", f"peer{i}", "observed_join"))
+        writer.flush()
+    assert [event for event, _ in told] == ["journal_failing"]  # once, not at every failed flush
+    assert told[0][1].startswith(f"cannot append to its trace journal {writer.path} (No space left on device); "
+                                 "its records wait in memory") and told[0][1].endswith("then are dropped")
+    for i in range(40):
+        writer(LeaseTrace(2000.0 + i, "n", f"more{i}", "observed_join"))
+    writer.flush()
+    assert told[-1][0] == "journal_dropping" and "No space left on device" in told[-1][1]
+    assert f"{writer.bytes_dropped} bytes so far" in told[-1][1] and writer.bytes_dropped > 2000
+    monkeypatch.setattr(journal.os, "write", real)
+    writer(LeaseTrace(3000.0, "n", "after", "observed_join"))
+    writer.flush()
+    assert told[-1] == ("journal_recovered", f"appends to its trace journal {writer.path} again")
+    records, torn = read_journal(writer.path)
+    assert torn == 0 and [r.subject for r in records] == ["after"]
+    writer.close()
