@@ -169,14 +169,16 @@ class ActionService:
             t.join()  # bounded by stop_own itself (SIGKILL after 10 s): none is left running behind us
 
     # ------------------------------------------------------------------ grants
-    def set_allow(self, name: str, peer: str, grant: bool) -> list[str]:
+    def set_allow(self, name: str, peer: str, grant: bool, *, audit_failure: bool = True) -> list[str]:
         """Have ``name`` allow (or no longer allow) ``peer``: directly at an in-process node of
-        ours, else by a control request (our own key for our processes, the operator's for others)."""
+        ours, else by a control request (our own key for our processes, the operator's for others).
+        ``audit_failure=False``: the caller audits a failure itself (one row per event)."""
         self._check_writable()
         own = self.own.get(name)
         if own is None or own.node is None:
             channel = self.control if own is None else self._own_requests()
-            allowed = list(channel.request("allow" if grant else "revoke", name, peer).get("allow", []))
+            allowed = list(channel.request("allow" if grant else "revoke", name, peer,
+                                           audit_failure=audit_failure).get("allow", []))
             if own is not None:
                 own.spec.allow = tuple(allowed)  # the line it would be started with now
             return allowed
@@ -187,7 +189,8 @@ class ActionService:
             allowed = list(node.allowed)
         except Exception as exc:  # noqa: BLE001
             msg = self.describe(exc)
-            self.audit.note(verb, f"{name} allow {peer}", "", ok=False, result=msg)
+            if audit_failure:
+                self.audit.note(verb, f"{name} allow {peer}", "", ok=False, result=msg)
             raise ActionError(msg) from None
         own.spec.allow = tuple(allowed)
         self.audit.note(verb, f"{name} {'allows' if grant else 'no longer allows'} {peer}",
@@ -218,14 +221,16 @@ class ActionService:
         left: list[str] = []
         for node, peer in reversed(grants):
             try:
-                self.set_allow(node, peer, False)
+                self.set_allow(node, peer, False, audit_failure=False)  # a failure is audited once, here
             except ActionError as exc:
                 try:
                     allowed = rt.read_allow(self.root, node)
                 except OSError:
                     allowed = None
-                if allowed is not None and peer not in allowed:
-                    continue  # it answered too late, but its entry shows the revoke applied: nothing left
+                if allowed is not None and peer not in allowed:  # it answered too late, but its entry
+                    self.audit.note("revoke", f"{node} no longer allows {peer}", "",  # shows the revoke applied
+                                    result=f"applied (its entry shows it; the answer did not come: {exc})")
+                    continue
                 cmd, text = self._grant_left(node, peer, str(exc))
                 self.audit.note("revoke", f"{node} still allows {peer}: the grant made for the call or message "
                                 "was left in place", cmd, ok=False, result=text)
@@ -280,8 +285,9 @@ class ActionService:
                          timeout=timeout, status=status, result=result, error_code=code, error_message=message,
                          latency_ms=round(latency, 3), unanswered=unanswered)
         self.calls.record(rec)
+        # a failure with no answer code (the console quit mid-call, the callee stopped) says why
         self.audit.note("call", f"{caller} → {target}.{service}", cmd, ok=status == "SUCCESS",
-                        result=f"{code or status} {latency:.1f}ms")
+                        result=f"{code or status} {latency:.1f}ms" + (f": {message}" if message and not code else ""))
         return rec
 
     def send(self, sender: str, target: str, data: Any, confirm: bool = False, timeout: float = 5.0,

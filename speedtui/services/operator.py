@@ -128,29 +128,30 @@ class ControlRequests:
         finally:
             client.close()
 
-    def request(self, command: str, target: str, peer: str | None) -> dict[str, Any]:
+    def request(self, command: str, target: str, peer: str | None, *, audit_failure: bool = True) -> dict[str, Any]:
         """``speed allow|revoke|stop|lift``, audited with that command line (its result, or its
-        failure in one sentence: then ActionError)."""
+        failure in one sentence — unless ``audit_failure`` is False —: then ActionError)."""
         verb = {"allow": "grant", "revoke": "revoke", "stop": "stop", "lift": "lift"}[command]
         detail = (f"{peer}'s quarantine at {target}" if command == "lift" else
                   f"{target} {'allows' if command == 'allow' else 'no longer allows'} {peer}" if peer is not None
                   else f"{target} (operator)")
         if self.choice.key is None:
             msg = self.no_key_sentence(target)
-            self.audit.note(verb, detail, "", ok=False, result=msg)
+            if audit_failure:
+                self.audit.note(verb, detail, "", ok=False, result=msg)
             raise ActionError(msg)
         cmd = operator_command(command, target, peer, self.root, self.env_key.path, self.choice.path).shell()
         with self._lock:
             self._on_their_way += 1
         try:
-            return self._request(command, target, peer, verb, detail, cmd)
+            return self._request(command, target, peer, verb, detail, cmd, audit_failure)
         finally:
             with self._lock:
                 self._on_their_way -= 1
                 self._audited.notify_all()
 
     def _request(self, command: str, target: str, peer: str | None, verb: str, detail: str,
-                 cmd: str) -> dict[str, Any]:
+                 cmd: str, audit_failure: bool) -> dict[str, Any]:
         try:
             with self._operator() as op:
                 if command == "stop":
@@ -161,7 +162,8 @@ class ControlRequests:
                     result = (op.allow if command == "allow" else op.revoke)(target, peer)
         except Exception as exc:  # noqa: BLE001 - the runtime's sentence (never key material)
             msg = self.describe(exc)
-            self.audit.note(verb, detail, cmd, ok=False, result=msg)
+            if audit_failure:
+                self.audit.note(verb, detail, cmd, ok=False, result=msg)
             raise ActionError(msg, unanswered=getattr(exc, "withdrawn", None) is False) from None
         if command == "lift":
             summary = ("quarantine lifted" if result.get("lifted") else "it was not quarantined"

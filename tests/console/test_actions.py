@@ -17,6 +17,7 @@ from speedtui.ui.screens.confirm import ConfirmScreen
 from speedtui.ui.screens.calls import CallScreen, SendScreen
 from speedtui.ui.screens.forms import GrantScreen, LaunchScreen
 
+from ..helpers.wait import wait_until
 from .conftest import SIZE, run_async, wait_for
 
 import speed_runtime  # noqa: E402
@@ -345,6 +346,31 @@ def test_failed_process_launch_reports_stderr(live_env):
     last = AuditLog(paths.audit_log(root)).entries()[-1]
     assert last.action == "launch" and not last.ok
     assert acts.own == {}
+
+
+def test_a_call_that_ends_without_an_answer_code_is_audited_with_its_reason(live_env):
+    """Quitting mid-call (the console's node closes under the call) audited the call as a bare
+    `ERROR 2345.6ms`: the reason is in the row now."""
+    import threading
+
+    from speedtui.services.actions import ActionService
+    from speedtui.services.bridge import Bridge
+
+    root, key, paths = live_env
+    with billing_node(root, key) as billing:
+        billing.register("sleep", DEMO_SERVICES["sleep"])
+        acts = ActionService(root, key, Bridge(), AuditLog(paths.audit_log(root)),
+                             CallHistory(paths.call_history(root)))
+        acts.launch(NodeSpec("ops", allow=("billing",)))
+        calling = threading.Thread(target=lambda: acts.call("ops", "billing", "sleep", {"seconds": 5}, 30.0))
+        calling.start()
+        inbox = root / "billing" / "inbox"
+        wait_until(lambda: billing.counters()["received"] >= 1 and not os.listdir(inbox), 30, "the call taken")
+        acts.stop("ops")
+        calling.join(30)
+    row = [e for e in AuditLog(paths.audit_log(root)).entries() if e.action == "call"][-1]
+    assert not row.ok and row.result.startswith("ERROR ") and "ms: " in row.result, row
+    assert "closed" in row.result.split("ms: ", 1)[1], row
 
 
 # d asks before stopping, and the demo's traffic driver is not offered

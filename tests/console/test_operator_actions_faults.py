@@ -119,6 +119,7 @@ async def test_a_revoke_after_a_call_that_fails_names_the_grant_left_and_how_to_
             entries = audit(paths, root)
             left = [e for e in entries if e.action == "revoke" and "left in place" in e.detail]
             assert len(left) == 1 and not left[0].ok and left[0].command == line, entries
+            assert [e for e in entries if e.action == "revoke" and e.detail.startswith("billing ")] == left  # one row
             assert f"billing still allows {me}" in left[0].result
             # the call itself: its TIMEOUT, as before
             await wait_for(pilot, lambda: any(e.action == "call" for e in audit(paths, root)), what="the call")
