@@ -200,6 +200,7 @@ class RegistryModel:
     filter_text: str = ""
     fabric: str | None = None  # fabric filter (None: all, "" : ungrouped)
     health: Mapping[str, str] = field(default_factory=dict)  # node → its latest unresolved health problem
+    problem: str | None = None  # why the registry directory cannot be read (removed, refused), as shown
     rates: RateTracker = field(default_factory=RateTracker, repr=False)
     _static_cache: dict = field(default_factory=dict, repr=False)
     _by_name: dict | None = field(default=None, repr=False)
@@ -273,7 +274,7 @@ class RegistryModel:
         """What an empty Leases table says: an empty registry, or how many entries the filter and
         the fabric leave out (Traces says "0 of N" likewise)."""
         if not self.rows:
-            return "no registry entries"
+            return f"no registry entries: {self.problem}" if self.problem else "no registry entries"
         why = [f"the filter \"{visible(self.filter_text)}\""] if self.filter_text else []
         if self.fabric is not None:
             why.append(f"fabric {visible(self.fabric)}" if self.fabric else "the ungrouped nodes")

@@ -5,6 +5,7 @@ and what this host knows (its name, boot id, which pids run) for the runtime's l
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class RegistryReader:
     def __init__(self, root: Path | str) -> None:
         self.root = str(root)
         self.problem: str | None = None  # why the registry cannot be read (yet)
+        self._gone: str | None = None    # the sentence for a registry removed while it was read
         self._registry: Registry | None = None
         self._previous: dict[str, RegistryRecord] = {}
 
@@ -37,14 +39,18 @@ class RegistryReader:
             try:
                 self._registry = Registry(self.root, create=False)
             except (SpeedError, OSError) as exc:
-                self.problem = str(exc)
+                self.problem = self._gone or str(exc)  # one sentence while it stays removed
                 return None
-            self.problem = None
+            self.problem = self._gone = None
         return self._registry
 
     def scan(self) -> list[RegistryRecord]:
         reg = self.registry()
         if reg is None:
+            return []
+        if not os.path.isdir(reg.dir):  # ROOT (or the registry) removed: say so, open it again once back
+            self.problem = self._gone = f"the registry was removed; waiting for it to be created again ({reg.dir})"
+            self._registry, self._previous = None, {}
             return []
         records = reg.scan(self._previous)
         self._previous = {r.name: r for r in records}

@@ -114,6 +114,9 @@ class Feed:
         known = self.state.reader_problems
         for where, text in problems.items():
             where, text = visible(where), None if text is None else visible(text)
+            if where == "registry":  # an empty Leases table says why (ROOT removed is not "no entries")
+                self.state.registry.problem = text
+                self.registry_dirty = True
             if text is None:
                 known.pop(where, None)
                 continue

@@ -98,6 +98,29 @@ async def test_a_filter_that_matches_nothing_says_so(fixture_app):
 
 
 @run_async
+async def test_a_removed_root_is_said_in_the_empty_table_and_its_entries_come_back_with_it(fixture_app, fixture_env):
+    """ROOT removed under the console read as an empty environment ("no registry entries")."""
+    import os
+
+    root = fixture_env[0]
+    app = fixture_app(steady=True)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.view_widget("leases").query_one("#leases-table")
+        await wait_for(pilot, lambda: len(table.rows) > 0, what="the entries")
+        entries = len(table.rows)
+
+        def drawn() -> str:
+            return " ".join("".join(seg.text for seg in table.render_line(y)) for y in range(4))
+
+        os.rename(root, f"{root}.away")
+        await wait_for(pilot, lambda: not table.rows and "removed" in drawn(), what="the empty text")
+        assert "no registry entries: the registry was removed; waiting for it to be created again (" in drawn()
+        os.rename(f"{root}.away", root)
+        await wait_for(pilot, lambda: len(table.rows) == entries, what="the entries back")
+        assert "removed" not in drawn()
+
+
+@run_async
 async def test_action_bar_buttons_open_dialogs(fixture_app):
     from speedtui.ui.screens.forms import LaunchScreen
 
