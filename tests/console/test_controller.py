@@ -202,7 +202,7 @@ def test_a_call_or_request_never_answered_blames_the_key_only_when_traces_fail_i
         # the console's own node sealed (with the console's key) proves nothing and is not looked at
         def traced(sender: str, key) -> object:
             sealed = seal(Header(1, 1, 0, 2, b"\0" * 16, b"\1" * 16, 0), b"{}", key, b"\0" * 12)
-            return type("Traced", (), {"envelope": sealed, "sender": sender})()
+            return type("Traced", (), {"envelope": sealed, "sender": sender, "dir": "out", "outcome": "sent"})()
         keycheck = controller.grants.state.keycheck
         keycheck.observe([traced("billing", other)] * 3 + [traced("ops", actions.key.runtime_key)] * 3)
         assert keycheck.wrong_key

@@ -394,3 +394,29 @@ def test_a_file_system_error_of_an_action_says_what_could_not_be_done():
     assert text == ("the environment's files could not be written or read (/dev/shm/speed/speed_registry/x.tmp): "
                     "No space left on device")
     assert describe_failure(OSError(errno.ENOSPC, "No space left on device")).endswith(": No space left on device")
+
+
+def test_the_key_check_trusts_what_receivers_accepted_over_what_anyone_wrote():
+    """The wrong-key banner came only when every envelope tried failed: a few matching ones (nodes
+    started under the console's key beside the environment's) hid it. An envelope its receiver
+    accepted proves the key it was sealed under; one that fails the console's key decides. Junk a
+    member wrote (rejected, failing any key) never raises it."""
+    from speedtui.models.keycheck import MIXED_KEYS, WRONG_KEY, KeyCheck
+    from speedtui.models.traces import TraceRecord
+
+    def record(i: int, good: bool, dir: str = "in", outcome: str = "accepted") -> TraceRecord:
+        return TraceRecord(i, 0.0, "billing", "envelope", dir=dir, peer="gateway", outcome=outcome,
+                           envelope=b"good" if good else b"bad")
+
+    def check(records) -> KeyCheck:
+        keys = KeyCheck(lambda data: data == b"good")
+        keys.observe(records)
+        return keys
+    mixed = check([record(1, True), record(2, False), record(3, True), record(4, True)])
+    assert mixed.wrong_key and mixed.banner() == MIXED_KEYS
+    assert check([record(i, False) for i in range(3)]).banner() == WRONG_KEY
+    right_key_under_junk = check([record(i, False, outcome="rejected") for i in range(20)] + [record(99, True)])
+    assert not right_key_under_junk.wrong_key and right_key_under_junk.banner() == ""
+    # nothing accepted traced (senders' journals only): every envelope tried must fail, as before
+    assert check([record(i, False, "out", "sent") for i in range(3)]).banner() == WRONG_KEY
+    assert check([record(1, False, "out", "sent"), record(2, True, "out", "sent")]).banner() == ""
