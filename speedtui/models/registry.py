@@ -204,6 +204,7 @@ class RegistryModel:
     rates: RateTracker = field(default_factory=RateTracker, repr=False)
     _static_cache: dict = field(default_factory=dict, repr=False)
     _by_name: dict | None = field(default=None, repr=False)
+    just_died: list[str] = field(default_factory=list, repr=False)  # names the last build first found dead
 
     def update(self, records: Iterable["RegistryRecord"], now: float, facts: HostFacts | None = None) -> None:
         """A new scan: the rows of the records that changed (the reader returns the same record
@@ -244,8 +245,25 @@ class RegistryModel:
             fresh[id(r)] = (r, st, row)
             rows.append(row)
         self._static_cache = fresh
+        before = self._by_name if self._by_name is not None else {r.name: r for r in self.rows}
         self.rows = rows
         self._by_name = None
+        # a node that exits cleanly removes its entry, then its process ends: a build between the
+        # two (the next scan is up to a fifth of a second away) found it "stale, process gone"
+        self.just_died = [r.name for r in rows if r.pid_alive is False and r.status == "stale"
+                          and (was := before.get(r.name)) is not None and was.status != "stale"]
+
+    def forget_removed(self, still_there: Callable[[str], bool]) -> bool:
+        """Drop the rows of `just_died` whose entry file is gone (`still_there(name)` False): a
+        clean exit, not a death. True when a row was dropped (the next scan agrees)."""
+        gone = {name for name in self.just_died if not still_there(name)}
+        self.just_died = []
+        if not gone:
+            return False
+        self.records = [r for r in self.records if r.name not in gone]
+        self.rows = [r for r in self.rows if r.name not in gone]
+        self._by_name = None
+        return True
 
     def by_name(self) -> dict[str, NodeRow]:
         if self._by_name is None:

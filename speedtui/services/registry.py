@@ -13,8 +13,8 @@ from typing import Callable
 
 from speed_runtime.core.errors import SpeedError
 from speed_runtime.core.liveness import HostFacts
-from speed_runtime.fsutil import BOOT_ID, HOSTNAME, pid_exists
-from speed_runtime.registry import Registry, RegistryRecord
+from speed_runtime.fsutil import BOOT_ID, HOSTNAME, REGISTRY_DIR, pid_exists
+from speed_runtime.registry import SUFFIX, Registry, RegistryRecord
 
 
 def host_facts(boottime: float | None = None) -> HostFacts:
@@ -55,6 +55,12 @@ class RegistryReader:
         records = reg.scan(self._previous)
         self._previous = {r.name: r for r in records}
         return records
+
+
+def entry_exists(root: Path | str) -> Callable[[str], bool]:
+    """Whether ``name``'s entry file is in ROOT's registry now (one lstat, never read)."""
+    registry_dir = os.path.join(str(root), REGISTRY_DIR)
+    return lambda name: os.path.lexists(os.path.join(registry_dir, f"{name}{SUFFIX}"))
 
 
 def read_registry(root: Path | str) -> list[RegistryRecord]:

@@ -11,7 +11,7 @@ from speed_runtime.core.visible import visible
 from ..models.registry import lock_banner
 from ..services.bridge import Bridge
 from ..services.clock import Clock
-from ..services.registry import host_facts
+from ..services.registry import entry_exists, host_facts
 from ..services.sources import JournalTailer, RegistrySource
 from .port import UiPort
 from .state import ConsoleState
@@ -36,6 +36,7 @@ class Feed:
         self._banner = ""
         self._health_version = 0
         self._ticks_to_skip = 0
+        self._entry_exists = entry_exists(state.root)  # a node judged dead may have just exited cleanly
 
     def start_readers(self) -> list:
         """The registry and journal readers (threads), after one synchronous read each: the first
@@ -66,6 +67,8 @@ class Feed:
         if health_changed:  # every row's mark: `update` keeps the rows of the entries that did not change
             registry.refresh(now, host_facts(clock.boottime()))
             self.registry_dirty = True
+        if registry.just_died:
+            registry.forget_removed(self._entry_exists)
         if d.registry is not None:
             state.history.observe(now, registry.rows)
             self.registry_dirty = True
@@ -100,6 +103,8 @@ class Feed:
         state, now = self.state, self.clock.time()
         state.registry.health = state.traces.health_marks(now)  # a passing problem's mark goes after a minute
         state.registry.refresh(now, host_facts(self.clock.boottime()))
+        if state.registry.just_died:
+            state.registry.forget_removed(self._entry_exists)
         state.history.observe(now, state.registry.rows)  # a lease that ran out is a change to remember
         self.registry_dirty = True
         self._ticks_to_skip = int((time.perf_counter() - started) / TICK_SHARE)

@@ -420,3 +420,22 @@ def test_the_key_check_trusts_what_receivers_accepted_over_what_anyone_wrote():
     # nothing accepted traced (senders' journals only): every envelope tried must fail, as before
     assert check([record(i, False, "out", "sent") for i in range(3)]).banner() == WRONG_KEY
     assert check([record(1, False, "out", "sent"), record(2, True, "out", "sent")]).banner() == ""
+
+
+def test_a_node_whose_entry_went_with_its_process_is_forgotten_not_shown_dead():
+    """A `speed call` node that exits cleanly removes its entry, then its process ends: a build
+    between the two showed it `stale` (process gone) for a fifth of a second, until the next scan.
+    A row first found dead is kept only while its entry file is still there."""
+    model = RegistryModel()
+    alive = {"pid": True}
+    facts = lambda: HostFacts("h", None, None, lambda p: alive["pid"])  # noqa: E731
+    model.update([entry("cli", host="h"), entry("crashed", host="h")], 2000.0, facts())
+    assert [r.status for r in model.rows] == ["online", "online"] and model.just_died == []
+    alive["pid"] = False
+    model.refresh(2001.0, facts())
+    assert sorted(model.just_died) == ["cli", "crashed"]
+    assert model.forget_removed(lambda name: name == "crashed") is True   # cli's file is gone, crashed's not
+    assert [(r.name, r.status) for r in model.rows] == [("crashed", "stale")]
+    assert [r.name for r in model.records] == ["crashed"] and "cli" not in model.by_name()
+    model.refresh(2002.0, facts())  # already stale: not asked again
+    assert model.just_died == [] and model.forget_removed(lambda name: False) is False
