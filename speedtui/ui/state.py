@@ -42,6 +42,8 @@ class ConsoleState:
     reader_problems: dict[str, str] = field(default_factory=dict)  # files the readers skip, and why
     history: RegistryHistory = field(default_factory=RegistryHistory)  # the registry as this console saw it
     operator_fingerprint: str | None = None  # the console's operator key (its fingerprint only), if loaded
+    # the access graph of the rows it was built from: an open dialog asks for it at every redraw
+    _graph: tuple[list, AccessGraph] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, root: Path, root_label: str, key: Any, actions: Any, audit: Any, calls: Any,
@@ -64,7 +66,11 @@ class ConsoleState:
         return self.graph().administered(self.operator_fingerprint)
 
     def graph(self) -> AccessGraph:
-        return AccessGraph(self.registry.rows)
+        """The access graph of the registry as it is now (built again only when its rows were)."""
+        rows = self.registry.rows
+        if self._graph is None or self._graph[0] is not rows:
+            self._graph = (rows, AccessGraph(rows))
+        return self._graph[1]
 
     def fabric_nodes(self) -> frozenset[str] | None:
         if self.fabric is None:

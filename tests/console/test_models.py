@@ -439,3 +439,20 @@ def test_a_node_whose_entry_went_with_its_process_is_forgotten_not_shown_dead():
     assert [r.name for r in model.records] == ["crashed"] and "cli" not in model.by_name()
     model.refresh(2002.0, facts())  # already stale: not asked again
     assert model.just_died == [] and model.forget_removed(lambda name: False) is False
+
+
+def test_the_access_graph_is_built_once_per_registry_change_not_per_question():
+    """An open call or grant dialog asks for the graph at every redraw (five a second): it was
+    built anew each time, sorting every node of the environment."""
+    from speedtui.models.keycheck import KeyCheck
+    from speedtui.models.replays import ReplayTracker
+    from speedtui.ui.state import ConsoleState
+
+    registry = RegistryModel()
+    registry.update([entry("a", allow=("b",)), entry("b")], 2000.0)
+    state = ConsoleState(root=None, root_label="", registry=registry, traces=TraceStore(10), replays=ReplayTracker(),
+                         keycheck=KeyCheck(lambda data: None))
+    first = state.graph()
+    assert state.graph() is first and first.may_write("b", "a")
+    registry.update([entry("a"), entry("b")], 2001.0)  # a revoked b
+    assert state.graph() is not first and not state.graph().may_write("b", "a")
