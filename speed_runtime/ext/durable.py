@@ -63,6 +63,10 @@ class SenderLedger:
         self.unstored: dict[tuple[str, int], str] = {}
 
 
+def _file_stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class Ledgers:
     """The receiver's ledger logs, one per sender, each used from that sender's lane only. At most
     `limit` are open (descriptor and replayed state): opening another closes the least recently
@@ -80,6 +84,9 @@ class Ledgers:
         self.dir_fd, self.path = private_dir(home_fd, home, "ledger", syncs)
         self._open: "OrderedDict[str, SenderLedger]" = OrderedDict()
         self._refused: "OrderedDict[str, tuple[str, AppendLog | None]]" = OrderedDict()  # why, the held log
+        # sender -> (the damaged ledger file's stamp, why): refused again without reading it while the
+        # file is unchanged (each copy the sender retries would read the whole ledger); mended, read
+        self._damaged: "OrderedDict[str, tuple[tuple[int, int, int, int], str]]" = OrderedDict()
         self._lock = threading.Lock()
 
     @contextmanager
@@ -94,19 +101,30 @@ class Ledgers:
                 self._open.move_to_end(sender)
                 book.users += 1
         if book is None:  # a sender's lane is serial: nobody else opens this one meanwhile
+            stamp = self._stamp(sender)
+            known = self._damaged.get(sender)
+            if known is not None and known[0] == stamp:
+                raise StoreError(errno.EBADMSG, known[1])
             log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs, self.path)
             damaged: list[int] = []
             streams = replay_ledger(log_.lines, self.name, sender, damaged)
             if damaged:  # its torn last line was cut when opened: every line left was written whole
+                stamp = _file_stamp(os.fstat(log_.fd))
                 log_.close()
-                raise StoreError(errno.EBADMSG, f"{log_.path} is damaged: line {damaged[0]}"
-                                 f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''} is not a "
-                                 "record this node wrote (mend the file, or remove it: then what it held is "
-                                 "forgotten, and messages it receipted may be handled again)")
+                why = (f"{log_.path} is damaged: line {damaged[0]}"
+                       f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''} is not a record this "
+                       "node wrote (mend the file, or remove it: then what it held is forgotten, and messages it "
+                       "receipted may be handled again)")
+                with self._lock:
+                    self._damaged[sender] = (stamp, why)
+                    while len(self._damaged) > self.limit:
+                        self._damaged.popitem(last=False)
+                raise StoreError(errno.EBADMSG, why)
             book = SenderLedger(sender, log_, streams)
             log_.lines = []
             book.users = 1
             with self._lock:
+                self._damaged.pop(sender, None)
                 self._open[sender] = book
                 self._close_unused()
         try:
@@ -115,6 +133,12 @@ class Ledgers:
             with self._lock:
                 book.users -= 1
                 self._close_unused()
+
+    def _stamp(self, sender: str) -> tuple[int, int, int, int] | None:
+        try:
+            return _file_stamp(os.stat(f"{sender}.log", dir_fd=self.dir_fd, follow_symlinks=False))
+        except OSError:
+            return None
 
     def _close_unused(self) -> None:
         if len(self._open) <= self.limit:

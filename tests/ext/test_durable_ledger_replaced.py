@@ -13,6 +13,7 @@ import time
 import pytest
 
 from speed_runtime import Node, load_key
+from speed_runtime.ext import durable
 from speed_runtime.ext.durable_store import verify_receipts
 
 from ..helpers.wait import wait_until
@@ -107,7 +108,7 @@ def test_a_ledger_replaced_while_open_then_cleared_starts_again_after_the_restar
 
 @pytest.mark.parametrize("damage", [b"\0", b"x"])
 def test_a_ledger_damaged_in_its_middle_is_refused_aloud_and_taken_again_once_mended(droot, dkey, base, damage,
-                                                                                    caplog):
+                                                                                    caplog, monkeypatch):
     """A line in the middle of a ledger overwritten (a stray write, a bad block: NUL bytes, or
     bytes that are no record) was skipped without a word: the floor and receipts it held were
     lost, and messages receipted there could be handled again. Only a torn last line is what a
@@ -128,11 +129,17 @@ def test_a_ledger_damaged_in_its_middle_is_refused_aloud_and_taken_again_once_me
         lines[2] = damage * len(lines[2])                                # the third line, its length kept
         with open(ledger, "wb") as f:
             f.write(b"\n".join(lines))
+        reads: list[str] = []  # the damaged ledger is read once, not again for every copy retried
+        real = durable.replay_ledger
+        monkeypatch.setattr(durable, "replay_ledger",
+                            lambda lines, *args: reads.append(args[1]) or real(lines, *args))
         rx = receiver(droot, dkey, handled, health)
         try:
             with caplog.at_level("WARNING", logger="speed_runtime"):
                 after = tx.send("rx", "after", durable=True)
                 wait_until(lambda: any(e.event == "durable_store_failed" for e in health), 20, "the store failure")
+                wait_until(lambda: rx.counters()["durableStoreErrors"] >= 3, 20, "three copies refused")
+            assert reads == ["tx"]
             detail = next(e.detail for e in health if e.event == "durable_store_failed")
             assert f"{ledger} is damaged: line 3 is not a record this node wrote" in detail, detail
             assert any(detail in r.getMessage() for r in caplog.records)   # the line on stderr
