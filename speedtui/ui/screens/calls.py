@@ -93,7 +93,7 @@ class GrantOffer:
     def offer_lines(self, missing: list[tuple[str, str]], t: Text) -> bool:
         """Explain the missing grants into ``t`` as the offer stands (ticked or not); show the offer if
         the console can make them all. True when nothing is missing once the ticked grants are made."""
-        can = bool(missing) and all(node in self.changeable for node, _ in missing)
+        can = self._can_offer(missing)
         self.query_one(f"#{self.prefix}-grants").display = can
         ticked = can and self.query_one(f"#{self.prefix}-grant", Checkbox).value
         for node, peer in missing:
@@ -124,8 +124,12 @@ class GrantOffer:
     def recheck(self) -> None:  # pragma: no cover - each dialog's own
         raise NotImplementedError
 
+    def _can_offer(self, missing: list[tuple[str, str]]) -> bool:
+        """Whether the console can make every missing grant (the offer is shown only then)."""
+        return bool(missing) and all(node in self.changeable for node, _ in missing)
+
     def offer_choice(self, missing: list[tuple[str, str]]) -> tuple[bool, bool]:
-        if not missing or not self.query_one(f"#{self.prefix}-grants").display:
+        if not self._can_offer(missing):  # decided as the offer's lines decided, not read off a widget
             return False, False
         grant = self.query_one(f"#{self.prefix}-grant", Checkbox).value
         return grant, grant and self.query_one(f"#{self.prefix}-revoke", Checkbox).value
