@@ -22,8 +22,9 @@ _EXPORTS = {
     "load_key": ".keyfile", "Node": ".node", "Operator": ".operator", "OperatorKey": ".core.control",
     "NodeConfig": ".node",
     **dict.fromkeys((
-        "AccessDeniedError", "BadEntryError", "CalleeGoneError", "ConfigError", "ControlRefusedError", "ControlTimeoutError",
-        "DeliveryError", "DeliveryTimeoutError", "DirectoryError", "EntryTooLargeError", "OperatorNotTrustedError",
+        "AccessDeniedError", "BadEntryError", "CalleeGoneError", "ConfigError", "ControlRefusedError",
+        "ControlTimeoutError", "DeliveryError", "DeliveryTimeoutError", "DirectoryError", "EntryTooLargeError",
+        "OperatorNotTrustedError",
         "EnvelopeError", "InvalidNameError", "KeyFileError", "LeaseLostError", "NameInUseError", "NodeClosedError",
         "NodeLeavingError", "NodeUnavailableError", "PayloadTooLargeError", "RegistryLockError", "SpcError", "SpeedError"),
         ".core.errors"),
