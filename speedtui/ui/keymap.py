@@ -33,10 +33,11 @@ class Key:
     palette: str = ""  # its entry in the command palette…
     palette_help: str = ""  # …and what the entry says it does
     palette_shows_view: bool = False  # the palette entry shows the key's view first
+    priority: bool = False  # handled as it arrives, before the keys after it are handed to a widget
 
     @property
     def binding(self) -> Binding:
-        return Binding(self.keys, self.action, self.description, show=self.show, id=self.id)
+        return Binding(self.keys, self.action, self.description, show=self.show, id=self.id, priority=self.priority)
 
     @property
     def name(self) -> str:
@@ -78,6 +79,11 @@ KEYS: tuple[Key, ...] = (
     # Textual's own key, on the action bar (the footer's palette hint, docked over the view's keys
     # where they overflow, was split mid-word: "^ppale tte"); the footer shows it without the bar
     Key("app", "ctrl+p", "command_palette", "Palette", id="app.palette", show=False, bar="Palette"),
+    # Tab and shift+Tab as Textual's screens bind them, but handled as they arrive: a key typed in the
+    # same burst (a paste, tmux send-keys, typing ahead) was handed to the field Tab left, before the
+    # field had handled the Tab
+    Key("app", "tab", "focus_next", "Next field", show=False, priority=True),
+    Key("app", "shift+tab", "focus_previous", "Previous field", show=False, priority=True),
     # ---------------------------------------------------------------- every table (FastTable)
     Key("table", "i", "cells", "Cells whole", id="table.cells", show=False, palette="Row's cells whole",
         palette_help="The selected row's every cell, uncut, in a dialog"),

@@ -164,6 +164,29 @@ async def test_keys_typed_before_the_call_or_message_dialog_is_ready_go_into_its
 
 
 @run_async
+async def test_a_key_typed_in_the_burst_after_tab_lands_in_the_field_tab_went_to(fixture_app):
+    """`a`, Tab, `b`, `c` in one burst: `bc` went into the field Tab left (Textual handed every key
+    of the burst to the focused field before that field had handled the Tab)."""
+    from textual import events
+
+    app = fixture_app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.actions.own.in_process = lambda: ["gateway"]  # as if the console had started gateway
+        await pilot.pause()
+        main = app.screen
+        app.post_message(events.Key("F", "F"))
+        await wait_for(pilot, lambda: app.screen is not main and isinstance(app.screen.focused, Input),
+                       what="the call dialog's field")
+        first = app.screen.focused
+        before = first.value
+        for key, ch in (("a", "a"), ("tab", None), ("b", "b"), ("c", "c")):
+            app.post_message(events.Key(key, ch))
+        await wait_for(pilot, lambda: app.screen.focused is not first and app.screen.focused.value.endswith("bc"),
+                       what="b and c in the next field")
+        assert first.value == before + "a"
+
+
+@run_async
 async def test_keys_typed_right_after_slash_go_into_the_filter(fixture_app):
     """The same burst on a view: `/` focuses the filter, and what is typed with it lands there (the
     keys after `/` met the table's bindings: `i` opened its cells dialog)."""
