@@ -229,19 +229,13 @@ class Operator:
             return ControlRefusedError(target, reason, detail)
         if exc.code != "TIMEOUT":
             return ControlRefusedError(target, exc.code, exc.message)
-        if delivered and retract(dirs, delivered[0]):  # whoever unlinks first decides
-            return ControlTimeoutError(f"node {target} did not take the request within {timeout:g} s; it was "
-                                       "withdrawn and not applied", withdrawn=True)
-        return ControlTimeoutError(f"node {target} took the request but did not answer within {timeout:g} s; it may "
-                                   f"have been applied (ask with `speed status {target}`)", withdrawn=False)
+        return _unanswered(target, dirs, delivered, f"did not take the request within {timeout:g} s",
+                           f"took the request but did not answer within {timeout:g} s")
 
     @staticmethod
     def _gone(target: str, exc: CalleeGoneError, dirs: TargetDirs, delivered: list[str]) -> ControlTimeoutError:
-        if delivered and retract(dirs, delivered[0]):
-            return ControlTimeoutError(f"node {target} stopped before it took the request ({exc.detail}); it was "
-                                       "withdrawn and not applied", withdrawn=True)
-        return ControlTimeoutError(f"node {target} took the request but stopped before it answered ({exc.detail}); "
-                                   f"it may have been applied (ask with `speed status {target}`)", withdrawn=False)
+        return _unanswered(target, dirs, delivered, f"stopped before it took the request ({exc.detail})",
+                           f"took the request but stopped before it answered ({exc.detail})")
 
     @staticmethod
     def _closed(target: str, withdrawn: bool) -> ControlTimeoutError:
@@ -262,6 +256,15 @@ class Operator:
             time.sleep(0.02)  # polling a file another process removes: no event to wait on here
         raise ControlTimeoutError(f"node {target} is stopping but still registered after {timeout:g} s "
                                   "(it drains its inbox first)", withdrawn=False)
+
+
+def _unanswered(target: str, dirs: TargetDirs, delivered: list[str], not_taken: str, taken: str) -> ControlTimeoutError:
+    """A request that got no answer: withdrawn if its target had not taken it (whoever unlinks
+    first decides), else taken and maybe applied."""
+    if delivered and retract(dirs, delivered[0]):
+        return ControlTimeoutError(f"node {target} {not_taken}; it was withdrawn and not applied", withdrawn=True)
+    return ControlTimeoutError(f"node {target} {taken}; it may have been applied (ask with `speed status {target}`)",
+                               withdrawn=False)
 
 
 def _holds_its_name(node: "Node") -> bool:

@@ -101,9 +101,8 @@ class Ledgers:
                 self._open.move_to_end(sender)
                 book.users += 1
         if book is None:  # a sender's lane is serial: nobody else opens this one meanwhile
-            stamp = self._stamp(sender)
-            known = self._damaged.get(sender)
-            if known is not None and known[0] == stamp:
+            known = self._damaged.get(sender)  # (a stat only for a ledger found damaged before)
+            if known is not None and known[0] == self._stamp(sender):
                 raise StoreError(errno.EBADMSG, known[1])
             log_ = AppendLog(self.dir_fd, f"{sender}.log", self.syncs, self.path)
             damaged: list[int] = []

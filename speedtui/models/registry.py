@@ -245,13 +245,13 @@ class RegistryModel:
             fresh[id(r)] = (r, st, row)
             rows.append(row)
         self._static_cache = fresh
-        before = self._by_name if self._by_name is not None else {r.name: r for r in self.rows}
-        self.rows = rows
-        self._by_name = None
         # a node that exits cleanly removes its entry, then its process ends: a build between the
         # two (the next scan is up to a fifth of a second away) found it "stale, process gone"
-        self.just_died = [r.name for r in rows if r.pid_alive is False and r.status == "stale"
-                          and (was := before.get(r.name)) is not None and was.status != "stale"]
+        dead = [r for r in rows if r.pid_alive is False and r.status == "stale"]
+        before = self.by_name() if dead else {}  # the previous rows, looked up only when needed
+        self.just_died = [r.name for r in dead if (was := before.get(r.name)) is not None and was.status != "stale"]
+        self.rows = rows
+        self._by_name = None
 
     def forget_removed(self, still_there: Callable[[str], bool]) -> bool:
         """Drop the rows of `just_died` whose entry file is gone (`still_there(name)` False): a

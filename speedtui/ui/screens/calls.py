@@ -114,7 +114,7 @@ class GrantOffer:
     def follow_registry(self, graph: AccessGraph) -> None:
         """The registry changed while the dialog is open: its checks follow (a grant made
         meanwhile, or a target restarted with it, was still said to be missing)."""
-        if _grants_of(graph) != _grants_of(self.graph):
+        if graph is not self.graph and _grants_of(graph) != _grants_of(self.graph):  # (the same until rows change)
             self.graph = graph
             try:
                 self.recheck()
