@@ -172,6 +172,24 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o600, *, dir_
     return fd, st
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`: a short write (a file-size limit reached, a full disk) is continued, and
+    the write that cannot continue raises (EFBIG, ENOSPC…)."""
+    view, written = memoryview(data), 0
+    while written < len(data):
+        n = os.write(fd, view[written:])
+        if n <= 0:  # a regular file never does this; never loop on it
+            raise OSError(errno.EIO, "the write made no progress")
+        written += n
+
+
+def why_not_written(exc: OSError) -> str:
+    """Why a write failed, as the operator reads it: the limit to raise when it is one."""
+    if exc.errno == errno.EFBIG:
+        return "the file-size limit of this process: `ulimit -f`"
+    return exc.strerror or type(exc).__name__
+
+
 def read_regular(path: str, limit: int, *, dir_fd: int | None = None, follow: bool = False,
                  private: bool = False) -> tuple[bytes, os.stat_result]:
     """The bytes of a regular file of at most `limit` bytes (open_regular), and its fstat; with

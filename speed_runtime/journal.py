@@ -8,7 +8,6 @@ counts as one malformed line.
 """
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from typing import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import Callable, Iterator
 from .core.errors import DirectoryError
 from .core.records import (ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, EnvelopeTrace, JournalEvent, encode_line,
                            envelope_line, parse_line)
-from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir
+from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir, why_not_written
 from .fsutil import open_regular as _open_regular
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -110,7 +109,7 @@ class JournalWriter:
                     except OSError:
                         pass
                 self._unwritten = bytes(view[done:])
-                why = _why_not_written(exc)
+                why = why_not_written(exc)
                 if len(self._unwritten) > MAX_UNWRITTEN_BYTES:
                     self.bytes_dropped += len(self._unwritten)
                     self._unwritten = b""
@@ -150,12 +149,6 @@ class JournalWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-
-
-def _why_not_written(exc: OSError) -> str:
-    if exc.errno == errno.EFBIG:
-        return "the file-size limit of this process: `ulimit -f`"
-    return exc.strerror or type(exc).__name__
 
 
 LONG = object()      # iter_lines: an over-long line ended here (one malformed line)

@@ -27,7 +27,8 @@ from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
 from .core.errors import (BadEntryError, DirectoryError, EntryTooLargeError, EntryUnreadableError, LeaseLostError,
                           NameInUseError, RegistryLockError)
 from .core.liveness import HostFacts, judge
-from .fsutil import REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root, read_regular
+from .fsutil import (REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root,
+                     read_regular, why_not_written, write_all)
 
 SUFFIX = ".node"
 LOCK_NAME = ".lock"
@@ -235,11 +236,13 @@ class Registry:
         tmp = os.path.join(self.dir, f".{entry.name}.{uuid.uuid4().hex[:12]}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            if os.write(fd, data) != len(data):
-                raise OSError(errno.EIO, "short write")
-        except BaseException:
+            write_all(fd, data)
+        except BaseException as exc:
             os.close(fd)
             os.unlink(tmp)
+            if isinstance(exc, OSError):  # it said "short write" under `ulimit -f`
+                raise OSError(exc.errno, f"cannot write the registry entry of {entry.name}, {len(data)} bytes "
+                                         f"({why_not_written(exc)})") from None
             raise
         os.close(fd)
         os.rename(tmp, self.path(entry.name))

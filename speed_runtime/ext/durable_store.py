@@ -28,7 +28,7 @@ from ..core.durable import (ChainReport, Receipt, StreamLedger, durable_flag, is
 from ..core.envelope import parse_filename
 from ..core.errors import ConfigError
 from ..core.names import is_valid_name, validate_name
-from ..fsutil import FileRefused, close_quietly, ensure_private_dir, read_regular
+from ..fsutil import FileRefused, close_quietly, ensure_private_dir, read_regular, write_all
 
 TMPFS_MAGIC, RAMFS_MAGIC = 0x01021994, 0x858458F6
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -92,17 +92,6 @@ class StoreError(OSError):
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data`: a short write (a file-size limit reached, a full disk) is continued, and
-    the write that cannot continue raises (EFBIG, ENOSPC…)."""
-    view, written = memoryview(data), 0
-    while written < len(data):
-        n = os.write(fd, view[written:])
-        if n <= 0:  # a regular file never does this; never loop on it
-            raise OSError(errno.EIO, "the write made no progress")
-        written += n
 
 
 def write_durably(dir_fd: int, name: str, data: bytes, syncs: Syncs, where: str = "") -> None:

@@ -560,7 +560,11 @@ class Receiver:
         """Run the handlers, then answer an ACK or ERROR when the sender asked; what a handler raised."""
         exc = self._application.handle(message)
         me = self._ctx.name
-        if exc is not None:
+        if exc is not None:  # said, not only counted (an echo to a full disk failed every message unseen)
+            self._telemetry.problem(
+                "handler_failed", f"its message handler failed on message {header.sequence} from {message.sender}: "
+                f"{failure_text(exc)}" + ("; the sender is told it failed" if header.ack_requested else ""),
+                key=f"{message.sender}:{type(exc).__name__}")
             if header.ack_requested:
                 self._reply(message.sender, EnvelopeType.ERROR,
                             {"from": me, "to": message.sender, "errorCode": "EXECUTION_FAILED",

@@ -36,14 +36,16 @@ COUNTERS = ("sent", "received", "sealed", "spcCalls", "spcErrors", "lateResponse
 
 def failure_text(exc: BaseException) -> str:
     """An unexpected failure of one of the node's threads, as the operator reads it: a system
-    error's text and file (with the limit to raise when it is the open-files one), else the
-    exception's type and text."""
+    error's text and file (with the limit to raise when it is the open-files or the file-size
+    one), else the exception's type and text."""
     if isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror + (f" ({exc.filename})" if exc.filename else "")
         if exc.errno == errno.EMFILE:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
             may = f" may open {soft}" if soft != resource.RLIM_INFINITY else " reached its limit of open files"
             text += f": this process{may} (raise it with `ulimit -n`)"
+        elif exc.errno == errno.EFBIG:
+            text += " (the file-size limit of this process: `ulimit -f`)"
         return text
     return f"{type(exc).__name__}: {exc}"
 

@@ -119,3 +119,59 @@ def test_a_journal_that_cannot_grow_is_said_once_on_stderr_and_the_node_keeps_re
     assert rx.stop() == 0
     records, torn = read_journal(journal)
     assert records and torn == 0
+
+
+def test_a_registry_entry_that_cannot_be_written_says_why_in_one_line(procs, root, key):
+    """Under `ulimit -f 1` (1 KiB, less than an entry) `speed node` said only "speed: short write"."""
+    import resource
+    import signal as signals
+
+    from speed_runtime.cli.common import EXIT_CONFIG
+
+    def limited() -> None:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 10, 1 << 10))
+    rx = procs.start("rx", allow=["tx"], wait_ready=False, preexec_fn=limited)
+    assert rx.proc.wait(30) == EXIT_CONFIG
+    wait_until(lambda: rx.stderr, 10, "rx's stderr")
+    assert len(rx.stderr) == 1, rx.stderr
+    assert rx.stderr[0].startswith("speed: cannot write the registry entry of rx, ") and \
+        "(the file-size limit of this process: `ulimit -f`)" in rx.stderr[0], rx.stderr
+    assert not [n for n in os.listdir(os.path.join(root, "speed_registry")) if n != ".lock"]  # nothing left half-written
+
+
+def test_an_echo_that_cannot_be_written_is_said_on_stderr_not_only_counted(root, key, key_path, workdir):
+    """`speed node --echo-messages > file` under `ulimit -f 4`: once the file is full every message's
+    handler fails (the confirmed sender is told), and that was only a counter."""
+    import resource
+    import signal as signals
+
+    from speed_runtime import SpeedError
+
+    from ..helpers.processes import REPO, SPEED
+
+    def limited() -> None:
+        signals.signal(signals.SIGXFSZ, signals.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 10, 4 << 10))
+    out, err = os.path.join(workdir, "echo.out"), os.path.join(workdir, "echo.err")
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        rx = subprocess.Popen(SPEED + ["node", "--dir", root, "--key", key_path, "--name", "rx", "--allow", "tx",
+                                       "--echo-messages"], stdout=stdout, stderr=stderr, preexec_fn=limited, cwd=REPO)
+    try:
+        wait_until(lambda: open(out, "rb").read().startswith(b"ready rx "), 30, "rx's ready line")
+        failed = 0
+        with Node(root, key, "tx", allow=["rx"]) as tx:
+            for n in range(40):  # 40 lines of ~250 bytes: the 4 KiB limit is passed about halfway
+                try:
+                    tx.send("rx", {"n": n, "pad": "x" * 200}, confirm=True)
+                except SpeedError as exc:
+                    assert "EXECUTION_FAILED" in str(exc)
+                    failed += 1
+        assert 10 <= failed < 40
+        said = wait_until(lambda: [line for line in open(err).read().splitlines() if "message handler failed" in line],
+                          10, "rx's stderr")
+        assert len(said) == 1 and "from tx: File too large (the file-size limit of this process: `ulimit -f`)" in \
+            said[0] and said[0].endswith("the sender is told it failed"), said
+    finally:
+        rx.terminate()
+        assert rx.wait(30) == 0
