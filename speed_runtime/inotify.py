@@ -31,7 +31,10 @@ IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
 INBOX_EVENTS = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
-REGISTRY_EVENTS = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CLOSE_WRITE
+# An entry is written as a temporary file renamed over `<name>.node` (§4): the temporary file's
+# creation and close are of no interest, and with N nodes on a host each of them woke N threads.
+# An entry written in place (not per §4) is found by the periodic rescan.
+REGISTRY_EVENTS = IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE
 
 _EVENT = struct.Struct("iIII")
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -27,8 +27,8 @@ from .core.entry import MAX_ENTRY_BYTES, RegistryEntry
 from .core.errors import (BadEntryError, DirectoryError, EntryTooLargeError, EntryUnreadableError, LeaseLostError,
                           NameInUseError, RegistryLockError)
 from .core.liveness import HostFacts, judge
-from .fsutil import (REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts, prepare_root,
-                     read_regular, why_not_written, write_all)
+from .fsutil import (FILE_TIME_UNCERTAINTY, REGISTRY_DIR, FileRefused, check_private_dir, ensure_private_dir, local_facts,
+                     prepare_root, read_regular, why_not_written, write_all)
 
 SUFFIX = ".node"
 LOCK_NAME = ".lock"
@@ -73,6 +73,23 @@ def _pure_file_stamp(path: str) -> FileStamp | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+# Entries this process has parsed, by path. Every node watches the registry and reads each entry
+# that changed, so N nodes in one process read and parsed every heartbeat N times: with 60 idle
+# nodes 750 reads a second, each a handful of system calls that give up the GIL and wait to take it
+# back from 180 threads. A version already parsed is recognised by one lstat: an entry is renamed
+# over (a new inode, §4), and a chmod, chown or write in place changes the change time. Times come
+# from the kernel's coarse clock and a file system may give a freed inode number again, so two
+# versions written within one tick could look alike: only a version whose change time was already
+# FILE_TIME_UNCERTAINTY old when it was read is kept (any later one has a later change time).
+MAX_PARSED = 4096
+_parsed: dict[str, tuple[tuple[int, int, int, int, int], RegistryEntry]] = {}
+_parsed_lock = threading.Lock()
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode
 
 
 # taken twice a send (the entry judged current before the seal, unchanged after the delivery): the
@@ -165,9 +182,19 @@ class Registry:
 
     def read_stamped(self, name: str) -> tuple[RegistryEntry | None, FileStamp | None]:
         """`read`, with the stamp of the version read (taken from the open descriptor). Anything
-        but a regular file (a FIFO, a device, a directory, a symlink) is reported, never read."""
+        but a regular file (a FIFO, a device, a directory, a symlink) is reported, never read.
+        A version this process has already read is known by one lstat (`_parsed`)."""
+        path = self.path(name)
         try:
-            data, st = read_regular(self.path(name), MAX_ENTRY_BYTES)
+            seen = os.stat(path, follow_symlinks=False)
+        except OSError:
+            seen = None  # gone, or not ours to stat: the read below says which
+        else:
+            known = _parsed.get(path)
+            if known is not None and known[0] == _version(seen):
+                return known[1], (seen.st_ino, seen.st_mtime_ns, seen.st_size)
+        try:
+            data, st = read_regular(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
             return None, None
         except FileRefused as exc:
@@ -180,6 +207,12 @@ class Registry:
         entry = RegistryEntry.from_json(data)
         if entry.name != name:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")
+        if (seen is not None and _version(seen) == _version(st)  # (the lstat was of the file read)
+                and time.time() - st.st_ctime > FILE_TIME_UNCERTAINTY):
+            with _parsed_lock:
+                if len(_parsed) >= MAX_PARSED:
+                    _parsed.clear()
+                _parsed[path] = (_version(st), entry)
         return entry, (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def read_record(self, name: str) -> RegistryRecord | None:

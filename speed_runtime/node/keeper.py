@@ -28,6 +28,7 @@ from .telemetry import failure_text
 # implementation and language (contract §4); its version is `speed --version`, read from the package
 # metadata only when asked (tens of milliseconds no node start should pay)
 RUNTIME = "speed_runtime-python"
+TICK_SECONDS = 0.25  # how often the registry thread looks: lease, hints, expiries, reaping
 
 
 class ReceiverProgress(Protocol):
@@ -137,10 +138,12 @@ class LeaseKeeper:
         self._wake.set()
 
     def hint(self, file_name: str) -> None:
-        """An inotify event in the registry directory."""
+        """An inotify event in the registry directory: read at the next tick (TICK_SECONDS), not at
+        once. What a hint is read for are other nodes' joins and departures, for the trace; sends
+        read the entry they need themselves. Woken at every heartbeat of every peer, N nodes on a
+        host woke N threads for each of them."""
         if file_name.endswith(SUFFIX) and not file_name.startswith("."):
             self.monitor.hint(file_name[:-len(SUFFIX)])
-            self._wake.set()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -153,7 +156,7 @@ class LeaseKeeper:
         next_beat = time.monotonic() + cfg.heartbeat_seconds
         next_scan = next_sweep = time.monotonic()
         while not self._stopping.is_set():
-            self._wake.wait(0.25)
+            self._wake.wait(TICK_SECONDS)
             self._wake.clear()
             if self._stopping.is_set():
                 break

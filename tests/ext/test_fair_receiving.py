@@ -115,8 +115,11 @@ def test_a_backlog_waits_behind_one_file_of_every_other_sender(peers, root, key_
                 a.send("r", i)
             b.send("r", "one")
         messages(r, 13)
-    order = [e.peer for e in read_journal(os.path.join(root, "speed_traces", "r.jsonl"))[0]
-             if getattr(e, "outcome", None) == "accepted" and e.type == "MESSAGE"]
+
+    def accepted() -> list[str]:
+        return [e.peer for e in read_journal(os.path.join(root, "speed_traces", "r.jsonl"))[0]
+                if getattr(e, "outcome", None) == "accepted" and e.type == "MESSAGE"]
+    order = wait_until(lambda: len(accepted()) == 13 and accepted(), 10, "13 records in the journal (flushed each tick)")
     assert sorted(order) == ["a"] * 12 + ["b"] and order.index("b") <= 1
 
 

@@ -135,7 +135,9 @@ def test_quarantined_files_never_reach_checks_beyond_the_file_name(peers, root, 
         watch.close()
     assert any(name.startswith("g.") for name in opened)
     assert not opened & set(names)
-    records = [e for e in _rejections(root, "r", "t") if e.seq > 100]
+    def framed() -> list:
+        return [e for e in _rejections(root, "r", "t") if e.seq > 100]
+    records = wait_until(lambda: len(framed()) >= 5 and framed(), 10, "5 records in the journal (flushed each tick)")
     assert sorted((e.seq, e.reason) for e in records) == [(seq, "quarantined") for seq in range(101, 106)]
     assert all(e.size == 0 and e.type == "UNKNOWN" for e in records)  # nothing about the file was looked at
 

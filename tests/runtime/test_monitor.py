@@ -4,10 +4,15 @@ import os
 import time
 import uuid
 
-from speed_runtime.fsutil import local_facts, prepare_root
+import pytest
+
+from speed_runtime.fsutil import FILE_TIME_UNCERTAINTY, local_facts, prepare_root
 from speed_runtime.core.entry import RegistryEntry
+from speed_runtime.core.errors import BadEntryError
 from speed_runtime.monitor import RegistryMonitor
 from speed_runtime.registry import Registry
+
+from ..helpers.wait import wait_until
 
 
 def entry(name, **fields):
@@ -67,3 +72,61 @@ def test_a_replaced_instance_keeps_only_what_surely_arrived_before_its_successor
     assert mon.departed("b", envelope, successor.startup_timestamp - 1.0) == old        # long before: its own
     assert mon.departed("b", envelope, successor.startup_timestamp - 0.001) is None     # within a tick: fenced
     assert mon.departed("b", envelope, successor.startup_timestamp + 1.0) is None
+
+
+def test_a_version_one_node_of_a_process_read_is_not_read_again_by_the_others(root, monkeypatch):
+    """Every node watches the registry and reads what changed: N nodes in one process read and
+    parsed each peer's heartbeat N times (100 idle nodes took a whole core). A version already
+    read is known by one lstat."""
+    from speed_runtime import registry as registry_module
+    opened = []
+    real = registry_module.read_regular
+    monkeypatch.setattr(registry_module, "read_regular", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
+    registry, first = monitor(root)
+    others = [RegistryMonitor(Registry(root), f"w{i}", observe=lambda event, subject: None, facts=local_facts)
+              for i in range(4)]
+    b = entry("b")
+    registry.register(b, time.time())
+    opened.clear()  # (the registration looked for an entry of that name)
+    # a version read within a clock tick of its writing is read again: another could look the same
+    assert first.refresh("b").id == b.id and others[0].refresh("b").id == b.id and len(opened) == 2
+    settled(registry.path("b"))
+    read = [mon.refresh("b") for mon in (first, *others)]
+    assert [e.id for e in read] == [b.id] * 5 and len(opened) == 3
+    registry.renew(RegistryEntry(**{**b.__dict__, "last_heartbeat": time.time()}))  # a heartbeat: a new file
+    settled(registry.path("b"))
+    assert {mon.refresh("b").last_heartbeat for mon in others} == {registry.read("b").last_heartbeat}
+    assert len(opened) == 4
+
+
+def settled(path):
+    """Until the file's change time lies FILE_TIME_UNCERTAINTY in the past (the kernel's clock)."""
+    wait_until(lambda: time.time() - os.stat(path).st_ctime > FILE_TIME_UNCERTAINTY, 5, "a settled version")
+
+
+def test_a_file_changed_in_any_way_since_it_was_read_is_read_again(root):
+    """What the lstat compares: the inode (an entry is renamed over), the modification and change
+    times (a write in place, a chmod, a chown), the size and the mode. A symlink put in the
+    entry's place is refused as before, whatever was read from the name earlier."""
+    registry, _ = monitor(root)
+    b = entry("b", allow=("x",))
+    registry.register(b, time.time())
+    path = registry.path("b")
+    settled(path)
+    assert registry.read("b").allow == ("x",)
+    with open(path, "r+b") as f:  # in place, same size, same modification time
+        data = f.read()
+        before = os.stat(path)
+        f.seek(0)
+        f.write(data.replace(b'"x"', b'"y"'))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert registry.read("b").allow == ("y",)      # the change time moved
+    os.chmod(path, 0o000)
+    if os.access(path, os.R_OK):                   # root reads it all the same: the read still happened
+        assert registry.read("b").allow == ("y",)
+    os.chmod(path, 0o600)
+    target = path + ".real"
+    os.rename(path, target)
+    os.symlink(target, path)
+    with pytest.raises(BadEntryError, match="symbolic link"):
+        registry.read("b")
