@@ -117,6 +117,12 @@ class RegistryRecord:
     stamp: FileStamp | None = None
 
 
+class RegistryGoneError(OSError):
+    """A renewal found no registry directory (ROOT moved away or removed): a failed renewal, not
+    the name taken. `mv ROOT elsewhere` for a few seconds stopped every node for good, told that
+    "the registry entry now belongs to nobody"."""
+
+
 class Registry:
     def __init__(self, root: str, *, create: bool = True, lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
         self.root = root
@@ -323,6 +329,8 @@ class Registry:
                 raise OSError(exc.errno, f"its entry cannot be read ({why})") from None
             except BadEntryError:
                 current = None
+            if current is None and not os.path.isdir(self.dir):  # ROOT moved or removed: nobody took it
+                raise RegistryGoneError(errno.ENOENT, f"its registry directory {self.dir} is gone")
             if current is None or current.id != entry.id:
                 holder = "nobody" if current is None else f"pid {current.pid} on {current.host}"
                 raise LeaseLostError(f"node {entry.name} lost its lease: the registry entry now belongs to {holder}")

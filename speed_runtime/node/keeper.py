@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Protocol
 from ..core.entry import RegistryEntry
 from ..core.errors import LeaseLostError, RegistryLockError
 from ..fsutil import BOOT_ID, HOSTNAME, boottime, local_facts
-from ..registry import SUFFIX, check_size
+from ..registry import SUFFIX, RegistryGoneError, check_size
 from ..transport import sweep_orphans, sweep_temporary_homes
 from .context import Lifecycle, NodeContext
 from .telemetry import failure_text
@@ -106,6 +106,11 @@ class LeaseKeeper:
             self._telemetry.count("registryWriteErrors")
             self._telemetry.problem("registry_lock_held", str(exc))
             return False
+        except RegistryGoneError as exc:  # back within the lease: renewed as if nothing happened (_gone_for_good)
+            self._telemetry.count("registryWriteErrors")
+            self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror}; it renews if the "
+                                                      f"directory is back within its lease ({self.config.lease_seconds:g} s)")
+            return False
         except OSError as exc:  # full or failing disk: keep running, the next heartbeat tries again
             self._telemetry.count("registryWriteErrors")
             self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}")
@@ -163,7 +168,7 @@ class LeaseKeeper:
             try:
                 now = time.monotonic()
                 state = self._lifecycle.state
-                if state == "running":
+                if state == "running" and not self._gone_for_good():
                     self._watch_receiving(now)
                 if state in ("running", "closing"):
                     if not self.deaf and (now >= next_beat or not self.lease_valid()):
@@ -186,6 +191,16 @@ class LeaseKeeper:
             except Exception as exc:  # the keeper must outlive any one failure
                 self._telemetry.count("protocolErrors")
                 self._telemetry.problem("renewal_failed", f"registry thread: {failure_text(exc)}")
+
+    def _gone_for_good(self) -> bool:
+        """ROOT moved away or removed, and not back within the lease: the node's lease is lost (its
+        protocol thread, finding no inbox, may have stopped the renewals that would have said so)."""
+        if self.lease_valid() or os.path.isdir(self.registry.dir):
+            return False
+        self._lifecycle.lose_lease(LeaseLostError(
+            f"node {self._ctx.name} lost its lease: its registry directory {self.registry.dir} is gone, for "
+            f"longer than its lease ({self.config.lease_seconds:g} s)"))
+        return True
 
     def _watch_receiving(self, now: float) -> None:
         receiver = self._receiver

@@ -169,3 +169,25 @@ def test_directories_the_runtime_creates_are_0700_whatever_the_umask(workdir, ke
     assert files == {k: 0o600 for k in files}, files
     keygen = speed("keygen", os.path.join(workdir, "umask0.key"), umask=0)
     assert keygen.returncode == 0 and stat.S_IMODE(os.stat(os.path.join(workdir, "umask0.key")).st_mode) == 0o600
+
+
+def test_a_root_moved_away_and_back_within_the_lease_keeps_its_nodes(procs, root, key_path):
+    """`mv ROOT elsewhere` for longer than a heartbeat stopped every node for good ("the registry
+    entry now belongs to nobody", exit 5). Now the node keeps its name and receives once ROOT is
+    back within its lease; ROOT removed for good ends it after its lease, saying so."""
+    import shutil
+
+    from speed_runtime.cli.common import EXIT_LEASE_LOST
+    rx = procs.start("rx", allow=["tx"], echo=True, lease=6, heartbeat=1)  # 4 s to spare on a busy machine
+    os.rename(root, root + ".away")
+    wait_until(lambda: any("cannot renew its lease: its registry directory" in line for line in rx.stderr), 10,
+               "a renewal while ROOT is away")
+    os.rename(root + ".away", root)
+    with Node(root, key_path, "tx", allow=["rx"]) as tx:
+        tx.send("rx", "after", confirm=True)
+    assert rx.messages(1)[0]["data"] == "after" and rx.proc.poll() is None
+    shutil.rmtree(root)
+    assert rx.proc.wait(30) == EXIT_LEASE_LOST
+    lost = wait_until(lambda: [line for line in rx.stderr if "lost its lease" in line], 10, "the reason on stderr")
+    assert lost == [f"speed: node rx lost its lease: its registry directory {os.path.join(root, 'speed_registry')} "
+                    "is gone, for longer than its lease (6 s); stopped\n"], lost

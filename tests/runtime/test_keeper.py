@@ -5,6 +5,7 @@ renewal into what the node shows (a counter and a problem, the runtime keeps run
 lost lease, into the node's lease-lost path."""
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import replace
@@ -18,6 +19,8 @@ from speed_runtime.node.context import NodeContext
 from speed_runtime.node.grants import AccessRegistry
 from speed_runtime.node.keeper import LeaseKeeper
 from speed_runtime.registry import Registry
+
+from ..helpers.wait import wait_until
 
 ID = uuid.UUID(int=1)
 
@@ -68,10 +71,10 @@ class FailingRegistry:
         raise self.exc
 
 
-def make_keeper(tmp_path, registry=None, lifecycle=None) -> tuple[LeaseKeeper, FakeTelemetry, FakeLifecycle]:
+def make_keeper(tmp_path, registry=None, lifecycle=None, config=None) -> tuple[LeaseKeeper, FakeTelemetry, FakeLifecycle]:
     telemetry, lifecycle = FakeTelemetry(), lifecycle or FakeLifecycle()
     ctx = NodeContext(name="a", id=str(ID), id_bytes=ID.bytes, root=str(tmp_path), key=Key(bytes(32)),
-                      config=NodeConfig(), access=AccessRegistry(["b", "c"]), telemetry=telemetry,
+                      config=config or NodeConfig(), access=AccessRegistry(["b", "c"]), telemetry=telemetry,
                       registry=registry or Registry(str(tmp_path)), monitor=None, application=None,
                       services=FakeServices())
     return LeaseKeeper(ctx, lifecycle), telemetry, lifecycle
@@ -135,6 +138,28 @@ def test_an_entry_the_system_will_not_let_it_read_is_a_failed_renewal_not_a_lost
     assert keeper.publish() is True and registry.read("a").id == str(ID)    # renewed once it can read again
     with pytest.raises(NameInUseError):
         registry.register(replace(keeper.entry(time.time(), "online"), id=str(uuid.UUID(int=2))), time.time())
+
+
+def test_a_registry_directory_moved_away_is_a_failed_renewal_until_the_lease_runs_out(tmp_path):
+    """`mv ROOT elsewhere` for a few seconds stopped every node for good: a renewal that found no
+    entry took it for "the registry entry now belongs to nobody". The directory gone is a failed
+    renewal; back within the lease, the node renews; gone for longer, the lease is lost, saying so."""
+    keeper, telemetry, lifecycle = make_keeper(tmp_path, config=NodeConfig(lease_seconds=1.0, heartbeat_seconds=0.5))
+    assert keeper.register(time.time()) is False
+    registry_dir = os.path.join(str(tmp_path), "speed_registry")
+    os.rename(registry_dir, registry_dir + ".away")
+    assert keeper.publish() is False
+    assert lifecycle.lost == [] and telemetry.counts == {"registryWriteErrors": 1}
+    assert telemetry.problems == [("renewal_failed", f"cannot renew its lease: its registry directory {registry_dir} "
+                                                     "is gone; it renews if the directory is back within its lease (1 s)")]
+    os.rename(registry_dir + ".away", registry_dir)
+    assert keeper.publish() is True and lifecycle.lost == []
+    os.rename(registry_dir, registry_dir + ".away")
+    assert keeper._gone_for_good() is False and lifecycle.lost == []  # within the lease
+    wait_until(lambda: not keeper.lease_valid(), 10, "the lease to run out")
+    assert keeper._gone_for_good() is True  # what the registry thread asks at every tick
+    assert [str(exc) for exc in lifecycle.lost] == [
+        f"node a lost its lease: its registry directory {registry_dir} is gone, for longer than its lease (1 s)"]
 
 
 def test_a_lease_taken_over_is_the_nodes_lease_lost_path(tmp_path):
