@@ -31,13 +31,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from benchmarks import bench_quota  # noqa: E402  (the steady senders, their receiver and percentiles)
+from benchmarks.scratch import scratch_environment  # noqa: E402
 
 RECEIVERS = {"v1": {}, "quota": {"features": ["quota"]}}
 KINDS = ("invented names", "framed, 1 byte", "framed, random bytes", "FIFOs", "other owner")
@@ -86,13 +86,9 @@ def _entries(inbox: str) -> int:
 
 def clear_once(receiver: str, kind: str, count: int) -> dict:
     """Seconds for a receiver process to clear `count` junk files of `kind`."""
-    work = tempfile.mkdtemp(prefix="speed-bench-junk-", dir="/dev/shm")
-    os.chmod(work, 0o700)
-    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    work, root, key = scratch_environment("speed-bench-junk-", bench_quota.CHECKOUT["dir"])
     proc = None
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, capture_output=True,
-                       cwd=bench_quota.CHECKOUT["dir"], env=bench_quota._run_env())
         proc = subprocess.Popen([sys.executable, "-c", bench_quota.RECEIVER, root, key,
                                  json.dumps(RECEIVERS[receiver])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, cwd=bench_quota.CHECKOUT["dir"], env=bench_quota._run_env())
@@ -146,14 +142,10 @@ def _junk_writer(inbox: str, rate: float, stop: threading.Event, made: list[int]
 
 
 def steady_once(receiver: str, junk: bool, seconds: float, rate: float, junk_rate: float) -> dict:
-    work = tempfile.mkdtemp(prefix="speed-bench-junk-", dir="/dev/shm")
-    os.chmod(work, 0o700)
-    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    work, root, key = scratch_environment("speed-bench-junk-", bench_quota.CHECKOUT["dir"])
     procs: list[subprocess.Popen] = []
     stop, made = threading.Event(), [0]
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, capture_output=True,
-                       cwd=bench_quota.CHECKOUT["dir"], env=bench_quota._run_env())
         rec = subprocess.Popen([sys.executable, "-c", bench_quota.RECEIVER, root, key, json.dumps(RECEIVERS[receiver])],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                cwd=bench_quota.CHECKOUT["dir"], env=bench_quota._run_env())

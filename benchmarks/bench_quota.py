@@ -50,6 +50,8 @@ import time
 import timeit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from benchmarks.scratch import scratch_environment  # noqa: E402  (no runtime imported: --checkout)
 CHECKOUT = {"dir": REPO}  # whose runtime the flood rounds run (--checkout)
 STEADY = [f"n{i}" for i in range(7)]
 WARMUP_SECONDS = 1.0  # not counted: seven senders' first (cold) sends all at once
@@ -136,13 +138,9 @@ def _peer(root: str, key: str, name: str, *args: str) -> subprocess.Popen:
 
 
 def one_round(variant: str, seconds: float, rate: float, flood_size: int, pending: int) -> dict:
-    work = tempfile.mkdtemp(prefix="speed-bench-quota-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    os.chmod(work, 0o700)
-    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    work, root, key = scratch_environment("speed-bench-quota-", CHECKOUT["dir"])
     procs: list[subprocess.Popen] = []
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=CHECKOUT["dir"],
-                       capture_output=True, env=_run_env())
         options = {"features": ["quota"], "quota": {"pending": pending}}
         receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, root, key, json.dumps(options)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=CHECKOUT["dir"],
@@ -217,18 +215,13 @@ with Node(root, key, name, allow=["s", "q"], **options) as node:
 
 def send_costs(rounds: int, count: int) -> dict:
     """Median µs per send of each variant, batches of `count` interleaved over `rounds`."""
-    sys.path.insert(0, REPO)
     from benchmarks.workers import FloorEnd
     from speed_runtime import Node
     from speed_runtime.keyfile import load_key
 
-    work = tempfile.mkdtemp(prefix="speed-bench-quota-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    os.chmod(work, 0o700)
-    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    work, root, key = scratch_environment("speed-bench-quota-", REPO)
     sinks: list[subprocess.Popen] = []
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=REPO,
-                       capture_output=True)
         for name, options in (("v1", {}), ("roomy", {"features": ["quota"], "quota": {"pending": 65536}}),
                               ("tight", {"features": ["quota"], "quota": {"pending": 8}})):
             sink = subprocess.Popen([sys.executable, "-c", SINK, root, key, name, json.dumps(options)],

@@ -22,10 +22,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from benchmarks.scratch import scratch_environment  # noqa: E402
 
 IN_ONE_PROCESS = r'''
 import json, os, resource, sys, time
@@ -61,13 +62,9 @@ def _env(checkout: str) -> dict:
 
 
 def one_run(checkout: str, mode: str, nodes: int, seconds: float) -> dict:
-    work = tempfile.mkdtemp(prefix="speed-bench-idle-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    os.chmod(work, 0o700)
-    root, key = os.path.join(work, "env"), os.path.join(work, "speed.key")
+    work, root, key = scratch_environment("speed-bench-idle-", checkout)
     procs: list[subprocess.Popen] = []
     try:
-        subprocess.run([sys.executable, "-m", "speed_runtime", "keygen", key], check=True, cwd=checkout,
-                       capture_output=True, env=_env(checkout))
         if mode == "process":
             out = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS, root, key, str(nodes), str(seconds)],
                                  check=True, capture_output=True, text=True, cwd=checkout, env=_env(checkout))
