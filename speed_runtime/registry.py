@@ -170,6 +170,16 @@ class Registry:
         finally:
             thread_lock.release()
 
+    def directory_gone(self) -> bool:
+        """Whether the registry directory is not there (ROOT moved away or removed); a directory
+        that cannot be looked at (ROOT at mode 000) is not known to be gone."""
+        try:
+            return not stat.S_ISDIR(os.stat(self.dir).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:
+            return False
+
     def lock_holder(self) -> int | None:
         """Who holds the registry lock now (another process), for the console's warning."""
         return lock_holder(_lock_for(self.dir)[1])
@@ -329,7 +339,7 @@ class Registry:
                 raise OSError(exc.errno, f"its entry cannot be read ({why})") from None
             except BadEntryError:
                 current = None
-            if current is None and not os.path.isdir(self.dir):  # ROOT moved or removed: nobody took it
+            if current is None and self.directory_gone():  # ROOT moved or removed: nobody took the name
                 raise RegistryGoneError(errno.ENOENT, f"its registry directory {self.dir} is gone")
             if current is None or current.id != entry.id:
                 holder = "nobody" if current is None else f"pid {current.pid} on {current.host}"

@@ -195,7 +195,7 @@ class LeaseKeeper:
     def _gone_for_good(self) -> bool:
         """ROOT moved away or removed, and not back within the lease: the node's lease is lost (its
         protocol thread, finding no inbox, may have stopped the renewals that would have said so)."""
-        if self.lease_valid() or os.path.isdir(self.registry.dir):
+        if self.lease_valid() or not self.registry.directory_gone():
             return False
         self._lifecycle.lose_lease(LeaseLostError(
             f"node {self._ctx.name} lost its lease: its registry directory {self.registry.dir} is gone, for "

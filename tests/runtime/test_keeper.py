@@ -162,6 +162,24 @@ def test_a_registry_directory_moved_away_is_a_failed_renewal_until_the_lease_run
         f"node a lost its lease: its registry directory {registry_dir} is gone, for longer than its lease (1 s)"]
 
 
+def test_a_registry_directory_that_cannot_be_looked_at_is_not_taken_for_gone(tmp_path, monkeypatch):
+    """ROOT at mode 000 (a process without CAP_DAC_OVERRIDE) is a registry that cannot be read,
+    retried as D31's; only a directory that is not there ends a lease when the lease runs out."""
+    registry = Registry(str(tmp_path))
+    real_stat = os.stat
+
+    def refused(path, *args, **kwargs):
+        if path == registry.dir:
+            raise PermissionError(13, "Permission denied", path)
+        return real_stat(path, *args, **kwargs)
+    assert registry.directory_gone() is False
+    monkeypatch.setattr(os, "stat", refused)
+    assert registry.directory_gone() is False
+    monkeypatch.setattr(os, "stat", real_stat)
+    os.rename(registry.dir, registry.dir + ".away")
+    assert registry.directory_gone() is True
+
+
 def test_a_lease_taken_over_is_the_nodes_lease_lost_path(tmp_path):
     lost = LeaseLostError("another instance holds a")
     keeper, telemetry, lifecycle = make_keeper(tmp_path, registry=FailingRegistry(lost))
