@@ -83,7 +83,9 @@ def _pure_file_stamp(path: str) -> FileStamp | None:
 # from the kernel's coarse clock and a file system may give a freed inode number again, so two
 # versions written within one tick could look alike: only a version whose change time was already
 # FILE_TIME_UNCERTAINTY old when it was read is kept (any later one has a later change time).
-MAX_PARSED = 4096
+# Bounded, whatever members write: at most MAX_PARSED entries of at most PARSED_ENTRY_BYTES (a
+# usual entry is 1-2 KB; a larger one is read each time, as before), forgotten when their file goes.
+MAX_PARSED, PARSED_ENTRY_BYTES = 1024, 8192
 _parsed: dict[str, tuple[tuple[int, int, int, int, int], RegistryEntry]] = {}
 _parsed_lock = threading.Lock()
 
@@ -212,6 +214,7 @@ class Registry:
         try:
             data, st = read_regular(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
+            _parsed.pop(path, None)
             return None, None
         except FileRefused as exc:
             raise BadEntryError(f"registry entry {name} " + {
@@ -224,7 +227,7 @@ class Registry:
         if entry.name != name:
             raise BadEntryError(f"registry file {name}{SUFFIX} holds an entry named {entry.name!r}")
         if (seen is not None and _version(seen) == _version(st)  # (the lstat was of the file read)
-                and time.time() - st.st_ctime > FILE_TIME_UNCERTAINTY):
+                and time.time() - st.st_ctime > FILE_TIME_UNCERTAINTY and st.st_size <= PARSED_ENTRY_BYTES):
             with _parsed_lock:
                 if len(_parsed) >= MAX_PARSED:
                     _parsed.clear()

@@ -130,3 +130,27 @@ def test_a_file_changed_in_any_way_since_it_was_read_is_read_again(root):
     os.symlink(target, path)
     with pytest.raises(BadEntryError, match="symbolic link"):
         registry.read("b")
+
+
+def test_what_the_process_keeps_of_entries_is_bounded_whatever_members_write(root, monkeypatch):
+    """A member may write entries of up to 64 KiB and as many as it likes: only usual-sized ones
+    (at most PARSED_ENTRY_BYTES) are kept, at most MAX_PARSED of them, none of a removed file."""
+    from speed_runtime import registry as registry_module
+    opened = []
+    real = registry_module.read_regular
+    monkeypatch.setattr(registry_module, "read_regular", lambda path, *a, **k: opened.append(path) or real(path, *a, **k))
+    monkeypatch.setattr(registry_module, "_parsed", {})
+    registry, _ = monitor(root)
+    big = entry("big", allow=tuple(f"peer-{i:04d}" for i in range(1000)))
+    registry.register(big, time.time())
+    assert os.path.getsize(registry.path("big")) > registry_module.PARSED_ENTRY_BYTES
+    settled(registry.path("big"))
+    opened.clear()
+    assert registry.read("big").allow == big.allow and registry.read("big").allow == big.allow
+    assert len(opened) == 2 and registry_module._parsed == {}          # read each time, as before
+    small = entry("small")
+    registry.register(small, time.time())
+    settled(registry.path("small"))
+    assert registry.read("small").id == small.id and list(registry_module._parsed) == [registry.path("small")]
+    registry.deregister("small", small.id)
+    assert registry.read("small") is None and registry_module._parsed == {}
