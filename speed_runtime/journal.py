@@ -13,8 +13,8 @@ import threading
 from typing import Callable, Iterator
 
 from .core.errors import DirectoryError
-from .core.records import (ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, EnvelopeTrace, JournalEvent, encode_line,
-                           envelope_line, parse_line)
+from .core.records import (ENVELOPE_FIELD_LIMIT, JOURNALED, MAX_LINE_BYTES, ControlTrace, EnvelopeTrace, HealthTrace,
+                           JournalEvent, LeaseTrace, encode_line, envelope_line, parse_line)
 from .fsutil import TRACES_DIR, FileRefused, ensure_private_dir, why_not_written
 from .fsutil import open_regular as _open_regular
 
@@ -35,12 +35,20 @@ def open_regular(path: str, flags: int, mode: int = 0o600, what: str = "journal"
         raise DirectoryError(f"{what} {path} is not a regular file; remove it or choose another directory") from None
 
 
+# Records of the node's state and of operators' actions, a few a minute: flushed soon (`on_rare`).
+# Envelopes', messages' and threat scores' come with traffic, a sender's or an attacker's: batched.
+RARE = (LeaseTrace, HealthTrace, ControlTrace)
+
+
 class JournalWriter:
-    """Buffers records and appends them on flush(); rotates at `max_bytes` (name.jsonl.1 …)."""
+    """Buffers records and appends them on flush(); rotates at `max_bytes` (name.jsonl.1 …).
+    Most records wait for the owner's periodic flush (one write for many); a RARE one (a lease
+    event, a health report, a control request) calls `on_rare`, with which the owner flushes soon,
+    so that what an operator just did is in the journal when its effect is seen."""
 
     def __init__(self, root: str, node: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  backups: int = DEFAULT_BACKUPS, envelope_limit: int = ENVELOPE_FIELD_LIMIT,
-                 on_problem: Callable[[str, str], None] | None = None):
+                 on_problem: Callable[[str, str], None] | None = None, on_rare: Callable[[], None] | None = None):
         self.dir = ensure_private_dir(os.path.join(root, TRACES_DIR), what="trace directory")
         self.path = os.path.join(self.dir, f"{node}.jsonl")
         self.max_bytes, self.backups, self.envelope_limit = max_bytes, backups, envelope_limit
@@ -54,6 +62,7 @@ class JournalWriter:
         # told (event, sentence) when appends begin to fail, when records are dropped, and when
         # appends work again: a journal that silently stops is a journal nobody can trust
         self._on_problem = on_problem
+        self._on_rare = on_rare
         self._failing = False
 
     def _open(self) -> int:
@@ -78,6 +87,8 @@ class JournalWriter:
             full = (len(self._pending) >= FLUSH_AT_EVENTS or self._pending_envelope_bytes >= FLUSH_AT_ENVELOPE_BYTES)
         if full:
             self.flush()
+        elif self._on_rare is not None and isinstance(event, RARE):
+            self._on_rare()
 
     def flush(self) -> None:
         problem = self._append()

@@ -133,7 +133,7 @@ class Node:
             self.receiver.open(self._registry.dir if cfg.observe_registry else None)
             if cfg.trace:
                 self.journal = JournalWriter(self.root, self.name, max_bytes=cfg.journal_max_bytes,
-                                             on_problem=self._journal_problem)
+                                             on_problem=self._journal_problem, on_rare=self.keeper.wake)
                 self.telemetry.add_observer(self.journal)
             reclaimed = self.keeper.register(time.time())
         except BaseException:

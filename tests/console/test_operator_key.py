@@ -20,6 +20,7 @@ from speedtui.ui.screens.calls import CallScreen, SendScreen
 from speedtui.ui.screens.confirm import ConfirmScreen
 from speedtui.ui.screens.forms import GrantScreen, PickScreen
 
+from ..helpers.wait import wait_until
 from .conftest import SIZE, run_async, wait_for
 
 
@@ -330,7 +331,9 @@ async def test_security_lifts_a_quarantine_at_a_node_trusting_the_key(procs, roo
             await wait_for(pilot, lambda: threat_state() != "quarantined", timeout=30, what="the lift on disk")
     lifts = [(e.action, e.command, e.ok) for e in AuditLog(paths.audit_log(Path(root))).entries() if e.action == "lift"]
     assert lifts and lifts[-1][2] and f"speed lift guard mallory --dir {root}" in lifts[-1][1]
-    assert ("lift", {"sender": "mallory"}, "applied") in control_records(root, "guard")
+    # guard publishes the lift, then journals it: the entry can show it a moment before the record is written
+    wait_until(lambda: ("lift", {"sender": "mallory"}, "applied") in control_records(root, "guard"), 10,
+               "guard's record of the lift")
 
 
 @run_async

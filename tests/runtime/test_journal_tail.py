@@ -184,3 +184,22 @@ def test_a_journal_says_when_its_appends_fail_when_it_drops_records_and_when_it_
     records, torn = read_journal(writer.path)
     assert torn == 0 and [r.subject for r in records] == ["after"]
     writer.close()
+
+
+def test_a_rare_record_asks_its_owner_to_flush_soon_and_an_envelopes_waits_for_the_next_flush(tmp_path):
+    """A control request applied, a lease event, a health report: an operator looks for them in the
+    journal as soon as their effect shows, so the writer asks its owner (the node's registry thread)
+    to flush at once; envelopes' records, one per envelope, wait for the periodic flush."""
+    from speed_runtime.core.records import ControlTrace, HealthTrace, envelope_event
+    from speed_runtime.journal import JournalWriter, read_journal
+
+    asked = []
+    writer = JournalWriter(str(tmp_path), "n", on_rare=lambda: asked.append(True))
+    writer(envelope_event(1.0, "n", "in", "p", "MESSAGE", 1, 10, "accepted", None, None))
+    assert asked == []
+    writer(ControlTrace(2.0, "n", "op", "abcd", "r1", "allow", {"peer": "p"}, "applied"))
+    writer(HealthTrace(3.0, "n", "journal_failing", "detail"))
+    writer(LeaseTrace(4.0, "n", "p", "observed_join"))
+    assert asked == [True] * 3
+    writer.flush()
+    assert [r.kind for r in read_journal(writer.path)[0]] == ["envelope", "control", "health", "lease"]
