@@ -106,14 +106,11 @@ class LeaseKeeper:
             self._telemetry.count("registryWriteErrors")
             self._telemetry.problem("registry_lock_held", str(exc))
             return False
-        except RegistryGoneError as exc:  # back within the lease: renewed as if nothing happened (_gone_for_good)
+        except OSError as exc:  # full or failing disk, ROOT moved away: keep running, the next heartbeat tries again
             self._telemetry.count("registryWriteErrors")
-            self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror}; it renews if the "
-                                                      f"directory is back within its lease ({self.config.lease_seconds:g} s)")
-            return False
-        except OSError as exc:  # full or failing disk: keep running, the next heartbeat tries again
-            self._telemetry.count("registryWriteErrors")
-            self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}")
+            back = (f"; it renews if the directory is back within its lease ({self.config.lease_seconds:g} s)"
+                    if isinstance(exc, RegistryGoneError) else "")  # else the lease is lost: _gone_for_good
+            self._telemetry.problem("renewal_failed", f"cannot renew its lease: {exc.strerror or exc}{back}")
             return False
         self._last_renew_bt = bt
         if late:

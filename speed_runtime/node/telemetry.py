@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from ..core.records import HealthTrace, LeaseTrace
+from ..fsutil import why_not_written
 
 log = logging.getLogger("speed_runtime")
 log.addHandler(logging.NullHandler())  # a library never prints on its own (logging's last resort would)
@@ -45,7 +46,7 @@ def failure_text(exc: BaseException) -> str:
             may = f" may open {soft}" if soft != resource.RLIM_INFINITY else " reached its limit of open files"
             text += f": this process{may} (raise it with `ulimit -n`)"
         elif exc.errno == errno.EFBIG:
-            text += " (the file-size limit of this process: `ulimit -f`)"
+            text += f" ({why_not_written(exc)})"
         return text
     return f"{type(exc).__name__}: {exc}"
 
